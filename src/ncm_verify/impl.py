@@ -1,0 +1,52 @@
+"""The protocol an implementation under test provides, and how it is loaded.
+
+Like a conformance suite, the properties take their kernels from a module
+named at the command line (``make verify IMPL=my.module`` or
+``pytest properties --impl my.module``). The module provides, as top-level
+callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
+
+``verify_chain(target_probs [B, G+1, V], draft_probs [B, G, V], draft_tokens [B, G], *, key, num_draft=None)``
+    returns a ``ChainOutcome(tokens [B, G+1] int32, num_accepted [B] int32)``;
+    ``tokens`` holds the accepted drafts, then one corrected or bonus token,
+    then -1. ``key`` is one ``mx.random.key`` or one per sequence ``[B, 2]``.
+``verify_greedy(target [B, G+1, V], draft_tokens [B, G], *, num_draft=None)``
+    returns a ``ChainOutcome`` (deterministic; no key).
+``verify_factorized(target_probs [B, N, V], draft_probs [B, N, V], draft_tokens [B, N], *, key)``
+    returns a ``FactorizedOutcome(tokens [B, N], accepted [B, N] bool)``.
+``verify_latent_chain(target_latent_probs [B, K], draft_latent_probs [B, K], draft_latent [B], target_token_probs [B, K, N, V], draft_token_probs [B, K, N, V], draft_tokens [B, N], *, key)``
+    returns a ``LatentChainOutcome(latent [B], latent_accepted [B] bool, tokens [B, N], accepted [B, N] bool)``.
+``residual_distribution(p [..., V], q [..., V])``
+    returns normalised ``max(p - q, 0)`` (``p`` where the residual is zero).
+
+All must raise ``ValueError`` naming the argument on invalid input. An
+implementation may also provide the NCM model and cache names listed in
+``NCM_NAMES``; properties of the parts it lacks fail with a clear message.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+DEFAULT_IMPLEMENTATION = "ncm_verify.reference"
+
+SPECULATIVE_NAMES = (
+    "verify_chain",
+    "verify_greedy",
+    "verify_factorized",
+    "verify_latent_chain",
+    "residual_distribution",
+)
+NCM_NAMES: tuple[str, ...] = ()
+
+
+def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
+    """Import the implementation module `name` and check it names the kernels."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(f"impl: cannot import implementation module {name!r}: {error}") from error
+    missing = [attr for attr in SPECULATIVE_NAMES if not callable(getattr(module, attr, None))]
+    if missing:
+        raise ValueError(f"impl: module {name!r} lacks {', '.join(missing)}")
+    return module

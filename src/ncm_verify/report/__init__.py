@@ -1,0 +1,1 @@
+"""Evidence collection, the ledger and the report writers."""
