@@ -1,18 +1,33 @@
 """pytest plugin: the implementation under test, the run's statistical policy, evidence.
 
 Loaded through the ``pytest11`` entry point, so any pytest run in the
-project's environment has ``--impl`` and ``--ncm-report-dir``.
+project's environment has ``--impl``, ``--ncm-report-dir`` and
+``--ncm-inventory``. With a report folder, every test leaves its evidence on
+its call report (``user_properties``), which pytest-xdist carries from the
+workers to the controller; the controller writes ``evidence.json`` at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from ncm_verify import stats
+from ncm_verify import evidence, stats
 from ncm_verify.impl import DEFAULT_IMPLEMENTATION, load_implementation
+
+EVIDENCE_FILE = "evidence.json"
+EVIDENCE_SCHEMA = "ncm-verify/evidence/1"
+EVIDENCE_PROPERTY = "ncm_verify_evidence"
+"""Key of the JSON string each call report carries in its ``user_properties``."""
+MAX_MESSAGE_CHARS = 4000
+
+_STATISTICS = pytest.StashKey[dict]()
+_RECORDS_START = pytest.StashKey[int]()
+_COLLECTOR = pytest.StashKey["EvidenceCollector"]()
 
 
 def pytest_addoption(parser):
@@ -26,6 +41,11 @@ def pytest_addoption(parser):
         "--ncm-report-dir",
         default=os.environ.get("NCM_VERIFY_REPORT_DIR"),
         help="folder for the statistical records and evidence of this run",
+    )
+    group.addoption(
+        "--ncm-inventory",
+        default=None,
+        help="write the collected tests with their claim markers to this JSON file",
     )
 
 
@@ -41,6 +61,9 @@ def pytest_configure(config):
             records = stats.records_path()
             records.parent.mkdir(parents=True, exist_ok=True)
             records.unlink(missing_ok=True)
+            collector = EvidenceCollector(config, Path(report_dir))
+            config.stash[_COLLECTOR] = collector
+            config.pluginmanager.register(collector, "ncm-verify-evidence")
 
 
 def planned_statistical_tests(items) -> int:
@@ -62,6 +85,35 @@ def planned_statistical_tests(items) -> int:
 
 def pytest_collection_modifyitems(session, config, items):
     stats.set_policy(stats.Policy(planned_tests=planned_statistical_tests(items)))
+    inventory = config.getoption("--ncm-inventory")
+    if inventory:
+        Path(inventory).write_text(json.dumps(collected_inventory(items), indent=1), encoding="utf-8")
+
+
+def claims_of(item) -> list[str]:
+    """The claim ids of every ``@pytest.mark.claim`` on the item, in order, once each."""
+    claims: list[str] = []
+    for marker in item.iter_markers("claim"):
+        claims.extend(str(arg) for arg in marker.args if str(arg) not in claims)
+    return sorted(claims)
+
+
+def property_id(nodeid: str) -> str:
+    """A node id without its parametrization: the form ledger.json lists."""
+    return nodeid.split("[", 1)[0]
+
+
+def collected_inventory(items) -> list[dict]:
+    """What ``--ncm-inventory`` writes: each collected test with its markers."""
+    return [
+        {
+            "nodeid": item.nodeid,
+            "property": property_id(item.nodeid),
+            "claims": claims_of(item),
+            "statistical": item.get_closest_marker("statistical") is not None,
+        }
+        for item in items
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +124,230 @@ def impl(request):
 
 def pytest_report_header(config):
     return f"ncm-verify: implementation under test {config.getoption('--impl')}"
+
+
+# --- evidence on the side that runs the test (a worker, or the only process) ---
+
+
+def summarize_hypothesis_statistics(statistics: dict) -> dict:
+    """Count the examples Hypothesis ran from its engine statistics.
+
+    An example is a test case that ran to completion (status ``valid``, or
+    ``interesting`` for a failure) outside the shrink and explain phases;
+    ``invalid``/``overrun`` cases were rejected by ``assume`` or filters.
+    """
+    examples = invalid = failing = 0
+    phases = {}
+    for key, phase in statistics.items():
+        if not key.endswith("-phase"):
+            continue
+        name = key[: -len("-phase")]
+        statuses = [case.get("status") for case in phase.get("test-cases", [])]
+        phases[name] = len(statuses)
+        if name in ("shrink", "explain"):
+            continue
+        examples += sum(status in ("valid", "interesting") for status in statuses)
+        failing += sum(status == "interesting" for status in statuses)
+        invalid += sum(status in ("invalid", "overrun") for status in statuses)
+    return {
+        "examples": examples,
+        "failing_examples": failing,
+        "invalid_examples": invalid,
+        "test_cases_per_phase": phases,
+        "stopped_because": statistics.get("stopped-because"),
+    }
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    """Chain onto Hypothesis's statistics callback (this wrapper runs inside its own)."""
+    from hypothesis.statistics import collector
+
+    outer = collector.value
+
+    def keep(statistics):
+        item.stash[_STATISTICS] = summarize_hypothesis_statistics(statistics)
+        if outer is not None:
+            outer(statistics)
+
+    item.stash[_RECORDS_START] = len(stats.RECORDS)
+    with collector.with_value(keep):
+        yield
+
+
+def item_evidence(item) -> dict:
+    """What one test leaves for the report, gathered where it ran."""
+    nodeid = item.nodeid
+    start = item.stash.get(_RECORDS_START, len(stats.RECORDS))
+    records = [r for r in stats.RECORDS[start:] if r.get("test") == nodeid]
+    differences = sorted(
+        (d for d in evidence.DIFFERENCES.values() if d["test"] == nodeid), key=lambda d: d["check"]
+    )
+    for difference in differences:  # keep memory flat over a long run
+        evidence.DIFFERENCES.pop(f"{nodeid}::{difference['check']}", None)
+    test = getattr(item, "obj", None)
+    hypothesis = item.stash.get(_STATISTICS, None)
+    if hypothesis is not None:
+        hypothesis = dict(hypothesis)
+        explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
+        hypothesis["explicit_examples"] = explicit
+        hypothesis["examples"] += explicit
+        hypothesis["generated_seed"] = getattr(test, "_hypothesis_internal_use_generated_seed", None)
+    statistical = item.get_closest_marker("statistical")
+    return {
+        "claims": claims_of(item),
+        "statistical_tests_per_example": statistical.kwargs.get("tests", 1) if statistical else None,
+        "hypothesis": hypothesis,
+        "stats": records,
+        "differences": differences,
+        "policy": stats.current_policy().describe(),
+    }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and os.environ.get("NCM_VERIFY_REPORT_DIR"):
+        report.user_properties.append(
+            (EVIDENCE_PROPERTY, json.dumps(item_evidence(item), default=float))
+        )
+
+
+# --- the controller: merge the reports of every phase, write evidence.json ---
+
+_FALSIFYING = re.compile(
+    r"^(?:Falsifying (?:explicit )?example|Failing test case):.*?(?:^\)$|\Z)", re.M | re.S
+)
+_REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
+_SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
+
+
+def failure_details(text: str) -> dict:
+    """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text."""
+    falsifying = _FALSIFYING.search(text)
+    reproduce = _REPRODUCE.search(text)
+    seed = _SEED.search(text)
+    return {
+        "falsifying_example": falsifying.group(0).strip() if falsifying else None,
+        "reproduce_failure": reproduce.group(0) if reproduce else None,
+        "seed": next((g for g in seed.groups() if g), None) if seed else None,
+    }
+
+
+def report_text(report) -> str:
+    """The crash message first, then the traceback (its ``E   `` prefixes removed), then sections."""
+    sections = "\n".join(content for _, content in getattr(report, "sections", ()))
+    traceback = re.sub(r"^E {1,7}", "", report.longreprtext, flags=re.M)
+    return f"{crash_message(report)}\n{traceback}\n{sections}"
+
+
+def crash_message(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else report.longreprtext
+    return message[:MAX_MESSAGE_CHARS]
+
+
+class EvidenceCollector:
+    """Controller-side plugin: one evidence entry per node id, written at session end."""
+
+    def __init__(self, config, report_dir: Path):
+        self.config = config
+        self.report_dir = report_dir
+        self.entries: dict[str, dict] = {}
+        self.budget: dict | None = None
+
+    def entry(self, report) -> dict:
+        return self.entries.setdefault(
+            report.nodeid,
+            {
+                "nodeid": report.nodeid,
+                "property": property_id(report.nodeid),
+                "outcome": "passed",
+                "duration_s": 0.0,
+                "claims": [],
+                "hypothesis": None,
+                "stats": [],
+                "differences": [],
+                "failure": None,
+                "skip_reason": None,
+            },
+        )
+
+    def pytest_runtest_logreport(self, report):
+        entry = self.entry(report)
+        if report.when == "call":
+            entry["duration_s"] = round(report.duration, 6)
+        for key, value in report.user_properties:
+            if key == EVIDENCE_PROPERTY:
+                entry.update(json.loads(value))
+        if report.skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+            longrepr = report.longrepr
+            entry["skip_reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        elif report.failed:
+            entry["outcome"] = "failed" if report.when == "call" else "error"
+            text = report_text(report)
+            entry["failure"] = {
+                "phase": report.when,
+                "message": crash_message(report),
+                **failure_details(text),
+            }
+
+    def policy(self) -> dict:
+        seen = [e.pop("policy") for e in self.entries.values() if "policy" in e]
+        return seen[0] if seen else stats.current_policy().describe()
+
+    def budget_check(self, policy: dict) -> dict:
+        """Chi-square tests run vs planned; over plan with no failure fails the run."""
+        run = sum(len(e["stats"]) for e in self.entries.values())
+        failures = sum(e["outcome"] in ("failed", "error") for e in self.entries.values())
+        within = run <= policy["planned_tests"]
+        if within:
+            note = f"{run} chi-square tests run of {policy['planned_tests']} planned"
+        elif failures:
+            note = (
+                f"{run} chi-square tests run > {policy['planned_tests']} planned; expected while "
+                "Hypothesis shrinks a failure, so the failures decide this run"
+            )
+        else:
+            note = (
+                f"{run} chi-square tests run > {policy['planned_tests']} planned with no failing "
+                "property: the family-wise budget was overspent, so this run fails"
+            )
+        return {
+            "planned_tests": policy["planned_tests"],
+            "chi_square_tests_run": run,
+            "within_plan": within,
+            "run_failed_by_budget": not within and not failures,
+            "note": note,
+        }
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        from ncm_verify.report.environment import describe_environment
+
+        policy = self.policy()
+        self.budget = self.budget_check(policy)
+        if self.budget["run_failed_by_budget"]:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        document = {
+            "schema": EVIDENCE_SCHEMA,
+            "impl": self.config.getoption("--impl"),
+            "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
+            "exit_status": int(session.exitstatus),
+            "environment": describe_environment(),
+            "policy": policy,
+            "budget": self.budget,
+            "properties": [self.entries[nodeid] for nodeid in sorted(self.entries)],
+        }
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        path = self.report_dir / EVIDENCE_FILE
+        path.write_text(json.dumps(document, indent=1, default=float) + "\n", encoding="utf-8")
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.budget is None:
+            return
+        terminalreporter.write_line(f"ncm-verify: {self.budget['note']}")
+        if self.budget["run_failed_by_budget"]:
+            terminalreporter.write_line("ncm-verify: run FAILED: statistical budget overspent", red=True)
+        terminalreporter.write_line(f"ncm-verify: evidence written to {self.report_dir / EVIDENCE_FILE}")

@@ -1,0 +1,51 @@
+"""Where a run happened: versions, the MLX default device, platform, commit."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(directory: Path | None = None) -> str | None:
+    """The checked-out commit, or None outside a git work tree."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def describe_environment() -> dict:
+    """The facts every report and figure carries; the device is asked of MLX, never assumed."""
+    import mlx.core as mx
+
+    return {
+        "mlx": mx.__version__,
+        "mlx_default_device": str(mx.default_device()),
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "numpy": package_version("numpy"),
+        "scipy": package_version("scipy"),
+        "hypothesis": package_version("hypothesis"),
+        "pytest": package_version("pytest"),
+        "ncm_verify": package_version("ncm-verify"),
+        "commit": git_commit(),
+    }
