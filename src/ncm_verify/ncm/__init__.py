@@ -1,0 +1,19 @@
+"""The reference Next-Concept Model in MLX, its masks, generation paths and prefix cache."""
+
+from ncm_verify.ncm.cache import (  # noqa: F401
+    CacheFileError,
+    CacheKey,
+    CacheRefusedError,
+    PrefixCache,
+    require_reusable,
+)
+from ncm_verify.ncm.config import NCMConfig, load_config  # noqa: F401
+from ncm_verify.ncm.generate import Generation, generate_cached, generate_uncached  # noqa: F401
+from ncm_verify.ncm.masks import (  # noqa: F401
+    ISOLATED_MASK_NAMES,
+    MASKS,
+    is_partial_prefix_isolated,
+    is_prefix_isolated,
+    make_mask,
+)
+from ncm_verify.ncm.model import NCM, fingerprint, layer_states, load_model, make_model, save_model  # noqa: F401

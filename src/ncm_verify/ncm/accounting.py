@@ -1,0 +1,32 @@
+"""Analytic cache payload and position counts, from the config alone (claim C4).
+
+Positions are counted per layer as batch x length, as `Block` instruments them.
+"""
+
+from __future__ import annotations
+
+from ncm_verify.ncm.config import NCMConfig
+
+
+def payload_bytes(config: NCMConfig) -> int:
+    """Bytes of one prefix entry: K and V for every layer, ``P x d_model`` each."""
+    itemsize = config.mx_dtype.size
+    return config.num_layers * 2 * config.prefix_length * config.d_model * itemsize
+
+
+def uncached_positions(config: NCMConfig, batch_size: int = 1) -> int:
+    """Per layer: level l reruns the prefix and levels <= l."""
+    return batch_size * sum(config.level_start(level + 1) for level in range(len(config.level_sizes)))
+
+
+def cached_positions(config: NCMConfig, batch_size: int = 1, prefix_hits: int = 0) -> int:
+    """Per layer: the missed prefixes once, each level's slots once as placeholders and
+    once as tokens (except the last level, whose tokens nobody reads)."""
+    sizes = config.level_sizes
+    per_row_levels = sum(sizes) + sum(sizes[:-1])
+    return (batch_size - prefix_hits) * config.prefix_length + batch_size * per_row_levels
+
+
+def avoided_positions(config: NCMConfig, batch_size: int = 1, prefix_hits: int = 0) -> int:
+    """Per layer: positions the cached path does not process that the uncached one does."""
+    return uncached_positions(config, batch_size) - cached_positions(config, batch_size, prefix_hits)
