@@ -37,7 +37,17 @@ SPECULATIVE_NAMES = (
     "verify_latent_chain",
     "residual_distribution",
 )
-NCM_NAMES: tuple[str, ...] = ()
+NCM_NAMES: tuple[str, ...] = (
+    "NCMConfig",  # the config dataclass: fields as in ncm_verify.ncm.config
+    "make_model",  # (config) -> model in eval mode, deterministic from config.seed
+    "save_model",  # (model, path) -> None: safetensors
+    "load_model",  # (path) -> model
+    "fingerprint",  # (model) -> str: hash of config and weights
+    "layer_states",  # (model, tokens [B, T]) -> per-layer hidden states [B, T, d]
+    "generate_uncached",  # (model, prefix [B, P], key) -> Generation
+    "generate_cached",  # (model, prefix, key, cache=None, namespace="") -> Generation
+    "PrefixCache",  # (max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes
+)
 
 
 def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
@@ -49,4 +59,15 @@ def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
     missing = [attr for attr in SPECULATIVE_NAMES if not callable(getattr(module, attr, None))]
     if missing:
         raise ValueError(f"impl: module {name!r} lacks {', '.join(missing)}")
+    return module
+
+
+def ncm_api(module: ModuleType) -> ModuleType:
+    """`module` once checked to provide every name of `NCM_NAMES`; a ValueError naming those it lacks."""
+    missing = [attr for attr in NCM_NAMES if getattr(module, attr, None) is None]
+    if missing:
+        raise ValueError(
+            f"impl: module {module.__name__!r} provides no NCM model/cache ({', '.join(missing)} missing); "
+            "the prefix-caching properties need them"
+        )
     return module

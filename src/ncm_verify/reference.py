@@ -7,3 +7,14 @@ from ncm_verify.speculative import (  # noqa: F401
     verify_greedy,
     verify_latent_chain,
 )
+from ncm_verify.ncm import (  # noqa: F401
+    NCMConfig,
+    PrefixCache,
+    fingerprint,
+    generate_cached,
+    generate_uncached,
+    layer_states,
+    load_model,
+    make_model,
+    save_model,
+)
