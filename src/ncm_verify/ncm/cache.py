@@ -98,14 +98,12 @@ class PrefixCache:
         return sum(entry_nbytes(entry) for _, entry in self._entries.values())
 
     def keys_for(self, model: NCM, prefixes, namespace: str = "") -> list[CacheKey]:
-        """One key per prefix row; refuses a model whose prefix states are not reusable."""
+        """One key per prefix (rows of token ids, any length); refuses a model whose
+        prefix states are not reusable."""
         require_reusable(model)
-        rows = np.asarray(prefixes)
-        if rows.ndim != 2 or rows.shape[1] != model.config.prefix_length:
-            raise ValueError(f"prefixes: expected [B, {model.config.prefix_length}], got shape {rows.shape}")
+        rows = [tuple(int(t) for t in np.asarray(row).reshape(-1)) for row in prefixes]
         identity = fingerprint(model)
-        return [CacheKey(tuple(int(t) for t in row), identity, model.config.mask,
-                         model.config.dtype, namespace) for row in rows]
+        return [CacheKey(row, identity, model.config.mask, model.config.dtype, namespace) for row in rows]
 
     def lookup(self, key: CacheKey) -> Entry | None:
         """The entry stored under exactly `key`, or None; counts the hit or miss."""
