@@ -85,3 +85,55 @@ def assert_fits(result: stats.ChiSquareResult, *, call: str = "") -> None:
         f"(n = {result.n}, samples of impossible outcomes: {result.impossible_count})\n"
         f"{rows}\n  context: {result.context}\n  call: {call}"
     )
+
+
+def assert_generations_equal(actual, expected, *, dtype, label: str, call: str = "") -> None:
+    """Two NCM generations agree: identical tokens and latents, logits within `dtype`'s tolerance.
+
+    A token mismatch where `expected` had a near-tie (a Gumbel margin within twice the
+    tolerance of its largest logit) is ill-conditioned input: the example is rejected.
+    """
+    from hypothesis import reject
+
+    tolerance = tolerance_for(dtype)
+    logits = [as_numpy(x) for x in (*expected.latent_logits, *expected.token_logits)]
+    scale = max(float(np.abs(x).max(initial=0.0)) for x in logits)
+    same_draws = all(
+        np.array_equal(as_numpy(a), as_numpy(b))
+        for a, b in zip((*actual.tokens, actual.latents), (*expected.tokens, expected.latents))
+    )
+    if not same_draws and expected.margin <= 2 * (tolerance.atol + tolerance.rtol * scale):
+        reject()
+    for level, (a, b) in enumerate(zip(actual.tokens, expected.tokens)):
+        assert_equal(a, b, label=f"{label}: level {level} tokens", call=call)
+    assert_equal(actual.latents, expected.latents, label=f"{label}: latents", call=call)
+    for level, (a, b) in enumerate(zip(actual.latent_logits, expected.latent_logits)):
+        assert_close(a, b, dtype=dtype, label=f"{label}: latent logits", call=f"{call} level {level}")
+    for level, (a, b) in enumerate(zip(actual.token_logits, expected.token_logits)):
+        assert_close(a, b, dtype=dtype, label=f"{label}: token logits", call=f"{call} level {level}")
+
+
+def assert_chain_outcome_well_formed(outcome, drafts, num_draft, vocab: int) -> None:
+    """Accepted counts within the drafts, accepted drafts kept, one id in [0, V), then -1."""
+    tokens = as_numpy(outcome.tokens).astype(np.int64)
+    accepted = as_numpy(outcome.num_accepted).astype(np.int64)
+    drafts, num_draft = np.asarray(drafts), np.asarray(num_draft)
+    batch, width = drafts.shape[0], drafts.shape[1] + 1
+    if tokens.shape != (batch, width) or accepted.shape != (batch,):
+        raise AssertionError(f"outcome shapes {tokens.shape}, {accepted.shape}; expected {(batch, width)}, {(batch,)}")
+    bad = np.flatnonzero((accepted < 0) | (accepted > num_draft))
+    if len(bad):
+        b = bad[0]
+        raise AssertionError(f"row {b}: num_accepted {accepted[b]} outside [0, num_draft={num_draft[b]}]")
+    position = np.arange(width)[None]
+    padded = np.concatenate([drafts, np.full((batch, 1), -1)], axis=1)
+    emitted = np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0]
+    kept = np.where(position < accepted[:, None], tokens == padded, True).all(axis=1)
+    tail = np.where(position > accepted[:, None], tokens == -1, True).all(axis=1)
+    valid = kept & tail & (emitted >= 0) & (emitted < vocab)
+    if not valid.all():
+        b = int(np.flatnonzero(~valid)[0])
+        raise AssertionError(
+            f"row {b}: malformed outcome tokens {tokens[b].tolist()} with num_accepted {accepted[b]}, "
+            f"drafts {drafts[b].tolist()}, num_draft {num_draft[b]}, vocabulary {vocab}"
+        )

@@ -1,25 +1,27 @@
 """Analytic cache payload and position counts, from the config alone (claim C4).
 
 Positions are counted per layer as batch x length, as `Block` instruments them.
+Only plain config fields are read, so any implementation's config object serves.
 """
 
 from __future__ import annotations
 
-from ncm_verify.ncm.config import NCMConfig
+from ncm_verify.ncm.config import DTYPES
 
 
-def payload_bytes(config: NCMConfig) -> int:
+def payload_bytes(config) -> int:
     """Bytes of one prefix entry: K and V for every layer, ``P x d_model`` each."""
-    itemsize = config.mx_dtype.size
+    itemsize = DTYPES[config.dtype].size
     return config.num_layers * 2 * config.prefix_length * config.d_model * itemsize
 
 
-def uncached_positions(config: NCMConfig, batch_size: int = 1) -> int:
+def uncached_positions(config, batch_size: int = 1) -> int:
     """Per layer: level l reruns the prefix and levels <= l."""
-    return batch_size * sum(config.level_start(level + 1) for level in range(len(config.level_sizes)))
+    sizes = config.level_sizes
+    return batch_size * sum(config.prefix_length + sum(sizes[:level + 1]) for level in range(len(sizes)))
 
 
-def cached_positions(config: NCMConfig, batch_size: int = 1, prefix_hits: int = 0) -> int:
+def cached_positions(config, batch_size: int = 1, prefix_hits: int = 0) -> int:
     """Per layer: the missed prefixes once, each level's slots once as placeholders and
     once as tokens (except the last level, whose tokens nobody reads)."""
     sizes = config.level_sizes
@@ -27,6 +29,6 @@ def cached_positions(config: NCMConfig, batch_size: int = 1, prefix_hits: int = 
     return (batch_size - prefix_hits) * config.prefix_length + batch_size * per_row_levels
 
 
-def avoided_positions(config: NCMConfig, batch_size: int = 1, prefix_hits: int = 0) -> int:
+def avoided_positions(config, batch_size: int = 1, prefix_hits: int = 0) -> int:
     """Per layer: positions the cached path does not process that the uncached one does."""
     return uncached_positions(config, batch_size) - cached_positions(config, batch_size, prefix_hits)

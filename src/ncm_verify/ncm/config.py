@@ -8,6 +8,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+NOTE_FIELDS = ("comment", "hierarchy")
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 MASK_NAMES = ("ncm", "prefix_lm", "causal", "full")
 
@@ -65,7 +67,7 @@ class NCMConfig:
     @classmethod
     def from_dict(cls, fields: dict) -> "NCMConfig":
         known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(fields) - known - {"comment", "hierarchy"})
+        unknown = sorted(set(fields) - known - set(NOTE_FIELDS))
         if unknown:
             raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
         missing = sorted(f.name for f in dataclasses.fields(cls)
@@ -107,3 +109,11 @@ def validate_config(config: NCMConfig) -> None:
         raise ValueError(f"dropout: expected a probability in [0, 1), got {config.dropout!r}")
     if config.dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {config.dtype!r}")
+
+
+def fixture_fields(name: str) -> dict:
+    """The config fields of ``fixtures/<name>.json`` without its notes, for any config type."""
+    path = FIXTURES / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"name: no fixture config {path}")
+    return {key: value for key, value in json.loads(path.read_text()).items() if key not in NOTE_FIELDS}
