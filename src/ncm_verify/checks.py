@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Callable
+
+from hypothesis import note, reject
+
 from ncm_verify import evidence, stats
 from ncm_verify.tolerances import EXACT_IDENTITY, tolerance_for
 
@@ -93,7 +97,7 @@ def assert_generations_equal(actual, expected, *, dtype, label: str, call: str =
     A token mismatch where `expected` had a near-tie (a Gumbel margin within twice the
     tolerance of its largest logit) is ill-conditioned input: the example is rejected.
     """
-    from hypothesis import reject
+    from hypothesis import note, reject
 
     tolerance = tolerance_for(dtype)
     logits = [as_numpy(x) for x in (*expected.latent_logits, *expected.token_logits)]
@@ -137,3 +141,38 @@ def assert_chain_outcome_well_formed(outcome, drafts, num_draft, vocab: int) -> 
             f"row {b}: malformed outcome tokens {tokens[b].tolist()} with num_accepted {accepted[b]}, "
             f"drafts {drafts[b].tolist()}, num_draft {num_draft[b]}, vocabulary {vocab}"
         )
+
+
+DETERMINISTIC_SAMPLES = 1024
+"""Samples drawn when the exact distribution has one possible outcome: any other fails."""
+
+
+def assert_sampler_matches(
+    name: str, probs: np.ndarray, sample: Callable[[int], np.ndarray], *, seed: int, call: str = ""
+) -> stats.ChiSquareResult | None:
+    """Plan a chi-square test on the exact `probs`, assert its power, then sample and test.
+
+    `sample(n)` returns n outcome indices into `probs`. The power assertion is
+    deterministic and comes before any sample is drawn.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    if np.count_nonzero(probs) < 2:
+        outcomes = np.asarray(sample(DETERMINISTIC_SAMPLES))
+        certain = int(np.flatnonzero(probs)[0])
+        if not (outcomes == certain).all():
+            wrong = outcomes[outcomes != certain]
+            raise AssertionError(
+                f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
+                f"samples were others (first {int(wrong[0])})\n  call: {call}"
+            )
+        return None
+    try:
+        plan = stats.make_plan(probs)
+    except stats.UntestableDistribution as reason:
+        note(f"{name}: {reason}")
+        reject()  # excluded from the examples, never counted as passed
+    if not plan.min_detectable_tv <= stats.TARGET_TV:
+        raise AssertionError(f"{name}: n = {plan.n} detects only TV {plan.min_detectable_tv:.4f} > {stats.TARGET_TV}")
+    result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
+    assert_fits(result, call=call)
+    return result

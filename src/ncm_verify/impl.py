@@ -17,6 +17,14 @@ callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
     returns a ``LatentChainOutcome(latent [B], latent_accepted [B] bool, tokens [B, N], accepted [B, N] bool)``.
 ``residual_distribution(p [..., V], q [..., V])``
     returns normalised ``max(p - q, 0)`` (``p`` where the residual is zero).
+``apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms [B, 2, G+1])``,
+``apply_factorized(target_probs, draft_probs, draft_tokens, uniforms [B, 2, N])``,
+``apply_latent_chain(..., draft_tokens, uniforms [B, 2, N+1])``
+    the same steps given their uniforms (row 0 decides acceptance, row 1
+    draws corrections), unvalidated and traceable by ``mx.compile``; the
+    properties use them to pin acceptance at the uniform's extremes.
+
+``verify_*`` take ``validate=False`` to skip input checks so that ``mx.compile`` can trace them.
 
 All must raise ``ValueError`` naming the argument on invalid input. An
 implementation may also provide the NCM model and cache names listed in
@@ -36,6 +44,9 @@ SPECULATIVE_NAMES = (
     "verify_factorized",
     "verify_latent_chain",
     "residual_distribution",
+    "apply_chain",
+    "apply_factorized",
+    "apply_latent_chain",
 )
 NCM_NAMES: tuple[str, ...] = (
     "NCMConfig",  # the config dataclass: fields as in ncm_verify.ncm.config

@@ -1,6 +1,9 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
 from ncm_verify.speculative import (  # noqa: F401
+    apply_chain,
+    apply_factorized,
+    apply_latent_chain,
     residual_distribution,
     verify_chain,
     verify_factorized,

@@ -98,6 +98,10 @@ def min_detectable_tv(n: int, df: int, alpha: float) -> float:
     return math.sqrt(POWER_SAFETY * required_noncentrality(df, alpha) / (4.0 * n))
 
 
+class UntestableDistribution(ValueError):
+    """No affordable sample size gives the stated power on this distribution."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A chi-square test fixed before sampling: n, its bins, and what it detects."""
@@ -145,14 +149,18 @@ def make_plan(
     for _ in range(64):
         bin_of, bin_probs, pooled = make_bins(probs, n)
         df = len(bin_probs) - 1
-        if df < 1:
-            raise ValueError("probs: fewer than two possible outcomes; nothing to test")
+        if df < 1:  # all but one outcome pooled away: grow n until the remainder stands alone
+            rest = 1.0 - float(probs.max())
+            if np.count_nonzero(probs) < 2 or MIN_EXPECTED / rest > MAX_SAMPLES:
+                raise UntestableDistribution("probs: too little mass off the likeliest outcome to test")
+            n = int(math.ceil(MIN_EXPECTED / rest / 1024.0)) * 1024
+            continue
         lam = required_noncentrality(df, alpha)
         needed = int(math.ceil(POWER_SAFETY * lam / (4.0 * target_tv**2) / 1024.0)) * 1024
         if needed <= n:
             return Plan(n, alpha, bin_of, bin_probs, pooled, min_detectable_tv(n, df, alpha))
         if needed > MAX_SAMPLES:
-            raise ValueError(f"target_tv: {target_tv} needs {needed} samples > {MAX_SAMPLES}")
+            raise UntestableDistribution(f"target_tv: {target_tv} needs {needed} samples > {MAX_SAMPLES}")
         n = needed
     raise RuntimeError("make_plan did not converge")
 

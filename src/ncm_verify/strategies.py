@@ -41,3 +41,88 @@ def level_fillings(config):
     """Contents of every generated slot: tokens or the placeholder (id `vocab_size`)."""
     size = sum(config.level_sizes)
     return st.lists(st.integers(0, config.vocab_size), min_size=size, max_size=size)
+
+
+# --- speculative fixtures ---------------------------------------------------------
+
+ROW_WEIGHTS = np.array([0, 0, 1, 1, 2, 3, 5, 8])
+"""Small integer weights: zeros, ties and exactly representable ratios are common."""
+
+DRAFT_RELATIONS = ("independent", "equal", "some_rows_equal", "argmax_of_target", "disjoint_support")
+"""How a draft relates to its target: each reaches a corner published tests miss."""
+
+
+def make_rows(rng: np.random.Generator, count: int, vocab: int, *, one_hot: bool = False) -> np.ndarray:
+    """``[count, vocab]`` float64 probability rows with zeros, ties and one-hot rows."""
+    weights = rng.choice(ROW_WEIGHTS, size=(count, vocab)).astype(np.float64)
+    if one_hot:
+        weights = np.eye(vocab)[rng.integers(0, vocab, size=count)]
+    empty = weights.sum(axis=1) == 0
+    weights[empty, rng.integers(0, vocab, size=int(empty.sum()))] = 1.0
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def make_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
+    """Draft rows related to `target` as `relation` says (see `DRAFT_RELATIONS`)."""
+    count, vocab = target.shape
+    independent = make_rows(rng, count, vocab)
+    if relation == "equal":
+        return target.copy()
+    if relation == "some_rows_equal":
+        return np.where(rng.random((count, 1)) < 0.5, target, independent)
+    if relation == "argmax_of_target":  # a greedy draft: the q = 0 where p > 0 corner
+        return np.eye(vocab)[np.argmax(target, axis=1)]
+    if relation == "disjoint_support":  # draft mass where the target has none
+        flipped = np.where(target > 0, 0.0, 1.0) + 1e-3 * independent
+        return np.where(flipped.sum(axis=1, keepdims=True) > 0, flipped, independent) / flipped.sum(
+            axis=1, keepdims=True
+        )
+    return independent
+
+
+def mean_total_variation(target: np.ndarray, draft: np.ndarray) -> float:
+    """Mean TV(p, q) over rows: the rejection mass `target()` steers towards."""
+    return float(0.5 * np.abs(target - draft).sum(axis=-1).mean())
+
+
+@st.composite
+def autoregressive_fixtures(draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096):
+    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context."""
+    from ncm_verify.exact import AutoregressiveFixture
+
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    longest = max(t for t in range(1, max_length + 1) if vocab**t <= max_outcomes)
+    length = draw(st.integers(1, longest), label="length")
+    relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft relation")
+    one_hot_target = draw(st.booleans(), label="one-hot target rows")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    contexts = sum(vocab**t for t in range(length))
+    target = make_rows(rng, contexts, vocab, one_hot=one_hot_target and relation != "equal")
+    draft = make_draft_rows(rng, target, relation)
+    return AutoregressiveFixture(target=target, draft=draft, vocab=vocab, length=length)
+
+
+@st.composite
+def latent_fixtures(draw, max_codes: int = 4, max_positions: int = 3, max_vocab: int = 6, max_outcomes: int = 256):
+    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts."""
+    from ncm_verify.exact import LatentFixture
+
+    codes = draw(st.integers(1, max_codes), label="codebook size")
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
+    positions = draw(st.integers(1, longest), label="positions")
+    latent_relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft latent relation")
+    token_relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft token relation")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    target_latent = make_rows(rng, 1, codes)
+    target_tokens = make_rows(rng, codes * positions, vocab)
+    return LatentFixture(
+        target_latent=target_latent[0],
+        target_tokens=target_tokens.reshape(codes, positions, vocab),
+        draft_latent=make_draft_rows(rng, target_latent, latent_relation)[0],
+        draft_tokens=make_draft_rows(rng, target_tokens, token_relation).reshape(codes, positions, vocab),
+    )
+
+
+draft_lengths = st.integers(min_value=0, max_value=4)
+"""G: drafts per round, zero included (then only the target's own token is emitted)."""

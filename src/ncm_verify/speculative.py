@@ -1,0 +1,430 @@
+"""Speculative accept/reject kernels in MLX, batch-first.
+
+Each public ``verify_*`` validates its input (a ``ValueError`` naming the
+argument), draws its uniforms from an explicit ``mx.random`` key and calls a
+pure ``apply_*`` kernel that ``mx.compile`` can trace. Ratios and uniforms are
+float32 whatever the input dtype; uniforms lie strictly inside (0, 1).
+
+A ``key`` is one ``mx.random.key`` (split into one key per sequence) or one key
+per sequence, shape ``[B, 2]``; with per-sequence keys, a batch gives the same
+result as its rows one at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import mlx.core as mx
+
+from ncm_verify.tolerances import normalisation_for
+
+UNIFORM_GRID_BITS = 23
+"""Uniforms sit at the centres of a 2^-23 grid: exact in float32 and never 0 or 1."""
+RESIDUAL_FLOOR = 1e-30
+"""A residual mass below this is numerically zero (p == q); then the target row is used."""
+PAD_TOKEN = -1
+
+
+class Rules(NamedTuple):
+    """The three sampling decisions every kernel shares; planted bugs swap one out.
+
+    ``accept(p_x, q_x, u) -> bool``, ``correct(p, q, u) -> ids`` and
+    ``uniforms(keys [B, 2], shape) -> [B, *shape]``.
+    """
+
+    accept: Callable
+    correct: Callable
+    uniforms: Callable
+
+
+class ChainOutcome(NamedTuple):
+    """``tokens [B, G+1]``: accepted drafts, one corrected or bonus token, then -1."""
+
+    tokens: mx.array
+    num_accepted: mx.array
+
+
+class FactorizedOutcome(NamedTuple):
+    """``tokens [B, N]`` emitted; ``accepted [B, N]`` whether each draft stood."""
+
+    tokens: mx.array
+    accepted: mx.array
+
+
+class LatentChainOutcome(NamedTuple):
+    """The level's latent and tokens, and which of the draft's choices stood."""
+
+    latent: mx.array
+    latent_accepted: mx.array
+    tokens: mx.array
+    accepted: mx.array
+
+
+# --- validation -------------------------------------------------------------
+
+
+def _is_true(condition: mx.array) -> bool:
+    return bool(mx.all(condition).item())
+
+
+def check_probabilities(name: str, probs, ndim: int) -> mx.array:
+    """Probability rows: floating, finite, non-negative, each summing to 1."""
+    if not isinstance(probs, mx.array):
+        raise ValueError(f"{name}: expected an mx.array, got {type(probs).__name__}")
+    if probs.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(probs.shape)}")
+    if not mx.issubdtype(probs.dtype, mx.floating):
+        raise ValueError(f"{name}: probabilities must be floating point, got {probs.dtype}")
+    if probs.shape[-1] < 1:
+        raise ValueError(f"{name}: empty vocabulary")
+    if probs.size == 0:
+        return probs
+    as_float = probs.astype(mx.float32)
+    if not _is_true(mx.isfinite(as_float)):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    if not _is_true(as_float >= 0):
+        raise ValueError(f"{name}: contains negative probabilities")
+    gap = mx.abs(as_float.sum(axis=-1) - 1.0)
+    if not _is_true(gap <= normalisation_for(probs.dtype)):
+        raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max().item():.3g})")
+    return probs
+
+
+def check_scores(name: str, scores, ndim: int) -> mx.array:
+    """Logits or probabilities for greedy decoding: floating and free of NaN."""
+    if not isinstance(scores, mx.array):
+        raise ValueError(f"{name}: expected an mx.array, got {type(scores).__name__}")
+    if scores.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(scores.shape)}")
+    if not mx.issubdtype(scores.dtype, mx.floating):
+        raise ValueError(f"{name}: scores must be floating point, got {scores.dtype}")
+    if scores.shape[-1] < 1:
+        raise ValueError(f"{name}: empty vocabulary")
+    if scores.size and not _is_true(~mx.isnan(scores)):
+        raise ValueError(f"{name}: contains NaN")
+    return scores
+
+
+def check_shape(name: str, array: mx.array, shape: tuple[int, ...]) -> None:
+    if tuple(array.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(array.shape)}")
+
+
+def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
+    """Integer ids in [0, vocab) where `valid`; -1 padding allowed elsewhere."""
+    if not isinstance(tokens, mx.array):
+        raise ValueError(f"{name}: expected an mx.array, got {type(tokens).__name__}")
+    if not mx.issubdtype(tokens.dtype, mx.integer):
+        raise ValueError(f"{name}: token ids must be integers, got {tokens.dtype}")
+    check_shape(name, tokens, shape)
+    if tokens.size == 0:
+        return tokens
+    in_range = (tokens >= 0) & (tokens < vocab)
+    if valid is not None:
+        in_range = mx.where(valid, in_range, (tokens >= PAD_TOKEN) & (tokens < vocab))
+    if not _is_true(in_range):
+        raise ValueError(f"{name}: token ids outside [0, {vocab}) (padding beyond num_draft may be -1)")
+    return tokens
+
+
+def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
+    """Per-sequence draft lengths in [0, G]; None means G for every sequence."""
+    if num_draft is None:
+        return mx.full((batch,), max_draft, dtype=mx.int32)
+    if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
+        raise ValueError("num_draft: expected an integer mx.array of shape [B]")
+    check_shape("num_draft", num_draft, (batch,))
+    if batch and not _is_true((num_draft >= 0) & (num_draft <= max_draft)):
+        raise ValueError(f"num_draft: draft lengths must lie in [0, {max_draft}]")
+    return num_draft.astype(mx.int32)
+
+
+def check_drafted_under(name: str, draft_probs: mx.array, tokens: mx.array, valid) -> None:
+    """A drafted token must have positive draft probability: q is what was sampled from."""
+    q_x = gather_last(draft_probs.astype(mx.float32), tokens)
+    if valid is not None:
+        q_x = mx.where(valid, q_x, 1.0)
+    if q_x.size and not _is_true(q_x > 0):
+        raise ValueError(f"{name}: a drafted token has draft probability 0; q must be the sampling distribution")
+
+
+def per_sequence_keys(key, batch: int) -> mx.array:
+    """One key per sequence: `key` split B ways, or `key` itself when it is [B, 2]."""
+    if not isinstance(key, mx.array) or key.dtype != mx.uint32:
+        raise ValueError("key: expected an mx.random.key (uint32 array)")
+    if key.shape == (2,):
+        return mx.random.split(key, batch) if batch else mx.zeros((0, 2), dtype=mx.uint32)
+    if key.shape == (batch, 2):
+        return key
+    raise ValueError(f"key: expected shape (2,) or ({batch}, 2), got {tuple(key.shape)}")
+
+
+# --- pure kernels -------------------------------------------------------------
+
+
+def make_uniforms(keys: mx.array, shape: tuple[int, ...]) -> mx.array:
+    """Float32 uniforms ``[B, *shape]`` strictly inside (0, 1), one key per row."""
+    scale = float(2**UNIFORM_GRID_BITS)
+    raw = mx.vmap(lambda key: mx.random.uniform(shape=shape, key=key))(keys)
+    return (mx.floor(raw * scale) + 0.5) / scale
+
+
+def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
+    """``rows[..., ids]`` along the last axis; padded ids (-1) read index 0."""
+    safe = mx.maximum(ids, 0).astype(mx.int32)
+    return mx.take_along_axis(rows, safe[..., None], axis=-1)[..., 0]
+
+
+def accept_drafts(p_x: mx.array, q_x: mx.array, uniforms: mx.array) -> mx.array:
+    """Accept with probability min(1, p/q) as ``u * q < p``: p(x) = 0 is never accepted."""
+    return uniforms * q_x.astype(mx.float32) < p_x.astype(mx.float32)
+
+
+def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
+    """Inverse-CDF draw from normalised max(p - q, 0); from p where that mass is zero."""
+    p = p.astype(mx.float32)
+    residual = mx.maximum(p - q.astype(mx.float32), 0.0)
+    mass = residual.sum(axis=-1, keepdims=True)
+    weights = mx.where(mass > RESIDUAL_FLOOR, residual, p)
+    cdf = mx.cumsum(weights, axis=-1)
+    # The threshold is below the last cdf entry, so the index is < V and has weight > 0.
+    threshold = uniforms[..., None] * cdf[..., -1:]
+    return (cdf < threshold).sum(axis=-1).astype(mx.int32)
+
+
+def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
+    """Normalised max(p - q, 0) over the last axis; p itself where p == q."""
+    check_probabilities("p", p, getattr(p, "ndim", 1))
+    check_probabilities("q", q, p.ndim)
+    check_shape("q", q, p.shape)
+    p32 = p.astype(mx.float32)
+    residual = mx.maximum(p32 - q.astype(mx.float32), 0.0)
+    mass = residual.sum(axis=-1, keepdims=True)
+    return mx.where(mass > RESIDUAL_FLOOR, residual / mx.maximum(mass, RESIDUAL_FLOOR), p32)
+
+
+def count_accepted(accepted: mx.array) -> mx.array:
+    """Length of the leading run of accepted drafts per sequence."""
+    return mx.cumprod(accepted.astype(mx.int32), axis=1).sum(axis=1).astype(mx.int32)
+
+
+def emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.array:
+    """``[B, G+1]``: accepted drafts, then `last`, then padding."""
+    batch, max_draft = drafts.shape
+    position = mx.arange(max_draft + 1)[None]
+    padded = mx.concatenate([drafts.astype(mx.int32), mx.full((batch, 1), PAD_TOKEN, mx.int32)], axis=1)
+    boundary = num_accepted[:, None]
+    out = mx.where(position < boundary, padded, PAD_TOKEN)
+    return mx.where(position == boundary, last[:, None], out)
+
+
+REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=make_uniforms)
+
+
+def apply_chain(
+    target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules: Rules = REFERENCE_RULES
+) -> ChainOutcome:
+    """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
+    max_draft = draft_tokens.shape[1]
+    is_draft = mx.arange(max_draft)[None] < num_draft[:, None]
+    p_x = gather_last(target_probs[:, :max_draft], draft_tokens)
+    q_x = gather_last(draft_probs, draft_tokens)
+    accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
+    num_accepted = count_accepted(accepted)
+    # Only the emission row is read: the rejected position, or the bonus row.
+    row = num_accepted[:, None, None]
+    p_row = mx.take_along_axis(target_probs, row, axis=1)[:, 0]
+    q_padded = mx.concatenate([draft_probs, mx.zeros_like(target_probs[:, :1])], axis=1)
+    q_row = mx.take_along_axis(q_padded, row, axis=1)[:, 0]
+    q_row = mx.where((num_accepted < num_draft)[:, None], q_row, 0.0)
+    emitted = rules.correct(p_row, q_row, uniforms[:, 1, 0])
+    return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
+
+
+def apply_greedy(target, draft_tokens, num_draft) -> ChainOutcome:
+    """Longest prefix where draft == argmax(target), then the target's argmax."""
+    max_draft = draft_tokens.shape[1]
+    best = mx.argmax(target, axis=-1).astype(mx.int32)
+    is_draft = mx.arange(max_draft)[None] < num_draft[:, None]
+    num_accepted = count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
+    emitted = mx.take_along_axis(best, num_accepted[:, None], axis=1)[:, 0]
+    return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
+
+
+def apply_factorized(
+    target_probs, draft_probs, draft_tokens, uniforms, *, rules: Rules = REFERENCE_RULES, eligible=None
+) -> FactorizedOutcome:
+    """Each position accepted or corrected on its own, given uniforms ``[B, 2, N]``.
+
+    Positions where `eligible` is False are never accepted (drafts that no longer count).
+    """
+    p_x = gather_last(target_probs, draft_tokens)
+    q_x = gather_last(draft_probs, draft_tokens)
+    accepted = rules.accept(p_x, q_x, uniforms[:, 0])
+    if eligible is not None:
+        accepted = accepted & eligible
+    corrected = rules.correct(target_probs, draft_probs, uniforms[:, 1])
+    return FactorizedOutcome(mx.where(accepted, draft_tokens.astype(mx.int32), corrected), accepted)
+
+
+def select_code(table: mx.array, codes: mx.array) -> mx.array:
+    """``table[b, codes[b]]`` for a ``[B, K, ...]`` table."""
+    index = codes.astype(mx.int32).reshape((-1,) + (1,) * (table.ndim - 1))
+    return mx.take_along_axis(table, index, axis=1)[:, 0]
+
+
+def apply_latent_chain(
+    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs,
+    draft_token_probs, draft_tokens, uniforms, *, rules: Rules = REFERENCE_RULES,
+) -> LatentChainOutcome:
+    """The NCM step given uniforms ``[B, 2, N+1]`` (column 0 for the latent).
+
+    The latent is a chain step over the codebook. If it stands, the level's
+    tokens are verified factorised given it; if it changed, the chain ends and
+    every token is drawn from the target given the corrected latent.
+    """
+    latent_step = apply_factorized(
+        target_latent_probs[:, None], draft_latent_probs[:, None], draft_latent[:, None],
+        uniforms[:, :, :1], rules=rules,
+    )
+    latent, latent_accepted = latent_step.tokens[:, 0], latent_step.accepted[:, 0]
+    p_tokens = select_code(target_token_probs, latent)
+    # A draft row of zeros makes the residual the target row: a fresh target draw.
+    q_tokens = mx.where(latent_accepted[:, None, None], select_code(draft_token_probs, draft_latent), 0.0)
+    token_step = apply_factorized(
+        p_tokens, q_tokens, draft_tokens, uniforms[:, :, 1:], rules=rules, eligible=latent_accepted[:, None]
+    )
+    return LatentChainOutcome(latent, latent_accepted, token_step.tokens, token_step.accepted)
+
+
+# --- validated entry points -----------------------------------------------------
+
+
+def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+    """Validate chain input; returns the per-sequence draft lengths."""
+    check_probabilities("target_probs", target_probs, 3)
+    batch, rows, vocab = target_probs.shape
+    check_probabilities("draft_probs", draft_probs, 3)
+    check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
+    num_draft = check_num_draft(num_draft, batch, rows - 1)
+    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+    check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+    check_drafted_under("draft_tokens", draft_probs, draft_tokens, is_draft)
+    return num_draft
+
+
+def verify_chain(
+    target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True,
+    rules: Rules = REFERENCE_RULES, apply=apply_chain,
+) -> ChainOutcome:
+    """Chain speculative verification (Leviathan et al.; Chen et al.).
+
+    Args:
+        target_probs: ``[B, G+1, V]`` target distributions; row i follows draft i-1.
+        draft_probs: ``[B, G, V]`` the distributions the drafts were sampled from.
+        draft_tokens: ``[B, G]`` drafted ids (-1 allowed beyond ``num_draft``).
+        key: an ``mx.random.key`` or one key per sequence ``[B, 2]``.
+        num_draft: ``[B]`` per-sequence draft lengths in [0, G]; default G.
+        validate: check the input (set False only under ``mx.compile``).
+
+    Returns:
+        ChainOutcome: emitted tokens ``[B, G+1]`` and accepted counts ``[B]``.
+    """
+    if validate:
+        num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
+    elif num_draft is None:
+        num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
+    batch, rows = target_probs.shape[:2]
+    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, rows))
+    return apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules)
+
+
+def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True) -> ChainOutcome:
+    """Greedy verification: reproduces the target's argmax decoding exactly.
+
+    Args:
+        target: ``[B, G+1, V]`` target logits or probabilities (ties go to the first index).
+        draft_tokens: ``[B, G]`` drafted ids (-1 allowed beyond ``num_draft``).
+        num_draft: ``[B]`` per-sequence draft lengths in [0, G]; default G.
+    """
+    if validate:
+        check_scores("target", target, 3)
+        batch, rows, vocab = target.shape
+        num_draft = check_num_draft(num_draft, batch, rows - 1)
+        is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+        check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+    elif num_draft is None:
+        num_draft = mx.full((target.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
+    return apply_greedy(target, draft_tokens, num_draft)
+
+
+def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
+    check_probabilities("target_probs", target_probs, 3)
+    check_probabilities("draft_probs", draft_probs, 3)
+    check_shape("draft_probs", draft_probs, target_probs.shape)
+    check_tokens("draft_tokens", draft_tokens, target_probs.shape[:2], target_probs.shape[2])
+    check_drafted_under("draft_tokens", draft_probs, draft_tokens, None)
+
+
+def verify_factorized(
+    target_probs, draft_probs, draft_tokens, *, key, validate: bool = True,
+    rules: Rules = REFERENCE_RULES, apply=apply_factorized,
+) -> FactorizedOutcome:
+    """Factorised verification: positions independent given a shared latent.
+
+    Args:
+        target_probs: ``[B, N, V]`` target distributions per position.
+        draft_probs: ``[B, N, V]`` draft distributions the tokens were sampled from.
+        draft_tokens: ``[B, N]`` drafted ids.
+        key: an ``mx.random.key`` or one key per sequence ``[B, 2]``.
+    """
+    if validate:
+        check_factorized_inputs(target_probs, draft_probs, draft_tokens)
+    batch, positions = target_probs.shape[:2]
+    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions))
+    return apply(target_probs, draft_probs, draft_tokens, uniforms, rules=rules)
+
+
+def check_latent_chain_inputs(
+    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs, draft_token_probs, draft_tokens
+) -> None:
+    check_probabilities("target_latent_probs", target_latent_probs, 2)
+    batch, codes = target_latent_probs.shape
+    check_probabilities("draft_latent_probs", draft_latent_probs, 2)
+    check_shape("draft_latent_probs", draft_latent_probs, (batch, codes))
+    check_tokens("draft_latent", draft_latent, (batch,), codes)
+    check_drafted_under("draft_latent", draft_latent_probs, draft_latent, None)
+    check_probabilities("target_token_probs", target_token_probs, 4)
+    if tuple(target_token_probs.shape[:2]) != (batch, codes):
+        raise ValueError(
+            f"target_token_probs: expected leading shape {(batch, codes)}, got {tuple(target_token_probs.shape)}"
+        )
+    check_probabilities("draft_token_probs", draft_token_probs, 4)
+    check_shape("draft_token_probs", draft_token_probs, target_token_probs.shape)
+    positions, vocab = target_token_probs.shape[2:]
+    check_tokens("draft_tokens", draft_tokens, (batch, positions), vocab)
+    check_drafted_under("draft_tokens", select_code(draft_token_probs, draft_latent), draft_tokens, None)
+
+
+def verify_latent_chain(
+    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs,
+    draft_token_probs, draft_tokens, *, key, validate: bool = True,
+    rules: Rules = REFERENCE_RULES, apply=apply_latent_chain,
+) -> LatentChainOutcome:
+    """The NCM verification step: latent first, then the level's tokens given it.
+
+    Args:
+        target_latent_probs: ``[B, K]`` target p(z | context).
+        draft_latent_probs: ``[B, K]`` draft q(z | context).
+        draft_latent: ``[B]`` the draft's sampled code.
+        target_token_probs: ``[B, K, N, V]`` target p(x_i | z, context) for every code.
+        draft_token_probs: ``[B, K, N, V]`` draft q(x_i | z, context) for every code.
+        draft_tokens: ``[B, N]`` tokens drafted under ``draft_latent``.
+        key: an ``mx.random.key`` or one key per sequence ``[B, 2]``.
+    """
+    inputs = (target_latent_probs, draft_latent_probs, draft_latent, target_token_probs, draft_token_probs, draft_tokens)
+    if validate:
+        check_latent_chain_inputs(*inputs)
+    batch, positions = draft_tokens.shape
+    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions + 1))
+    return apply(*inputs, uniforms, rules=rules)
