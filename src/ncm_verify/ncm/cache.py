@@ -268,6 +268,8 @@ def _parse_tensors(path: Path, header: dict, data: bytes) -> dict[str, mx.array]
             raise CacheFileError(f"path: {path} tensor {name!r} has a bad dtype or shape")
         if begin != expected_offset or end - begin != int(np.prod(shape)) * np.dtype(_NP_VIEWS[dtype]).itemsize:
             raise CacheFileError(f"path: {path} tensor {name!r} has inconsistent offsets")
+        if end > len(data):
+            raise CacheFileError(f"path: {path} is truncated inside tensor {name!r}")
         array = mx.array(np.frombuffer(data[begin:end], dtype=_NP_VIEWS[dtype]).reshape(shape))
         tensors[name] = array.view(mx.bfloat16) if dtype == "BF16" else array
         expected_offset = end
