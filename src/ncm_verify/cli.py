@@ -1,0 +1,92 @@
+"""Command line: regenerate the report from JSON, and check or show the ledger.
+
+    ncm-verify report [--reports DIR] [--ledger PATH]
+    ncm-verify ledger check [--ledger PATH] [--no-collect]
+    ncm-verify ledger show [--ledger PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ncm_verify.report import document as doc
+from ncm_verify.report.ledger import LedgerError, check_ledger, load_ledger
+
+
+def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
+    """Build the report from the JSON in `reports_dir` and write verify.json, .md and .html."""
+    from ncm_verify.report.html import render_html
+    from ncm_verify.report.markdown import render_markdown
+
+    report = doc.load_report(reports_dir, ledger_path)
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    doc.write_json(report, reports_dir / doc.VERIFY_JSON)
+    (reports_dir / doc.VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
+    (reports_dir / doc.VERIFY_HTML).write_text(render_html(report), encoding="utf-8")
+    return report
+
+
+def command_report(args) -> int:
+    from ncm_verify.report.terminal import render_terminal
+
+    reports_dir = Path(args.reports)
+    report = write_reports(reports_dir, args.ledger)
+    print(render_terminal(report))
+    names = ", ".join(str(reports_dir / name) for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML))
+    print(f"  report: {names}")
+    return 0
+
+
+def command_ledger_check(args) -> int:
+    problems = check_ledger(args.ledger, collect=not args.no_collect)
+    for problem in problems:
+        print(f"ledger: {problem}", file=sys.stderr)
+    if not problems:
+        print("ledger: ok")
+    return 1 if problems else 0
+
+
+def command_ledger_show(args) -> int:
+    ledger = load_ledger(args.ledger)
+    for claim in ledger["claims"]:
+        print(f"{claim['id']}: {claim['statement']}")
+        print(f"    sources: {', '.join(claim['sources']) or '-'}")
+        for node in claim["properties"]:
+            print(f"    property: {node}")
+        if claim.get("not_checkable"):
+            print(f"    not checkable: {claim['not_checkable']}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(prog="ncm-verify", description=__doc__.splitlines()[0])
+    commands = main_parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")
+    report.add_argument("--reports", default="reports", help="folder holding evidence.json (default: %(default)s)")
+    report.add_argument("--ledger", type=Path, default=None, help="ledger.json (default: the project's)")
+    report.set_defaults(run=command_report)
+    ledger = commands.add_parser("ledger", help="check or show ledger.json")
+    ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)
+    check = ledger_commands.add_parser("check", help="schema, sources, and the properties pytest collects")
+    check.add_argument("--ledger", type=Path, default=None)
+    check.add_argument("--no-collect", action="store_true", help="skip the pytest collection checks")
+    check.set_defaults(run=command_ledger_check)
+    show = ledger_commands.add_parser("show", help="print each claim with its sources and properties")
+    show.add_argument("--ledger", type=Path, default=None)
+    show.set_defaults(run=command_ledger_show)
+    return main_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except LedgerError as error:
+        print(error, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Claim status derived from evidence, never written by hand.
+
+A claim is *shown* when every property the ledger lists for it ran and passed,
+*failed* when any of its property runs failed, *not checkable* when the ledger
+says why nothing can check it, and *not run* otherwise (no evidence, skipped,
+or some listed property missing from the run).
+"""
+
+from __future__ import annotations
+
+import math
+
+SHOWN = "shown"
+FAILED = "failed"
+NOT_CHECKABLE = "not checkable"
+NOT_RUN = "not run"
+STATUSES = (SHOWN, FAILED, NOT_CHECKABLE, NOT_RUN)
+
+FAILING_OUTCOMES = ("failed", "error")
+
+
+def reproduce_command(node: dict, impl: str, profile: str) -> str:
+    """The shell line that reruns one property exactly as the run did."""
+    return f"HYPOTHESIS_PROFILE={profile} python -m pytest '{node['nodeid']}' --impl={impl}"
+
+
+def stats_summary(records: list[dict]) -> dict | None:
+    """What a property's chi-square tests establish: sizes, worst p-value, detectable deviation."""
+    if not records:
+        return None
+    worst = min(records, key=lambda r: (r["passed"], r["p_value"]))
+    return {
+        "tests": len(records),
+        "failed_tests": sum(not r["passed"] for r in records),
+        "n_min": min(r["n"] for r in records),
+        "n_max": max(r["n"] for r in records),
+        "df_max": max(r["df"] for r in records),
+        "p_min": min(r["p_value"] for r in records),
+        "alpha": min(r["alpha"] for r in records),
+        # the weakest guarantee among its tests: every test detects at least this deviation
+        "min_detectable_tv": max(r["min_detectable_tv"] for r in records),
+        "pooled_mass_max": max(r["pooled_mass"] for r in records),
+        "impossible_count": sum(r["impossible_count"] for r in records),
+        "worst": {
+            key: worst[key]
+            for key in ("name", "n", "df", "statistic", "p_value", "alpha", "expected", "observed",
+                        "impossible_count", "context", "passed")
+            if key in worst
+        },
+    }
+
+
+def largest_difference(differences: list[dict]) -> dict | None:
+    """The check that came closest to its tolerance (exact checks count mismatches)."""
+    if not differences:
+        return None
+
+    def closeness(d):
+        if d["tolerance"] > 0:
+            return d["difference"] / d["tolerance"]
+        return math.inf if d["difference"] > 0 else 0.0
+
+    worst = max(differences, key=lambda d: (closeness(d), d["check"]))
+    ratio = closeness(worst)
+    return {**worst, "ratio": None if math.isinf(ratio) else ratio}
+
+
+def property_summary(node: dict, impl: str, profile: str) -> dict:
+    """One property run as the report shows it."""
+    hypothesis = node.get("hypothesis") or {}
+    failure = node.get("failure")
+    summary = {
+        "nodeid": node["nodeid"],
+        "property": node["property"],
+        "claims": node.get("claims", []),
+        "outcome": node["outcome"],
+        "duration_s": node.get("duration_s"),
+        "examples": hypothesis.get("examples"),
+        "invalid_examples": hypothesis.get("invalid_examples"),
+        "stopped_because": hypothesis.get("stopped_because"),
+        "statistics": stats_summary(node.get("stats", [])),
+        "largest_difference": largest_difference(node.get("differences", [])),
+        "skip_reason": node.get("skip_reason"),
+        "failure": None,
+    }
+    if failure:
+        summary["failure"] = {**failure, "command": reproduce_command(node, impl, profile)}
+    return summary
+
+
+def claim_nodes(claim: dict, nodes: list[dict]) -> list[dict]:
+    """Evidence entries behind a claim: listed by the ledger or marked with the claim id."""
+    listed = set(claim["properties"])
+    return [n for n in nodes if n["property"] in listed or claim["id"] in n.get("claims", [])]
+
+
+def derive_status(claim: dict, nodes: list[dict]) -> tuple[str, str]:
+    """(status, one-line reason) of a claim given the evidence entries behind it."""
+    if claim.get("not_checkable"):
+        return NOT_CHECKABLE, claim["not_checkable"]
+    failing = [n["nodeid"] for n in nodes if n["outcome"] in FAILING_OUTCOMES]
+    if failing:
+        return FAILED, f"{len(failing)} of {len(nodes)} property runs failed: {', '.join(failing)}"
+    ran = {n["property"] for n in nodes if n["outcome"] == "passed"}
+    missing = [p for p in claim["properties"] if p not in ran]
+    if not nodes:
+        return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
+    if not ran:
+        return NOT_RUN, "every property run was skipped"
+    if missing:
+        return NOT_RUN, f"{len(missing)} of {len(claim['properties'])} listed properties did not pass a run: {', '.join(missing)}"
+    examples = sum((n.get("hypothesis") or {}).get("examples") or 0 for n in nodes)
+    return SHOWN, f"{len(ran)} properties in {len(nodes)} runs passed, {examples} examples"

@@ -1,0 +1,219 @@
+"""The report writers on synthetic evidence, and the evidence plugin on a tiny suite."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ncm_verify.cli import main
+from ncm_verify.report import document as doc
+from ncm_verify.report.html import render_html
+from ncm_verify.report.markdown import render_markdown
+from ncm_verify.report.terminal import render_terminal
+
+REPRODUCE = "@reproduce_failure('6.170.17', b'AEEy')"
+POLICY = {
+    "family_budget": 1e-3, "planned_tests": 60, "per_test_share": 1.67e-5, "alpha": 8.3e-6,
+    "alpha_fraction": 0.5, "min_expected": 20, "power": 0.99, "power_safety": 1.75, "target_tv": 0.02,
+}
+
+
+def chi_square_record(test: str, p_value: float, passed: bool = True) -> dict:
+    return {
+        "name": "chain output", "n": 8192, "df": 3, "statistic": 2.5, "p_value": p_value,
+        "alpha": POLICY["alpha"], "min_detectable_tv": 0.019, "pooled_mass": 0.01, "impossible_count": 0,
+        "expected": [4096.0, 2048.0, 1024.0, 1024.0], "observed": [4100.0, 2040.0, 1030.0, 1022.0],
+        "context": {"seed": 3}, "passed": passed, "test": test,
+    }
+
+
+def node(nodeid: str, claims: list[str], outcome: str = "passed", **extra) -> dict:
+    entry = {
+        "nodeid": nodeid, "property": nodeid.split("[", 1)[0], "outcome": outcome, "duration_s": 0.5,
+        "claims": claims, "stats": [], "differences": [], "failure": None, "skip_reason": None,
+        "hypothesis": {"examples": 30, "failing_examples": 0, "invalid_examples": 0,
+                       "stopped_because": "settings.max_examples=30"},
+    }
+    entry.update(extra)
+    return entry
+
+
+@pytest.fixture
+def ledger() -> dict:
+    claim = {"sources": ["S01"], "paths": ["src/x.py"]}
+    return {
+        "schema": "ncm-verify/ledger/1",
+        "sources": [{"id": "S01", "title": "A paper", "url": "https://example.org/p", "kind": "paper",
+                     "read_scope": "abstract", "supports": "the identity"}],
+        "claims": [
+            {"id": "C1", "statement": "prefix isolated", **claim,
+             "properties": ["properties/test_prefix.py::test_isolated"]},
+            {"id": "C2", "statement": "cached equals uncached", **claim,
+             "properties": ["properties/test_prefix.py::test_cached"]},
+            {"id": "C5", "statement": "chain preserves the target", **claim,
+             "properties": ["properties/test_chain.py::test_samples"]},
+            {"id": "C7", "statement": "greedy exact", **claim,
+             "properties": ["properties/test_greedy.py::test_greedy"]},
+            {"id": "C10", "statement": "a hypothesis", "sources": [], "paths": [], "properties": [],
+             "not_checkable": "literature only"},
+        ],
+    }
+
+
+@pytest.fixture
+def evidence() -> dict:
+    failure = {
+        "phase": "call", "message": "AssertionError: tokens differ", "seed": None,
+        "falsifying_example": "Failing test case: test_cached(\n    seed=3,\n)", "reproduce_failure": REPRODUCE,
+    }
+    samples = "properties/test_chain.py::test_samples[float32]"
+    return {
+        "schema": "ncm-verify/evidence/1", "impl": "ncm_verify.reference", "profile": "ci", "exit_status": 1,
+        "environment": {"mlx": "0.32.4", "mlx_default_device": "Device(gpu, 0)", "platform": "test"},
+        "policy": POLICY,
+        "budget": {"planned_tests": 60, "chi_square_tests_run": 2, "within_plan": True,
+                   "run_failed_by_budget": False, "note": "2 chi-square tests run of 60 planned"},
+        "properties": [
+            node("properties/test_prefix.py::test_isolated", ["C1"],
+                 differences=[{"test": "t", "check": "states", "difference": 1e-7, "tolerance": 1e-5}]),
+            node("properties/test_prefix.py::test_cached", ["C2"], outcome="failed", failure=failure),
+            node(samples, ["C5"], stats=[chi_square_record(samples, 0.4), chi_square_record(samples, 0.03)]),
+        ],
+    }
+
+
+def claims_by_id(report: dict) -> dict:
+    return {claim["id"]: claim for claim in report["claims"]}
+
+
+def test_statuses_are_derived_from_the_evidence(ledger, evidence):
+    claims = claims_by_id(doc.build_report(ledger, evidence))
+    assert {key: claim["status"] for key, claim in claims.items()} == {
+        "C1": "shown", "C2": "failed", "C5": "shown", "C7": "not run", "C10": "not checkable",
+    }
+    assert claims["C5"]["examples"] == 30 and claims["C5"]["property_count"] == 1
+    statistics = claims["C5"]["properties"][0]["statistics"]
+    assert statistics["tests"] == 2 and statistics["p_min"] == 0.03 and statistics["worst"]["p_value"] == 0.03
+
+
+def test_a_failed_property_fails_its_claim_with_the_reproduction_line(ledger, evidence):
+    report = doc.build_report(ledger, evidence)
+    failure = claims_by_id(report)["C2"]["properties"][0]["failure"]
+    assert failure["reproduce_failure"] == REPRODUCE
+    assert failure["command"] == (
+        "HYPOTHESIS_PROFILE=ci python -m pytest 'properties/test_prefix.py::test_cached' --impl=ncm_verify.reference"
+    )
+    assert report["run"]["verdict"] == "failed"
+    for text in (render_markdown(report), render_html(report)):
+        assert REPRODUCE.replace("'", "&#x27;") in text or REPRODUCE in text
+        assert "seed=3" in text
+
+
+def test_same_evidence_gives_identical_report_bytes(ledger, evidence, tmp_path):
+    outputs = []
+    for run in ("a", "b"):
+        folder = tmp_path / run
+        folder.mkdir()
+        (folder / "evidence.json").write_text(json.dumps(evidence))
+        (tmp_path / "ledger.json").write_text(json.dumps(ledger))
+        assert main(["report", "--reports", str(folder), "--ledger", str(tmp_path / "ledger.json")]) == 0
+        outputs.append([(folder / name).read_bytes() for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML)])
+    assert outputs[0] == outputs[1]
+    assert b"Device(gpu, 0)" in outputs[0][2]  # every figure names the MLX device
+
+
+def test_no_evidence_reports_every_claim_not_run(ledger):
+    report = doc.build_report(ledger, None)
+    assert report["run"]["verdict"] == "not run"
+    assert {c["status"] for c in report["claims"]} == {"not run", "not checkable"}
+    assert "not run" in render_terminal(report)
+
+
+def test_html_is_self_contained(ledger, evidence):
+    calibration = {"alpha": 0.05, "runs": 100, "rejections": 4, "binomial_p_value": 0.74,
+                   "p_values": [i / 100 for i in range(100)],
+                   "planted": {"name": "ratio_inverted", "runs": 20, "rejections": 20, "rejection_rate": 1.0}}
+    page = render_html(doc.build_report(ledger, evidence, calibration=calibration))
+    assert "<script" not in page and "<link" not in page and " src=" not in page
+    assert page.count("<svg") == 2  # one frequency plot, one calibration histogram
+    for claim in ledger["claims"]:
+        assert f"{claim['id']} <span" in page
+
+
+def test_planted_bug_table_names_the_claims_that_caught_each_bug(ledger, evidence):
+    mutants = {"generated": "2026-11-30T00:00:00", "profile": "selftest", "mutants": [
+        {"name": "ratio_inverted", "module": "m.a", "description": "p/q inverted", "caught": True,
+         "caught_by": ["properties/test_chain.py::test_samples[float32]"], "failed": ["x"], "passed": []},
+        {"name": "off_by_one", "module": "m.b", "description": "bonus skipped", "caught": False,
+         "caught_by": [], "failed": [], "passed": ["y"]},
+    ]}
+    report = doc.build_report(ledger, evidence, mutants=mutants)
+    rows = {row["name"]: row for row in report["mutants"]["mutants"]}
+    assert rows["ratio_inverted"]["claims"] == ["C5"]
+    assert report["mutants"]["survived"] == ["off_by_one"]
+    assert "planted bugs not caught: off_by_one" in report["run"]["reasons"]
+    assert "SURVIVED" in render_markdown(report)
+
+
+def test_an_overspent_budget_fails_the_run(ledger, evidence):
+    evidence = copy.deepcopy(evidence)
+    evidence["properties"] = [p for p in evidence["properties"] if p["outcome"] == "passed"]
+    evidence["budget"].update(within_plan=False, run_failed_by_budget=True, note="budget overspent")
+    assert doc.build_report(ledger, evidence)["run"]["reasons"] == ["budget overspent"]
+
+
+def test_bench_summary_is_linked_when_present(ledger, evidence):
+    bench = {"datetime": "2026-11-30", "machine_info": {"node": "n"}, "benchmarks": [
+        {"fullname": "benchmarks/test_b.py::test_kernel", "stats": {"median": 0.001, "mean": 0.0011,
+                                                                    "stddev": 1e-5, "rounds": 50}}]}
+    report = doc.build_report(ledger, evidence, bench=bench)
+    assert report["bench"]["benchmarks"][0]["rounds"] == 50
+    assert '<a href="bench.json">' in render_html(report)
+
+
+SUITE = '''
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+@pytest.mark.claim("C1")
+@settings(max_examples=7, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+@example(x=3)
+def test_counts_examples(x):
+    pass
+
+@pytest.mark.claim("C2")
+@settings(max_examples=50, derandomize=True, database=None, print_blob=True)
+@given(x=st.integers(0, 100))
+def test_fails(x):
+    assert x < 50
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
+         f"--ncm-report-dir={tmp_path / 'reports'}"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    evidence = json.loads((tmp_path / "reports" / "evidence.json").read_text())
+    nodes = {n["nodeid"]: n for n in evidence["properties"]}
+    counted = nodes["test_suite.py::test_counts_examples"]
+    assert counted["outcome"] == "passed" and counted["claims"] == ["C1"]
+    assert counted["hypothesis"]["examples"] == 8  # 7 generated + 1 explicit
+    failed = nodes["test_suite.py::test_fails"]
+    assert failed["outcome"] == "failed"
+    assert failed["failure"]["reproduce_failure"].startswith("@reproduce_failure(")
+    assert "x=50" in failed["failure"]["falsifying_example"]
+    assert evidence["environment"]["mlx_default_device"]
+    assert evidence["policy"]["family_budget"] == 1e-3
