@@ -1,0 +1,64 @@
+"""Exhaustive self-tests of the cache file format: every truncation and every
+single-bit flip of a small file is rejected; keys never alias."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from ncm_verify.ncm import CacheKey, NCMConfig, PrefixCache, generate_cached, make_model
+from ncm_verify.ncm.config import fixture_fields
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    config = NCMConfig(**{**fixture_fields("ncm_tiny"), "num_layers": 1, "d_model": 8, "dtype": "float16"})
+    cache = PrefixCache()
+    generate_cached(make_model(config), mx.array([[0, 1, 2, 3]]), mx.random.key(0), cache)
+    path = tmp_path_factory.mktemp("cache") / "cache.safetensors"
+    cache.save(path)
+    return path, path.read_bytes()
+
+
+def test_a_saved_file_loads_back(saved):
+    path, _ = saved
+    assert PrefixCache().load(path) == 1
+
+
+def test_every_truncation_is_rejected(saved, tmp_path):
+    _, blob = saved
+    target = tmp_path / "truncated.safetensors"
+    for length in range(len(blob)):
+        target.write_bytes(blob[:length])
+        with pytest.raises(ValueError, match="path"):
+            PrefixCache().load(target)
+
+
+@pytest.mark.parametrize("bit", [0, 3, 7])
+def test_every_single_bit_flip_is_rejected(saved, tmp_path, bit):
+    _, blob = saved
+    target = tmp_path / "flipped.safetensors"
+    for offset in range(len(blob)):
+        target.write_bytes(blob[:offset] + bytes([blob[offset] ^ (1 << bit)]) + blob[offset + 1:])
+        with pytest.raises(ValueError, match="path"):
+            PrefixCache().load(target)
+
+
+def test_writes_leave_no_temporary_file(saved):
+    path, _ = saved
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("first, second", [
+    (CacheKey((1, 23), "f", "ncm", "float32"), CacheKey((12, 3), "f", "ncm", "float32")),
+    (CacheKey((1,), "ab", "c", "float32"), CacheKey((1,), "a", "bc", "float32")),
+    (CacheKey((1,), "f", "ncm", "float32", "t1"), CacheKey((1,), "f", "ncm", "float32t", "1")),
+    (CacheKey((), "f", "ncm", "float32"), CacheKey((0,), "f", "ncm", "float32")),
+])
+def test_distinct_keys_never_share_an_encoding(first, second):
+    assert first.encode() != second.encode()
+
+
+def test_a_negative_byte_budget_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="max_bytes"):
+        PrefixCache(max_bytes=-1)
