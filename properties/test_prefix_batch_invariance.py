@@ -45,10 +45,9 @@ def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_res
     assert cache.hits > hits_before and served.cache_hits >= 1, f"the prefix row was not served\n  call: {call}"
     pairs = [("latents", built.latents[first_row], served.latents[second_row])]
     for level in range(len(config.level_sizes)):
-        pairs += [(f"level {level} tokens", built.tokens[level][first_row], served.tokens[level][second_row]),
-                  (f"level {level} latent logits", built.latent_logits[level][first_row],
-                   served.latent_logits[level][second_row]),
-                  (f"level {level} token logits", built.token_logits[level][first_row],
-                   served.token_logits[level][second_row])]
+        pairs += [("tokens", built.tokens[level][first_row], served.tokens[level][second_row]),
+                  ("latent logits", built.latent_logits[level][first_row], served.latent_logits[level][second_row]),
+                  ("token logits", built.token_logits[level][first_row], served.token_logits[level][second_row])]
     for label, a, b in pairs:
-        assert_equal(b, a, label=f"batch {len(second)} vs batch {len(first)}: {label}", call=call)
+        assert_equal(b, a, label=f"served at another batch size: {label}",
+                     call=f"{call}; batch {len(second)} vs {len(first)}")
