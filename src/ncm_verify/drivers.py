@@ -117,21 +117,30 @@ def run_chain(
     return ChainRun(contexts, first_accepted, first_draft)
 
 
+def first_round_inputs(
+    fixture: AutoregressiveFixture, *, batch: int, max_draft: int, mixed: bool, rng, dtype=mx.float32
+) -> tuple:
+    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft)."""
+    num_draft = np.minimum(draft_caps(batch, max_draft, mixed), fixture.length - 1)
+    num_draft = np.maximum(num_draft, 0)
+    target, draft, drafts = chain_round_inputs(
+        fixture, np.zeros((batch, 0), dtype=np.int64), np.zeros(batch, dtype=np.int64), num_draft, max_draft, rng
+    )
+    return (
+        mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype),
+        mx.array(drafts, dtype=mx.int32), mx.array(num_draft, dtype=mx.int32),
+    )
+
+
 def run_first_round(
     impl, fixture: AutoregressiveFixture, *, batch: int, num_draft: int, seed: int
 ) -> np.ndarray:
     """Accepted counts of one round of `num_draft` drafts at the empty context."""
-    rng = np.random.default_rng(seed)
-    lengths = np.zeros(batch, dtype=np.int64)
-    drafts_per_row = np.full(batch, num_draft)
-    target, draft, drafts = chain_round_inputs(
-        fixture, np.zeros((batch, 0), dtype=np.int64), lengths, drafts_per_row, num_draft, rng
+    target, draft, drafts, lengths = first_round_inputs(
+        fixture, batch=batch, max_draft=num_draft, mixed=False, rng=np.random.default_rng(seed)
     )
-    outcome = impl.verify_chain(
-        mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32),
-        mx.array(drafts, dtype=mx.int32), key=mx.random.key(seed),
-    )
-    assert_chain_outcome_well_formed(outcome, drafts, drafts_per_row, fixture.vocab)
+    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=lengths)
+    assert_chain_outcome_well_formed(outcome, np.array(drafts), np.array(lengths), fixture.vocab)
     return np.array(outcome.num_accepted).astype(np.int64)
 
 
@@ -144,31 +153,105 @@ class LatentRun:
 
 
 def batched(table: np.ndarray, batch: int, dtype) -> mx.array:
-    return mx.broadcast_to(mx.array(table, dtype=dtype), (batch,) + table.shape)
+    return mx.array(np.broadcast_to(table, (batch,) + table.shape), dtype=dtype)
 
 
-def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
-    """The draft samples a latent from q(z), tokens from q(x | z); the kernel verifies."""
-    rng = np.random.default_rng(seed)
+def latent_chain_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple:
+    """The draft samples a latent from q(z) and tokens from q(x | z): the six kernel arguments."""
     draft_latent = sample_categorical(rng, np.broadcast_to(fixture.draft_latent, (batch, len(fixture.draft_latent))))
     draft_tokens = sample_categorical(rng, fixture.draft_tokens[draft_latent])
-    outcome = impl.verify_latent_chain(
+    return (
         batched(fixture.target_latent, batch, dtype), batched(fixture.draft_latent, batch, dtype),
         mx.array(draft_latent, dtype=mx.int32), batched(fixture.target_tokens, batch, dtype),
         batched(fixture.draft_tokens, batch, dtype), mx.array(draft_tokens, dtype=mx.int32),
-        key=mx.random.key(seed),
     )
+
+
+def factorized_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple:
+    """The target samples z ~ p(z); both models condition on it: the three kernel arguments."""
+    latent = sample_categorical(rng, np.broadcast_to(fixture.target_latent, (batch, len(fixture.target_latent))))
+    target, draft = fixture.target_tokens[latent], fixture.draft_tokens[latent]
+    draft_tokens = sample_categorical(rng, draft)
+    return mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32)
+
+
+def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
+    """Latent-chain verification of a batch of drafts; returns what it emitted."""
+    inputs = latent_chain_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    outcome = impl.verify_latent_chain(*inputs, key=mx.random.key(seed))
     return LatentRun(np.array(outcome.latent).astype(np.int64), np.array(outcome.tokens).astype(np.int64))
 
 
 def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> np.ndarray:
-    """The target samples z ~ p(z); both models condition on it; the kernel verifies."""
+    """Factorised verification of a batch of drafts; returns the emitted tokens."""
+    inputs = factorized_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    return np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+
+
+@dataclasses.dataclass
+class KernelCase:
+    """One batch of inputs for a named kernel (chain, factorized or latent_chain)."""
+
+    kernel: str
+    args: tuple
+    num_draft: mx.array | None = None
+
+    @property
+    def batch(self) -> int:
+        return self.args[0].shape[0]
+
+    def call(self, impl, key, **options):
+        """``impl.verify_<kernel>`` on these inputs."""
+        extra = {} if self.num_draft is None else {"num_draft": self.num_draft}
+        return getattr(impl, f"verify_{self.kernel}")(*self.args, key=key, **extra, **options)
+
+    def apply(self, impl, uniforms):
+        """``impl.apply_<kernel>`` on these inputs, given its uniforms."""
+        extra = () if self.num_draft is None else (self.num_draft,)
+        return getattr(impl, f"apply_{self.kernel}")(*self.args, *extra, uniforms)
+
+    def uniform_shape(self) -> tuple[int, ...]:
+        """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
+        columns = {"chain": self.args[0].shape[1], "factorized": self.args[0].shape[1]}
+        return (self.batch, 2, columns.get(self.kernel, self.args[-1].shape[1] + 1))
+
+    def cast(self, dtype) -> "KernelCase":
+        """The same case with its probabilities in `dtype` (ids untouched)."""
+        return dataclasses.replace(
+            self, args=tuple(a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a for a in self.args)
+        )
+
+    def rows(self, start: int, stop: int) -> "KernelCase":
+        """Sequences start..stop of the batch."""
+        num_draft = None if self.num_draft is None else self.num_draft[start:stop]
+        return KernelCase(self.kernel, tuple(a[start:stop] for a in self.args), num_draft)
+
+    def emitted_target_probability(self, outcome) -> np.ndarray:
+        """The target's probability of every emitted token (and latent)."""
+        if self.kernel == "latent_chain":
+            latent = np.array(outcome.latent)
+            rows = np.array(self.args[3].astype(mx.float32))[np.arange(self.batch), latent]
+            tokens = np.array(outcome.tokens)
+            p_tokens = np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
+            p_latent = np.array(self.args[0].astype(mx.float32))[np.arange(self.batch), latent]
+            return np.concatenate([p_latent[:, None], p_tokens], axis=1).ravel()
+        target = np.array(self.args[0].astype(mx.float32))
+        tokens = np.array(outcome.tokens)
+        emitted = tokens >= 0
+        p = np.take_along_axis(target, np.maximum(tokens, 0)[..., None], axis=-1)[..., 0]
+        return p[emitted]
+
+
+def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: int = 2) -> KernelCase:
+    """Inputs for `kernel` from an autoregressive (chain) or latent (other kernels) fixture."""
     rng = np.random.default_rng(seed)
-    latent = sample_categorical(rng, np.broadcast_to(fixture.target_latent, (batch, len(fixture.target_latent))))
-    target, draft = fixture.target_tokens[latent], fixture.draft_tokens[latent]
-    draft_tokens = sample_categorical(rng, draft)
-    outcome = impl.verify_factorized(
-        mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32),
-        key=mx.random.key(seed),
-    )
-    return np.array(outcome.tokens).astype(np.int64)
+    if kernel == "chain":
+        target, draft, drafts, num_draft = first_round_inputs(
+            fixture, batch=batch, max_draft=max_draft, mixed=True, rng=rng
+        )
+        return KernelCase("chain", (target, draft, drafts), num_draft)
+    if kernel == "factorized":
+        return KernelCase("factorized", factorized_inputs(fixture, batch=batch, rng=rng))
+    if kernel == "latent_chain":
+        return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
+    raise ValueError(f"kernel: unknown kernel {kernel!r}")

@@ -126,3 +126,20 @@ def latent_fixtures(draw, max_codes: int = 4, max_positions: int = 3, max_vocab:
 
 draft_lengths = st.integers(min_value=0, max_value=4)
 """G: drafts per round, zero included (then only the target's own token is emitted)."""
+
+
+KERNELS = ("chain", "factorized", "latent_chain")
+
+
+@st.composite
+def kernel_cases(draw, batch: int = 64, kernels=KERNELS):
+    """A batch of valid inputs for one of the sampling kernels, drafts sampled from q."""
+    from ncm_verify.drivers import make_kernel_case
+
+    kernel = draw(st.sampled_from(kernels), label="kernel")
+    if kernel == "chain":
+        fixture = draw(autoregressive_fixtures(max_outcomes=512), label="fixture")
+    else:
+        fixture = draw(latent_fixtures(), label="fixture")
+    max_draft = draw(draft_lengths, label="max drafts")
+    return make_kernel_case(kernel, fixture, batch=batch, seed=draw(seeds, label="draft seed"), max_draft=max_draft)

@@ -1,0 +1,94 @@
+"""Numerics the kernels keep: float32 arithmetic for half inputs, p(x) = 0 never emitted, p == q safe."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from ncm_verify import checks, drivers, exact
+from ncm_verify.strategies import autoregressive_fixtures, kernel_cases, seeds
+from ncm_verify.tolerances import tolerance_for
+
+pytestmark = pytest.mark.claim("C5", "C6")
+
+HALF_DTYPES = st.sampled_from([mx.float16, mx.bfloat16])
+EXTREME_UNIFORMS = (0.0, 2.0**-24, 0.5, 1.0 - 2.0**-24)
+"""Zero is outside the generator's range, but float32 generators have produced it (vLLM)."""
+
+
+@given(case=kernel_cases(), dtype=HALF_DTYPES, seed=seeds)
+def test_half_precision_inputs_give_the_result_of_their_float32_values(impl, case, dtype, seed):
+    half = case.cast(dtype)
+    widened = half.cast(mx.float32)  # the same numbers, exactly, in float32
+    call = f"verify_{case.kernel}({dtype}) vs float32 of the same values, key({seed})"
+    note(call)
+    # Widened half rows sum to 1 only within half precision: skip float32's stricter input check.
+    first, second = half.call(impl, mx.random.key(seed)), widened.call(impl, mx.random.key(seed), validate=False)
+    for field in first._fields:
+        checks.assert_equal(getattr(first, field), getattr(second, field), label=f"{field}", call=call)
+
+
+@given(case=kernel_cases(batch=2048), dtype=st.sampled_from([mx.float32, mx.float16, mx.bfloat16]), seed=seeds)
+def test_a_token_the_target_rules_out_is_never_emitted(impl, case, dtype, seed):
+    cased = case.cast(dtype)
+    outcome = cased.call(impl, mx.random.key(seed))
+    probability = cased.emitted_target_probability(outcome)
+    note(f"verify_{case.kernel}({dtype}, key({seed}))")
+    assert (probability > 0).all(), f"{int((probability <= 0).sum())} emitted ids have target probability 0"
+
+
+@given(case=kernel_cases(), uniform=st.sampled_from(EXTREME_UNIFORMS))
+def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, case, uniform):
+    """Drafts with p(x) = 0 are rejected and drafts with p(x) >= q(x) accepted, whatever u."""
+    uniforms = mx.full(case.uniform_shape(), uniform, dtype=mx.float32)
+    outcome = case.apply(impl, uniforms)
+    call = f"apply_{case.kernel}(uniforms = {uniform!r})"
+    note(call)
+    p_x, q_x, eligible, accepted = acceptance_view(case, outcome)
+    must_reject = eligible & (p_x <= 0)
+    must_accept = eligible & (p_x > 0) & (p_x >= q_x)
+    assert not (accepted & must_reject).any(), f"{call}: accepted a draft with p(x) = 0"
+    assert accepted[must_accept].all(), f"{call}: rejected a draft with p(x) >= q(x)"
+
+
+def acceptance_view(case, outcome):
+    """Per judged draft: p(x), q(x), whether it was judged, and whether it stood."""
+    as_np = lambda a: np.array(a.astype(mx.float32)) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
+    pick = lambda rows, ids: np.take_along_axis(rows, np.maximum(ids, 0)[..., None], axis=-1)[..., 0]
+    if case.kernel == "chain":
+        target, draft, drafts = (as_np(a) for a in case.args)
+        position = np.arange(drafts.shape[1])[None]
+        count = np.array(outcome.num_accepted)[:, None]
+        judged = (position <= count) & (position < as_np(case.num_draft)[:, None])
+        return pick(target[:, :-1], drafts), pick(draft, drafts), judged, position < count
+    if case.kernel == "factorized":
+        target, draft, tokens = (as_np(a) for a in case.args)
+        return pick(target, tokens), pick(draft, tokens), np.ones(tokens.shape, bool), np.array(outcome.accepted)
+    p_z, q_z, z = as_np(case.args[0]), as_np(case.args[1]), as_np(case.args[2])
+    return pick(p_z, z), pick(q_z, z), np.ones(len(z), bool), np.array(outcome.latent_accepted)
+
+
+@given(fixture=autoregressive_fixtures(max_outcomes=512).filter(lambda f: f.length >= 2), seed=seeds)
+def test_a_draft_equal_to_the_target_is_always_accepted_without_nan(impl, fixture, seed):
+    equal = exact.AutoregressiveFixture(fixture.target, fixture.target.copy(), fixture.vocab, fixture.length)
+    case = drivers.make_kernel_case("chain", equal, batch=256, seed=seed, max_draft=fixture.length - 1)
+    outcome = case.call(impl, mx.random.key(seed))
+    checks.assert_equal(outcome.num_accepted, case.num_draft, label="accepted drafts when p == q", call=f"seed {seed}")
+    residual = np.array(impl.residual_distribution(case.args[0][:, 0], case.args[0][:, 0]))
+    assert np.isfinite(residual).all(), "residual_distribution(p, p) produced NaN or inf"
+    checks.assert_close(residual, np.array(case.args[0][:, 0]), dtype=mx.float32, label="residual(p, p) falls back to p")
+
+
+@given(fixture=autoregressive_fixtures(), scale=st.sampled_from([1e-7, 1e-6, 1e-3]), seed=seeds)
+def test_the_residual_distribution_matches_float64_and_is_finite_when_p_nearly_equals_q(impl, fixture, scale, seed):
+    rng = np.random.default_rng(seed)
+    p = fixture.target.astype(np.float32)
+    q = np.abs(p + scale * rng.standard_normal(p.shape)).astype(np.float32)
+    q /= q.sum(axis=1, keepdims=True)
+    got = np.array(impl.residual_distribution(mx.array(p), mx.array(q)))
+    assert np.isfinite(got).all(), f"residual_distribution gave NaN or inf at |p - q| ~ {scale}"
+    expected = np.stack([exact.residual(a, b) for a, b in zip(p.astype(np.float64), q.astype(np.float64))])
+    coarse = np.maximum(p - q, 0).sum(axis=1) > 1e-3  # float32 differences of nearly equal rows are noise
+    checks.assert_close(got[coarse], expected[coarse], dtype=mx.float32, label="residual vs float64", call=f"scale {scale}")
+    checks.assert_close(got.sum(axis=1), np.ones(len(p)), dtype=mx.float32, label="residual rows sum to 1")
