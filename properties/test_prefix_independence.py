@@ -4,7 +4,6 @@ and the cache refuses."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import mlx.core as mx
 import pytest
