@@ -24,6 +24,7 @@ install: $(VENV)/installed
 verify: install
 	@status=0; HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) properties -q -n $(JOBS) \
 		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) || status=$$?; \
+	$(PY) -m ncm_verify report --reports $(REPORTS) || [ $$status -ne 0 ] || status=1; \
 	exit $$status
 
 test: install

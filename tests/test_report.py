@@ -217,3 +217,35 @@ def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers
     assert "x=50" in failed["failure"]["falsifying_example"]
     assert evidence["environment"]["mlx_default_device"]
     assert evidence["policy"]["family_budget"] == 1e-3
+
+
+OVERSPENT = '''
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from ncm_verify import checks, stats
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=2, derandomize=True, database=None, deadline=None)
+@given(seed=st.integers(0, 1000))
+def test_runs_two_tests_but_plans_one(seed):
+    probs = np.array([0.5, 0.5])
+    plan = stats.make_plan(probs)
+    for offset in range(2):
+        outcomes = np.random.default_rng(seed + offset).choice(2, size=plan.n, p=probs)
+        checks.assert_fits(stats.chi_square_test("coin", outcomes, plan))
+'''
+
+
+def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(OVERSPENT))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--ncm-report-dir={tmp_path / 'r'}"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    budget = json.loads((tmp_path / "r" / "evidence.json").read_text())["budget"]
+    assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
+    assert budget["chi_square_tests_run"] == 4 and budget["planned_tests"] == 2
+    assert budget["run_failed_by_budget"]

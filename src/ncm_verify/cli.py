@@ -36,7 +36,9 @@ def command_report(args) -> int:
     print(render_terminal(report))
     names = ", ".join(str(reports_dir / name) for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML))
     print(f"  report: {names}")
-    return 0
+    for problem in report["ledger_problems"]:
+        print(f"  ledger: {problem}", file=sys.stderr)
+    return 1 if report["ledger_problems"] else 0
 
 
 def command_ledger_check(args) -> int:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ncm_verify.report import status as claim_status
-from ncm_verify.report.ledger import load_ledger
+from ncm_verify.report.ledger import read_ledger
 
 REPORT_SCHEMA = "ncm-verify/report/1"
 EVIDENCE_FILE = "evidence.json"
@@ -33,12 +33,18 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def mutants_summary(mutants: dict | None, ledger: dict) -> dict | None:
+def normalized_claims(ledger: dict) -> list[dict]:
+    """The ledger's claims with every optional list present, so a half-finished ledger still reports."""
+    defaults = {"statement": "", "sources": [], "paths": [], "properties": [], "benchmarks": []}
+    return [{**defaults, **claim} for claim in ledger["claims"]]
+
+
+def mutants_summary(mutants: dict | None, claims: list[dict]) -> dict | None:
     """The planted-bug table, with the claims whose properties caught each bug."""
     if mutants is None:
         return None
     claims_of_property = {}
-    for claim in ledger["claims"]:
+    for claim in claims:
         for node in claim["properties"]:
             claims_of_property.setdefault(node, []).append(claim["id"])
     rows = []
@@ -98,17 +104,20 @@ def bench_summary(bench: dict | None) -> dict | None:
     }
 
 
-def run_verdict(evidence: dict | None, mutants: dict | None, calibration: dict | None) -> dict:
-    """Passed only when every property passed, the budget held and no planted bug survived."""
+def run_verdict(
+    evidence: dict | None, mutants: dict | None, calibration: dict | None, ledger_problems: list[str]
+) -> dict:
+    """Passed only when every property passed, the budget held, no planted bug survived
+    and the ledger conforms."""
     if evidence is None:
         return {"verdict": NOT_RUN, "reasons": ["no evidence.json: the properties were not run"]}
     outcomes: dict[str, int] = {}
     for node in evidence["properties"]:
         outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
-    reasons = []
+    reasons = [f"ledger.json: {problem}" for problem in ledger_problems]
     failing = outcomes.get("failed", 0) + outcomes.get("error", 0)
     if failing:
-        reasons.append(f"{failing} property runs failed")
+        reasons.append(f"{claim_status.count(failing, 'property run')} failed")
     if evidence["budget"].get("run_failed_by_budget"):
         reasons.append(evidence["budget"]["note"])
     if mutants is not None and mutants["survived"]:
@@ -129,13 +138,15 @@ def build_report(
     mutants: dict | None = None,
     calibration: dict | None = None,
     bench: dict | None = None,
+    ledger_problems: list[str] = (),
 ) -> dict:
     """verify.json: every claim with its derived status and the evidence behind it."""
     nodes = evidence["properties"] if evidence else []
     impl = evidence["impl"] if evidence else None
     profile = evidence.get("profile", "ci") if evidence else "ci"
+    ledger_claims = normalized_claims(ledger)
     claims = []
-    for claim in ledger["claims"]:
+    for claim in ledger_claims:
         behind = claim_status.claim_nodes(claim, nodes)
         status, reason = claim_status.derive_status(claim, behind)
         summaries = [claim_status.property_summary(node, impl, profile) for node in behind]
@@ -148,19 +159,20 @@ def build_report(
             "basis": claim.get("basis"),
             "paths": claim["paths"],
             "listed_properties": claim["properties"],
-            "benchmarks": claim.get("benchmarks", []),
+            "benchmarks": claim["benchmarks"],
             "property_count": len({s["property"] for s in summaries}),
             "examples": sum(s["examples"] or 0 for s in summaries),
             "properties": summaries,
         })
-    claimed = {n["nodeid"] for c in ledger["claims"] for n in claim_status.claim_nodes(c, nodes)}
-    mutant_table = mutants_summary(mutants, ledger)
+    claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
+    mutant_table = mutants_summary(mutants, ledger_claims)
     calibration_table = calibration_summary(calibration)
     return {
         "schema": REPORT_SCHEMA,
         "impl": impl,
         "profile": profile if evidence else None,
-        "run": run_verdict(evidence, mutant_table, calibration),
+        "run": run_verdict(evidence, mutant_table, calibration, list(ledger_problems)),
+        "ledger_problems": list(ledger_problems),
         "environment": evidence["environment"] if evidence else None,
         "policy": evidence["policy"] if evidence else None,
         "budget": evidence["budget"] if evidence else None,
@@ -176,12 +188,14 @@ def build_report(
 def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
     """Build the report from the JSON files in `reports_dir`; nothing is rerun."""
     reports_dir = Path(reports_dir)
+    ledger, problems = read_ledger(ledger_path)
     return build_report(
-        load_ledger(ledger_path),
+        ledger,
         read_json(reports_dir / EVIDENCE_FILE),
         read_json(reports_dir / MUTANTS_FILE),
         read_json(reports_dir / CALIBRATION_FILE),
         read_json(reports_dir / BENCH_FILE),
+        problems,
     )
 
 

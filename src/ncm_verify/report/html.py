@@ -23,7 +23,9 @@ figcaption{font-size:12px;color:#555;max-width:520px}
 .note{color:#555}
 """
 STATUS_CELLS = {"status", "outcome", "verdict"}
-PLOT_WIDTH, PLOT_HEIGHT, MARGIN = 520, 200, 36
+PLOT_WIDTH, PLOT_HEIGHT = 520, 220
+LEFT, TOP, BOTTOM = 54, 36, 22
+"""Plot margins in pixels: room for the y label, the title and legend, the x labels."""
 
 
 def status_span(value: str) -> str:
@@ -49,47 +51,49 @@ def render_table(table: doc.Table, level: int = 2) -> str:
 
 def svg_frame(title: str, y_max: float) -> list[str]:
     """An SVG's opening, axes and y-axis label, scaled to `y_max`."""
-    bottom = PLOT_HEIGHT - MARGIN
+    bottom = PLOT_HEIGHT - BOTTOM
     return [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
         f'role="img" aria-label="{escape(title)}">',
-        f'<line x1="{MARGIN}" y1="{MARGIN / 2}" x2="{MARGIN}" y2="{bottom}" stroke="#333"/>',
-        f'<line x1="{MARGIN}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
-        f'<text x="2" y="{MARGIN / 2 + 4}" font-size="10">{doc.number(y_max)}</text>',
-        f'<text x="{MARGIN + 4}" y="12" font-size="11">{escape(title)}</text>',
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>',
+        f'<line x1="{LEFT - 4}" y1="{TOP}" x2="{LEFT}" y2="{TOP}" stroke="#333"/>',
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
+        f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{doc.number(y_max)}</text>',
+        f'<text x="{LEFT - 6}" y="{bottom}" font-size="10" text-anchor="end">0</text>',
+        f'<text x="4" y="14" font-size="12">{escape(title)}</text>',
     ]
 
 
 def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[str],
-             reference: list[float] | None = None) -> str:
-    """Grouped bars, one colour per series, with an optional reference line per group."""
+             reference: list[float] | None = None, reference_label: str = "") -> str:
+    """Grouped bars, one colour per series, with an optional reference tick per group."""
     colours = ("#7a9cc6", "#e0a040")
     groups = max(len(values) for _, values in series)
     y_max = max([v for _, values in series for v in values] + (reference or []) + [1e-12])
-    width = (PLOT_WIDTH - MARGIN - 10) / max(groups, 1)
+    width = (PLOT_WIDTH - LEFT - 10) / max(groups, 1)
     bar = max(width / (len(series) + 1), 0.5)
-    bottom, height = PLOT_HEIGHT - MARGIN, PLOT_HEIGHT - 1.5 * MARGIN
+    bottom, height = PLOT_HEIGHT - BOTTOM, PLOT_HEIGHT - BOTTOM - TOP
     parts = svg_frame(title, y_max)
     for s, (_, values) in enumerate(series):
         for i, value in enumerate(values):
             h = height * value / y_max
-            x = MARGIN + 2 + i * width + s * bar
+            x = LEFT + 2 + i * width + s * bar
             parts.append(f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" fill="{colours[s % 2]}"/>')
     for i, value in enumerate(reference or []):
         y = bottom - height * value / y_max
-        x = MARGIN + 2 + i * width
+        x = LEFT + 2 + i * width
         parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" stroke="#b22" stroke-width="1.5"/>')
     step = max(1, groups // 12)
     for i in range(0, groups, step):
-        parts.append(f'<text x="{MARGIN + 2 + i * width:.2f}" y="{bottom + 12}" font-size="9">{escape(x_labels[i])}</text>')
-    legend_x = PLOT_WIDTH - 150
+        parts.append(f'<text x="{LEFT + 2 + i * width:.2f}" y="{bottom + 12}" font-size="9">{escape(x_labels[i])}</text>')
+    legend_x = PLOT_WIDTH - 130
     for s, (name, _) in enumerate(series):
-        parts.append(f'<rect x="{legend_x}" y="{6 + 12 * s}" width="9" height="9" fill="{colours[s % 2]}"/>'
-                     f'<text x="{legend_x + 12}" y="{14 + 12 * s}" font-size="10">{escape(name)}</text>')
+        parts.append(f'<rect x="{legend_x}" y="{4 + 12 * s}" width="9" height="9" fill="{colours[s % 2]}"/>'
+                     f'<text x="{legend_x + 12}" y="{12 + 12 * s}" font-size="10">{escape(name)}</text>')
     if reference:
-        parts.append(f'<line x1="{legend_x}" y1="{10 + 12 * len(series)}" x2="{legend_x + 9}" '
-                     f'y2="{10 + 12 * len(series)}" stroke="#b22"/><text x="{legend_x + 12}" '
-                     f'y="{14 + 12 * len(series)}" font-size="10">uniform expectation</text>')
+        parts.append(f'<line x1="{legend_x}" y1="{8 + 12 * len(series)}" x2="{legend_x + 9}" '
+                     f'y2="{8 + 12 * len(series)}" stroke="#b22"/><text x="{legend_x + 12}" '
+                     f'y="{12 + 12 * len(series)}" font-size="10">{escape(reference_label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -105,7 +109,8 @@ def frequency_figures(report: dict) -> str:
     for p in doc.statistical_rows(report):
         worst = p["statistics"]["worst"]
         labels = [str(i) for i in range(len(worst["expected"]))]
-        svg = bars_svg(worst["name"], [("expected", worst["expected"]), ("observed", worst["observed"])], labels)
+        svg = bars_svg(worst["name"], [("observed", worst["observed"])], labels,
+                       reference=worst["expected"], reference_label="expected (exact)")
         caption = (
             f"{p['nodeid']}: test with the smallest p-value of {p['statistics']['tests']}: "
             f"n={worst['n']}, df={worst['df']}, statistic={doc.number(worst['statistic'])}, "
@@ -129,7 +134,8 @@ def calibration_figure(report: dict, bins: int = 20) -> str:
         counts[min(int(p * bins), bins - 1)] += 1
     labels = [f"{i / bins:.2f}" for i in range(bins)]
     uniform = [len(p_values) / bins] * bins
-    svg = bars_svg("calibration p-values", [("runs", counts)], labels, reference=uniform)
+    svg = bars_svg("calibration p-values", [("runs", counts)], labels,
+                   reference=uniform, reference_label="uniform expectation")
     caption = (
         f"{len(p_values)} chi-square p-values of the correct kernels in {bins} bins; a calibrated test "
         f"gives a flat histogram; {device_note(report)}"

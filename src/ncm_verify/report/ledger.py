@@ -133,8 +133,12 @@ def duplicated(values: list) -> set:
     return {v for v in values if values.count(v) > 1}
 
 
-def load_ledger(path: Path | None = None) -> dict:
-    """Read and schema-check ledger.json; raise `LedgerError` listing every problem."""
+def read_ledger(path: Path | None = None) -> tuple[dict, list[str]]:
+    """ledger.json and its schema problems; raise `LedgerError` only when unusable.
+
+    The report reads it this way so that a half-finished ledger still yields a
+    report, with its problems listed, rather than none.
+    """
     path = Path(path) if path else default_ledger_path()
     try:
         ledger = json.loads(path.read_text(encoding="utf-8"))
@@ -143,8 +147,21 @@ def load_ledger(path: Path | None = None) -> dict:
     except json.JSONDecodeError as error:
         raise LedgerError(f"ledger: {path} is not JSON: {error}") from error
     problems = schema_problems(ledger)
-    if problems:
+    usable = isinstance(ledger, dict) and all(
+        isinstance(entry, dict) and {"id"} <= entry.keys()
+        for key in ("sources", "claims")
+        for entry in (ledger.get(key) if isinstance(ledger.get(key), list) else [None])
+    )
+    if not usable:
         raise LedgerError(f"ledger: {path} breaks its schema:\n  " + "\n  ".join(problems))
+    return ledger, problems
+
+
+def load_ledger(path: Path | None = None) -> dict:
+    """Read and schema-check ledger.json; raise `LedgerError` listing every problem."""
+    ledger, problems = read_ledger(path)
+    if problems:
+        raise LedgerError(f"ledger: {path or default_ledger_path()} breaks its schema:\n  " + "\n  ".join(problems))
     return ledger
 
 

@@ -60,4 +60,4 @@ def render_markdown(report: dict) -> str:
     for table in (doc.bench_table(report), doc.environment_table(report), doc.sources_table(report)):
         if table is not None:
             parts.append(render_table(table))
-    return "\n".join(part for part in parts if part).rstrip() + "\n"
+    return "\n\n".join(part.strip() for part in parts if part.strip()) + "\n"

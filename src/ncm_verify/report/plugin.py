@@ -219,6 +219,8 @@ def pytest_runtest_makereport(item, call):
 _FALSIFYING = re.compile(
     r"^(?:Falsifying (?:explicit )?example|Failing test case):.*?(?:^\)$|\Z)", re.M | re.S
 )
+_HYPOTHESIS_TAIL = re.compile(r"^(?:Falsifying|Failing test case:|You can reproduce)", re.M)
+"""Where Hypothesis's own lines start in a crash message; the report shows them apart."""
 _REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
@@ -287,11 +289,10 @@ class EvidenceCollector:
             entry["skip_reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
         elif report.failed:
             entry["outcome"] = "failed" if report.when == "call" else "error"
-            text = report_text(report)
             entry["failure"] = {
                 "phase": report.when,
-                "message": crash_message(report),
-                **failure_details(text),
+                "message": _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
+                **failure_details(report_text(report)),
             }
 
     def policy(self) -> dict:

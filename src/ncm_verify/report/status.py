@@ -19,6 +19,11 @@ STATUSES = (SHOWN, FAILED, NOT_CHECKABLE, NOT_RUN)
 FAILING_OUTCOMES = ("failed", "error")
 
 
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """'1 property', '3 properties'."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def reproduce_command(node: dict, impl: str, profile: str) -> str:
     """The shell line that reruns one property exactly as the run did."""
     return f"HYPOTHESIS_PROFILE={profile} python -m pytest '{node['nodeid']}' --impl={impl}"
@@ -100,14 +105,18 @@ def derive_status(claim: dict, nodes: list[dict]) -> tuple[str, str]:
         return NOT_CHECKABLE, claim["not_checkable"]
     failing = [n["nodeid"] for n in nodes if n["outcome"] in FAILING_OUTCOMES]
     if failing:
-        return FAILED, f"{len(failing)} of {len(nodes)} property runs failed: {', '.join(failing)}"
+        return FAILED, f"{len(failing)} of {count(len(nodes), 'property run')} failed: {', '.join(failing)}"
     ran = {n["property"] for n in nodes if n["outcome"] == "passed"}
     missing = [p for p in claim["properties"] if p not in ran]
+    if not claim["properties"] and not nodes:
+        return NOT_RUN, "the ledger lists no property for it and gives no reason"
     if not nodes:
         return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
     if not ran:
         return NOT_RUN, "every property run was skipped"
     if missing:
-        return NOT_RUN, f"{len(missing)} of {len(claim['properties'])} listed properties did not pass a run: {', '.join(missing)}"
+        listed = count(len(claim["properties"]), "listed property", "listed properties")
+        return NOT_RUN, f"{len(missing)} of {listed} did not pass a run: {', '.join(missing)}"
     examples = sum((n.get("hypothesis") or {}).get("examples") or 0 for n in nodes)
-    return SHOWN, f"{len(ran)} properties in {len(nodes)} runs passed, {examples} examples"
+    properties = count(len(ran), "property", "properties")
+    return SHOWN, f"{properties} passed in {count(len(nodes), 'run')}, {count(examples, 'example')}"

@@ -19,8 +19,8 @@ def render_terminal(report: dict) -> str:
     lines.append("  claims:")
     for claim in report["claims"]:
         lines.append(
-            f"    {claim['id']:<4} {claim['status']:<14} {claim['property_count']:>3} properties "
-            f"{claim['examples']:>6} examples"
+            f"    {claim['id']:<4} {claim['status']:<14} {claim['property_count']:>3} properties, "
+            f"{claim['examples']:>5} examples"
         )
     rows = doc.statistical_rows(report)
     if rows:
