@@ -61,6 +61,8 @@ def pytest_configure(config):
             records = stats.records_path()
             records.parent.mkdir(parents=True, exist_ok=True)
             records.unlink(missing_ok=True)
+            # a run that dies before its end must not leave an older run's evidence behind
+            (Path(report_dir) / EVIDENCE_FILE).unlink(missing_ok=True)
             collector = EvidenceCollector(config, Path(report_dir))
             config.stash[_COLLECTOR] = collector
             config.pluginmanager.register(collector, "ncm-verify-evidence")
