@@ -1,0 +1,52 @@
+"""Planted bugs: complete alternative implementations the suite must reject.
+
+Each module here is an implementation under test (``--impl ncm_verify.mutants.NAME``)
+that differs from the reference by one decision. `make test` runs the
+properties against every one and fails unless each is caught.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ncm_verify import speculative
+from ncm_verify.speculative import REFERENCE_RULES, Rules
+
+MUTANTS = {
+    "ratio_inverted": "accepts with min(1, q/p) instead of min(1, p/q)",
+    "residual_unnormalised": "inverse-CDF draw from max(p - q, 0) without normalising it",
+    "residual_flipped": "corrects from max(q - p, 0) instead of max(p - q, 0)",
+    "resample_from_target": "corrects from p instead of the residual",
+    "resample_from_draft": "corrects from q instead of the residual",
+    "shared_uniform": "one uniform shared by every position of a block",
+    "bonus_wrong_row": "draws the bonus token from the last draft's target row",
+    "rows_off_by_one": "judges draft i against target row i + 1",
+    "u_zero_accepts": "uniforms in [0, 1) and acceptance u <= p/q: u = 0 accepts p(x) = 0",
+    "latent_mismatch": "after a changed latent, verifies the old drafts as if drafted under the new one",
+}
+
+
+def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, apply_latent_chain=None) -> dict:
+    """The protocol's kernels with `rules`, chain inputs rewritten by `chain_inputs`."""
+
+    def apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules=rules):
+        arguments = (target_probs, draft_probs, draft_tokens, num_draft, uniforms)
+        if chain_inputs is not None:
+            arguments = chain_inputs(*arguments)
+        return speculative.apply_chain(*arguments, rules=rules)
+
+    apply_factorized = partial(speculative.apply_factorized, rules=rules)
+    apply_latent = partial(apply_latent_chain or speculative.apply_latent_chain, rules=rules)
+    return {
+        "apply_chain": apply_chain,
+        "apply_factorized": apply_factorized,
+        "apply_latent_chain": apply_latent,
+        "verify_chain": partial(speculative.verify_chain, rules=rules, apply=apply_chain),
+        "verify_factorized": partial(speculative.verify_factorized, rules=rules, apply=apply_factorized),
+        "verify_latent_chain": partial(speculative.verify_latent_chain, rules=rules, apply=apply_latent),
+    }
+
+
+def with_rule(**changes) -> dict:
+    """The reference with one of its rules swapped."""
+    return make_implementation(REFERENCE_RULES._replace(**changes))
