@@ -19,16 +19,20 @@ $(VENV)/installed: pyproject.toml
 
 install: $(VENV)/installed
 
-# Every property, derandomized under the `ci` profile; the report is written
-# even when a property fails, and the exit status is the properties'.
+# Every property, derandomized under the `ci` profile, then the teeth self-tests
+# (planted bugs caught, calibration) whose verdicts the report shows. The report
+# is written even when something fails; the exit status is the worst of the runs.
 verify: install
 	@status=0; HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) properties -q -n $(JOBS) \
 		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) || status=$$?; \
+	rm -rf $(REPORTS)/mutants $(REPORTS)/mutants.json $(REPORTS)/calibration.json; \
+	NCM_VERIFY_SELFTEST_DIR=$(REPORTS) $(PYTEST) tests -m teeth -q -n $(JOBS) || [ $$status -ne 0 ] || status=1; \
 	$(PY) -m ncm_verify report --reports $(REPORTS) || [ $$status -ne 0 ] || status=1; \
 	exit $$status
 
+# The suite's own tests (ledger, report, cache files, configs), then the main job.
 test: install
-	$(PYTEST) tests -q -n $(JOBS)
+	$(PYTEST) tests -m "not teeth" -q -n $(JOBS)
 	$(MAKE) verify
 
 bench: install

@@ -8,7 +8,8 @@ import pytest
 
 
 def report_dir() -> Path:
-    return Path(os.environ.get("NCM_VERIFY_REPORT_DIR", "reports"))
+    """Teeth verdicts go beside `make verify`'s report (kept apart from this run's own evidence)."""
+    return Path(os.environ.get("NCM_VERIFY_SELFTEST_DIR", "reports"))
 
 
 def pytest_sessionfinish(session):

@@ -175,6 +175,18 @@ def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
     return mx.take_along_axis(rows, safe[..., None], axis=-1)[..., 0]
 
 
+def gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
+    """``rows[b, i, ids[b, i]]`` for the first G rows, without copying the rows."""
+    batch, count, vocab = rows.shape
+    flat = (mx.arange(batch)[:, None] * count + mx.arange(ids.shape[1])[None]) * vocab + mx.maximum(ids, 0)
+    return rows.reshape(-1)[flat]
+
+
+def gather_row(rows: mx.array, index: mx.array) -> mx.array:
+    """``rows[b, index[b]]``: one ``[V]`` row per sequence."""
+    return mx.take_along_axis(rows, index[:, None, None], axis=1)[:, 0]
+
+
 def accept_drafts(p_x: mx.array, q_x: mx.array, uniforms: mx.array) -> mx.array:
     """Accept with probability min(1, p/q) as ``u * q < p``: p(x) = 0 is never accepted."""
     return uniforms * q_x.astype(mx.float32) < p_x.astype(mx.float32)
@@ -227,16 +239,17 @@ def apply_chain(
     """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
     max_draft = draft_tokens.shape[1]
     is_draft = mx.arange(max_draft)[None] < num_draft[:, None]
-    p_x = gather_last(target_probs[:, :max_draft], draft_tokens)
-    q_x = gather_last(draft_probs, draft_tokens)
+    p_x = gather_drafted(target_probs, draft_tokens)
+    q_x = gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
     num_accepted = count_accepted(accepted)
-    # Only the emission row is read: the rejected position, or the bonus row.
-    row = num_accepted[:, None, None]
-    p_row = mx.take_along_axis(target_probs, row, axis=1)[:, 0]
-    q_padded = mx.concatenate([draft_probs, mx.zeros_like(target_probs[:, :1])], axis=1)
-    q_row = mx.take_along_axis(q_padded, row, axis=1)[:, 0]
-    q_row = mx.where((num_accepted < num_draft)[:, None], q_row, 0.0)
+    # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
+    p_row = gather_row(target_probs, num_accepted)
+    if max_draft:
+        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
+        q_row = mx.where((num_accepted < num_draft)[:, None], q_row, 0.0)
+    else:
+        q_row = mx.zeros_like(p_row)
     emitted = rules.correct(p_row, q_row, uniforms[:, 1, 0])
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
