@@ -91,13 +91,7 @@ def acceptance(p_x: float, q_x: float) -> float:
 
 def factorized_position(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Output distribution of one position: draft x ~ q, accept or correct."""
-    out = np.zeros_like(p)
-    correction = residual(p, q)
-    for x in np.flatnonzero(q > 0):
-        accept = acceptance(p[x], q[x])
-        out[x] += q[x] * accept
-        out += q[x] * (1.0 - accept) * correction
-    return out
+    return flawed_position(p, q, q)
 
 
 def product_distribution(rows: list[np.ndarray]) -> dict[tuple[int, ...], float]:
@@ -243,7 +237,7 @@ def latent_chain_output_distribution(fixture: LatentFixture, *, flawed: bool = F
 
 
 def flawed_position(p: np.ndarray, q_sampled: np.ndarray, q_claimed: np.ndarray) -> np.ndarray:
-    """A position drafted from `q_sampled` but verified as if from `q_claimed`."""
+    """A position drafted from `q_sampled` but verified as if from `q_claimed` (correct when equal)."""
     out = np.zeros_like(p)
     correction = residual(p, q_claimed)
     for x in np.flatnonzero(q_sampled > 0):

@@ -67,16 +67,21 @@ def _is_true(condition: mx.array) -> bool:
     return bool(mx.all(condition).item())
 
 
+def check_floating(name: str, array, ndim: int, what: str) -> None:
+    """An ``mx.array`` of `ndim` floating-point dimensions with a non-empty last axis."""
+    if not isinstance(array, mx.array):
+        raise ValueError(f"{name}: expected an mx.array, got {type(array).__name__}")
+    if array.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(array.shape)}")
+    if not mx.issubdtype(array.dtype, mx.floating):
+        raise ValueError(f"{name}: {what} must be floating point, got {array.dtype}")
+    if array.shape[-1] < 1:
+        raise ValueError(f"{name}: empty vocabulary")
+
+
 def check_probabilities(name: str, probs, ndim: int) -> mx.array:
     """Probability rows: floating, finite, non-negative, each summing to 1."""
-    if not isinstance(probs, mx.array):
-        raise ValueError(f"{name}: expected an mx.array, got {type(probs).__name__}")
-    if probs.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(probs.shape)}")
-    if not mx.issubdtype(probs.dtype, mx.floating):
-        raise ValueError(f"{name}: probabilities must be floating point, got {probs.dtype}")
-    if probs.shape[-1] < 1:
-        raise ValueError(f"{name}: empty vocabulary")
+    check_floating(name, probs, ndim, "probabilities")
     if probs.size == 0:
         return probs
     as_float = probs.astype(mx.float32)
@@ -91,15 +96,8 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
 
 
 def check_scores(name: str, scores, ndim: int) -> mx.array:
-    """Logits or probabilities for greedy decoding: floating and free of NaN."""
-    if not isinstance(scores, mx.array):
-        raise ValueError(f"{name}: expected an mx.array, got {type(scores).__name__}")
-    if scores.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(scores.shape)}")
-    if not mx.issubdtype(scores.dtype, mx.floating):
-        raise ValueError(f"{name}: scores must be floating point, got {scores.dtype}")
-    if scores.shape[-1] < 1:
-        raise ValueError(f"{name}: empty vocabulary")
+    """Logits or probabilities for greedy decoding: floating and free of NaN (-inf is fine)."""
+    check_floating(name, scores, ndim, "scores")
     if scores.size and not _is_true(~mx.isnan(scores)):
         raise ValueError(f"{name}: contains NaN")
     return scores
