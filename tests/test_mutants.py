@@ -9,24 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify.mutants import MUTANTS
+from ncm_verify.mutants import MUTANTS, PREFIX_CACHE_MUTANTS
 
 pytestmark = pytest.mark.teeth
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL_PROPERTIES = sorted(
-    str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py") if not path.name.startswith("test_prefix")
-)
+PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
+PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
+KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in path]
 SWEEP_TIMEOUT = 600
 
 
-def run_properties(module: str, scratch: Path) -> tuple[list[str], list[str]]:
-    """Run the kernel properties against `module`; return (failed, passed) node ids."""
+def run_properties(module: str, files: list[str], scratch: Path) -> tuple[list[str], list[str]]:
+    """Run the properties in `files` against `module`; return (failed, passed) node ids."""
     junit = scratch / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
     env["HYPOTHESIS_PROFILE"] = "selftest"
     subprocess.run(
-        [sys.executable, "-m", "pytest", *KERNEL_PROPERTIES, f"--impl={module}", "-q", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", *files, f"--impl={module}", "-q", "-p", "no:xdist",
          f"--junitxml={junit}", f"--ncm-report-dir={scratch}"],
         cwd=ROOT, env=env, capture_output=True, timeout=SWEEP_TIMEOUT, check=False,
     )
@@ -41,7 +41,8 @@ def run_properties(module: str, scratch: Path) -> tuple[list[str], list[str]]:
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports):
     module = f"ncm_verify.mutants.{name}"
-    failed, passed = run_properties(module, tmp_path)
+    files = PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS else KERNEL_PROPERTIES
+    failed, passed = run_properties(module, files, tmp_path)
     verdict = {
         "name": name, "module": module, "description": MUTANTS[name],
         "caught": bool(failed), "caught_by": failed, "failed": failed, "passed": passed,

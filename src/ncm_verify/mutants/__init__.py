@@ -23,7 +23,12 @@ MUTANTS = {
     "rows_off_by_one": "judges draft i against target row i + 1",
     "u_zero_accepts": "uniforms in [0, 1) and acceptance u <= p/q: u = 0 accepts p(x) = 0",
     "latent_mismatch": "after a changed latent, verifies the old drafts as if drafted under the new one",
+    "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
+    "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
+    "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
 }
+PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
+"""Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 
 
 def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, apply_latent_chain=None) -> dict:
@@ -50,3 +55,14 @@ def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, ap
 def with_rule(**changes) -> dict:
     """The reference with one of its rules swapped."""
     return make_implementation(REFERENCE_RULES._replace(**changes))
+
+
+def make_prefix_cache(rewrite_key) -> type:
+    """The reference `PrefixCache` whose keys pass through `rewrite_key(key) -> key`."""
+    from ncm_verify.ncm import PrefixCache
+
+    class RewrittenKeyCache(PrefixCache):
+        def keys_for(self, model, prefixes, namespace=""):
+            return [rewrite_key(key) for key in super().keys_for(model, prefixes, namespace)]
+
+    return RewrittenKeyCache
