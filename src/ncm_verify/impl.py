@@ -28,7 +28,8 @@ callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
 
 All must raise ``ValueError`` naming the argument on invalid input. An
 implementation may also provide the NCM model and cache names listed in
-``NCM_NAMES``; properties of the parts it lacks fail with a clear message.
+``NCM_NAMES`` and the decoding names in ``MLX_LM_NAMES``; properties of the parts it
+lacks fail with a clear message.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ NCM_NAMES: tuple[str, ...] = (
     "generate_cached",  # (model, prefix, key, cache=None, namespace="") -> Generation
     "PrefixCache",  # (max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes
 )
+MLX_LM_NAMES: tuple[str, ...] = (
+    # Autoregressive decoding with a causal-mask model, mlx-lm conventions (claim C8); a cache is one per layer.
+    "KVCache",  # () with update_and_fetch(keys, values), state, offset, size(), is_trimmable(), trim(n) -> n
+    "RotatingKVCache",  # (max_size): the newest max_size positions; trim either exact or refused, never a no-op
+    "make_prompt_cache",  # (model, max_kv_size=None) -> list of per-layer caches
+    "can_trim_prompt_cache",  # (cache) -> bool
+    "trim_prompt_cache",  # (cache, num_tokens) -> number trimmed (0 when some layer cannot be)
+    "apply_model",  # (model, tokens [B, T], cache) -> next-token logits [B, T, V]; updates cache
+    "apply_prefill",  # (model, prompt [B, T], cache, prefill_step_size=512) -> prompt[:, -1:]; caches the rest
+    "rewind_caches",  # (target_cache, draft_cache, num_draft, num_accepted): drop rejected drafts' K/V
+    "speculative_generate",  # (target, draft, prompt, max_tokens, *, num_draft, key=None, kernels) -> max_tokens ids
+)
 
 
 def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
@@ -82,5 +95,16 @@ def ncm_api(module: ModuleType) -> ModuleType:
         raise ValueError(
             f"impl: module {module.__name__!r} provides no NCM model/cache ({', '.join(missing)} missing); "
             "the prefix-caching properties need them"
+        )
+    return module
+
+
+def mlx_lm_api(module: ModuleType) -> ModuleType:
+    """`module` once checked to provide every name of `MLX_LM_NAMES`; a ValueError naming those it lacks."""
+    missing = [attr for attr in MLX_LM_NAMES if getattr(module, attr, None) is None]
+    if missing:
+        raise ValueError(
+            f"impl: module {module.__name__!r} provides no autoregressive decoding ({', '.join(missing)} missing); "
+            "the mlx-lm convention properties (C8) need them"
         )
     return module

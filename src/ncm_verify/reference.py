@@ -11,6 +11,15 @@ from ncm_verify.speculative import (  # noqa: F401
     verify_latent_chain,
 )
 from ncm_verify.ncm import (  # noqa: F401
+    KVCache,
+    RotatingKVCache,
+    apply_model,
+    apply_prefill,
+    can_trim_prompt_cache,
+    make_prompt_cache,
+    rewind_caches,
+    speculative_generate,
+    trim_prompt_cache,
     NCMConfig,
     PrefixCache,
     fingerprint,

@@ -8,7 +8,17 @@ from ncm_verify.ncm.cache import (  # noqa: F401
     require_reusable,
 )
 from ncm_verify.ncm.config import NCMConfig, load_config  # noqa: F401
+from ncm_verify.ncm.decode import rewind_caches, speculative_generate  # noqa: F401
 from ncm_verify.ncm.generate import Generation, generate_cached, generate_uncached  # noqa: F401
+from ncm_verify.ncm.kv_cache import (  # noqa: F401
+    KVCache,
+    RotatingKVCache,
+    apply_model,
+    apply_prefill,
+    can_trim_prompt_cache,
+    make_prompt_cache,
+    trim_prompt_cache,
+)
 from ncm_verify.ncm.masks import (  # noqa: F401
     ISOLATED_MASK_NAMES,
     MASKS,
