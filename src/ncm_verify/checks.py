@@ -176,3 +176,23 @@ def assert_sampler_matches(
     result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
     assert_fits(result, call=call)
     return result
+
+
+def top_two_gap(logits) -> float:
+    """Smallest gap between the best and second-best logit of any row: an argmax flips only past it."""
+    values = np.sort(as_numpy(logits).astype(np.float64), axis=-1)
+    return float((values[..., -1] - values[..., -2]).min(initial=np.inf)) if values.shape[-1] > 1 else np.inf
+
+
+def assert_decodings_equal(actual, expected, *, margin: float, scale: float, dtype, label: str, call: str = "") -> None:
+    """Two greedy decodings emit identical tokens.
+
+    A mismatch where `expected` had a near-tie (a top-two `margin` within twice
+    the tolerance at logit `scale`) is ill-conditioned input: the example is rejected.
+    """
+    tolerance = tolerance_for(dtype)
+    actual, expected = list(actual), list(expected)
+    flipped = len(actual) == len(expected) and actual != expected
+    if flipped and margin <= 2 * (tolerance.atol + tolerance.rtol * scale):
+        reject()
+    assert_equal(np.asarray(actual), np.asarray(expected), label=label, call=call)

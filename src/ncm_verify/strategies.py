@@ -143,3 +143,18 @@ def kernel_cases(draw, batch: int = 64, kernels=KERNELS):
         fixture = draw(latent_fixtures(), label="fixture")
     max_draft = draw(draft_lengths, label="max drafts")
     return make_kernel_case(kernel, fixture, batch=batch, seed=draw(seeds, label="draft seed"), max_draft=max_draft)
+
+
+# --- autoregressive decoding, mlx-lm conventions (claim C8) -----------------------
+
+invalid_budgets = st.one_of(
+    st.integers(max_value=0),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=2),
+)
+"""Output budgets that are not positive integers: 0, negatives, floats (2.0 too), booleans, None, strings."""
+
+update_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=8)
+"""Positions per cache update: one at a time (decoding) or several (prefill, verification)."""
