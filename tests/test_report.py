@@ -107,7 +107,7 @@ def test_a_failed_property_fails_its_claim_with_the_reproduction_line(ledger, ev
     failure = claims_by_id(report)["C2"]["properties"][0]["failure"]
     assert failure["reproduce_failure"] == REPRODUCE
     assert failure["command"] == (
-        "HYPOTHESIS_PROFILE=ci python -m pytest 'properties/test_prefix.py::test_cached' --impl=ncm_verify.reference"
+        "HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest 'properties/test_prefix.py::test_cached' --impl=ncm_verify.reference"
     )
     assert report["run"]["verdict"] == "failed"
     for text in (render_markdown(report), render_html(report)):

@@ -26,7 +26,7 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
 
 def reproduce_command(node: dict, impl: str, profile: str) -> str:
     """The shell line that reruns one property exactly as the run did."""
-    return f"HYPOTHESIS_PROFILE={profile} python -m pytest '{node['nodeid']}' --impl={impl}"
+    return f"HYPOTHESIS_PROFILE={profile} .venv/bin/python -m pytest '{node['nodeid']}' --impl={impl}"
 
 
 def stats_summary(records: list[dict]) -> dict | None:
