@@ -39,6 +39,18 @@ def draw_models(data, impl, *, dtype: str = "float32"):
     return config, api.make_model(config), draft_config, api.make_model(draft_config)
 
 
+def draw_request(data, impl):
+    """Target and draft models, a prompt, a budget that fits the context, and G."""
+    config, target, draft_config, draft = draw_models(data, impl)
+    length = data.draw(st.integers(1, config.total_length - 1), label="prompt length")
+    prompt = data.draw(strategies.prefixes(config, length), label="prompt")
+    max_tokens = data.draw(st.integers(1, config.total_length - length), label="max_tokens")
+    num_draft = data.draw(st.integers(1, 4), label="num_draft")
+    call = (f"speculative_generate(make_model({config}), draft seed {draft_config.seed}, {prompt}, "
+            f"max_tokens={max_tokens}, num_draft={num_draft}")
+    return config, target, draft, prompt, max_tokens, num_draft, call
+
+
 def whole_sequence_logits(impl, model, tokens: list[int]) -> mx.array:
     """Logits of `tokens` in one pass over an empty cache: nothing is read back from a cache."""
     return impl.apply_model(model, mx.array([tokens], dtype=mx.int32), impl.make_prompt_cache(model))[0]
@@ -148,14 +160,9 @@ def greedy_decoding(impl, model, prompt: list[int], max_tokens: int) -> tuple[li
 @given(data=st.data())
 def test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding(impl, data):
     decode = mlx_lm_api(impl)
-    config, target, draft_config, draft = draw_models(data, impl)
-    length = data.draw(st.integers(1, config.total_length - 1), label="prompt length")
-    prompt = data.draw(strategies.prefixes(config, length), label="prompt")
-    max_tokens = data.draw(st.integers(1, config.total_length - length), label="max_tokens")
-    num_draft = data.draw(st.integers(1, 4), label="num_draft")
+    config, target, draft, prompt, max_tokens, num_draft, call = draw_request(data, impl)
     step = data.draw(st.integers(1, 4), label="prefill_step_size")
-    call = (f"speculative_generate(make_model({config}), draft seed {draft_config.seed}, {prompt}, "
-            f"max_tokens={max_tokens}, num_draft={num_draft}, prefill_step_size={step})")
+    call += f", prefill_step_size={step})"
     note(call)
     emitted = decode.speculative_generate(target, draft, mx.array(prompt, dtype=mx.int32), max_tokens,
                                           num_draft=num_draft, kernels=impl, prefill_step_size=step)
@@ -224,14 +231,9 @@ def test_a_trim_count_that_is_negative_too_large_or_not_an_integer_raises_a_valu
 @given(data=st.data())
 def test_speculative_decoding_emits_exactly_max_tokens_for_every_positive_budget(impl, data):
     decode = mlx_lm_api(impl)
-    config, target, draft_config, draft = draw_models(data, impl)
-    length = data.draw(st.integers(1, config.total_length - 1), label="prompt length")
-    prompt = data.draw(strategies.prefixes(config, length), label="prompt")
-    max_tokens = data.draw(st.integers(1, config.total_length - length), label="max_tokens")
-    num_draft = data.draw(st.integers(1, 4), label="num_draft")
+    config, target, draft, prompt, max_tokens, num_draft, call = draw_request(data, impl)
     seed = data.draw(st.none() | strategies.seeds, label="sampler seed (None: greedy)")
-    call = (f"speculative_generate(make_model({config}), draft seed {draft_config.seed}, {prompt}, "
-            f"max_tokens={max_tokens}, num_draft={num_draft}, key={seed})")
+    call += f", key={seed})"
     note(call)
     emitted = decode.speculative_generate(target, draft, mx.array(prompt, dtype=mx.int32), max_tokens,
                                           num_draft=num_draft, kernels=impl,

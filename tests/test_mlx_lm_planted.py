@@ -142,7 +142,9 @@ def test_the_same_properties_pass_on_the_reference_under_these_settings():
 
 
 def test_the_greedy_decoding_property_catches_a_rewind_that_keeps_a_rejected_draft():
-    with pytest.raises(AssertionError):
+    # Stale entries either change a token (AssertionError) or overrun the context the
+    # reference refuses to exceed (ValueError on valid input): both fail the property.
+    with pytest.raises((AssertionError, ValueError)):
         run_property("test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding",
                      planted(speculative_generate=generate_with_stale_rewind))
 

@@ -88,23 +88,22 @@ def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
     return module
 
 
-def ncm_api(module: ModuleType) -> ModuleType:
-    """`module` once checked to provide every name of `NCM_NAMES`; a ValueError naming those it lacks."""
-    missing = [attr for attr in NCM_NAMES if getattr(module, attr, None) is None]
+def require_names(module: ModuleType, names: tuple[str, ...], what: str, needed_by: str) -> ModuleType:
+    """`module` once checked to provide every one of `names`; a ValueError naming those it lacks."""
+    missing = [attr for attr in names if getattr(module, attr, None) is None]
     if missing:
         raise ValueError(
-            f"impl: module {module.__name__!r} provides no NCM model/cache ({', '.join(missing)} missing); "
-            "the prefix-caching properties need them"
+            f"impl: module {module.__name__!r} provides no {what} ({', '.join(missing)} missing); "
+            f"{needed_by} need them"
         )
     return module
+
+
+def ncm_api(module: ModuleType) -> ModuleType:
+    """`module` checked to provide the NCM model and prefix cache (`NCM_NAMES`)."""
+    return require_names(module, NCM_NAMES, "NCM model/cache", "the prefix-caching properties")
 
 
 def mlx_lm_api(module: ModuleType) -> ModuleType:
-    """`module` once checked to provide every name of `MLX_LM_NAMES`; a ValueError naming those it lacks."""
-    missing = [attr for attr in MLX_LM_NAMES if getattr(module, attr, None) is None]
-    if missing:
-        raise ValueError(
-            f"impl: module {module.__name__!r} provides no autoregressive decoding ({', '.join(missing)} missing); "
-            "the mlx-lm convention properties (C8) need them"
-        )
-    return module
+    """`module` checked to provide autoregressive decoding (`MLX_LM_NAMES`)."""
+    return require_names(module, MLX_LM_NAMES, "autoregressive decoding", "the mlx-lm convention properties (C8)")
