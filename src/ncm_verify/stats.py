@@ -239,5 +239,10 @@ def record(result: ChiSquareResult) -> None:
     path = records_path()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, default=float) + "\n")
+        # One O_APPEND write per record: lines from parallel workers never interleave.
+        line = (json.dumps(entry, default=float) + "\n").encode()
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
