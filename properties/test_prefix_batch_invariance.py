@@ -1,8 +1,10 @@
-"""Batch invariance: a cache entry built at one batch size serves another with identical results."""
+"""Batch invariance: a cache entry built at one batch size serves another with identical results,
+and one key is split into a key per row, so a row's draws do not depend on the rest of its batch."""
 
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from ncm_verify import strategies
 from ncm_verify.checks import assert_equal
 from ncm_verify.impl import ncm_api
+from ncm_verify.ncm.config import fixture_fields
 
 
 def batch_with(data, config, prefix, label: str) -> tuple[list, int]:
@@ -51,3 +54,65 @@ def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_res
     for label, a, b in pairs:
         assert_equal(b, a, label=f"served at another batch size: {label}",
                      call=f"{call}; batch {len(second)} vs {len(first)}")
+
+
+def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, levels: int, label: str, call: str) -> None:
+    """Row `actual_row` of one generation equals row `expected_row` of another: draws and logits, exactly."""
+    pairs = [("latents", actual.latents[actual_row], expected.latents[expected_row])]
+    for level in range(levels):
+        pairs += [(f"level {level} tokens", actual.tokens[level][actual_row], expected.tokens[level][expected_row]),
+                  (f"level {level} latent logits", actual.latent_logits[level][actual_row],
+                   expected.latent_logits[level][expected_row]),
+                  (f"level {level} token logits", actual.token_logits[level][actual_row],
+                   expected.token_logits[level][expected_row])]
+    for what, a, b in pairs:
+        assert_equal(a, b, label=f"{label}: {what}", call=call)
+
+
+@pytest.mark.claim("C2")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@given(data=st.data())
+def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_are_sampled_independently(
+        impl, dtype, data):
+    api = ncm_api(impl)
+    config = data.draw(strategies.ncm_configs(api.NCMConfig, dtypes=(dtype,)), label="config")
+    prefix = data.draw(strategies.prefixes(config), label="prefix")
+    copies = data.draw(st.integers(2, 4), label="copies")
+    seed = data.draw(strategies.seeds, label="sampler_seed")
+    key, batch = mx.random.key(seed), mx.array([prefix] * copies, dtype=mx.int32)
+    split = mx.random.split(key, copies)
+    call = f"make_model({config}); generate_*({copies} copies of {prefix}, key=mx.random.key({seed}))"
+    note(call)
+    rows = [tuple(int(x) for x in split[row].tolist()) for row in range(copies)]
+    assert len(set(rows)) == copies, f"split keys repeat: {rows}\n  call: {call}"
+    model, levels = api.make_model(config), len(config.level_sizes)
+    for name in ("generate_uncached", "generate_cached"):
+        generate = getattr(api, name)
+        single = generate(model, batch, key)
+        explicit = generate(model, batch, split)
+        for row in range(copies):
+            assert_rows_equal(single, row, explicit, row, levels,
+                              label=f"{name}: one key vs mx.random.split(key, {copies}), row {row}", call=call)
+            alone = generate(model, batch[row:row + 1], split[row:row + 1])
+            assert_rows_equal(single, row, alone, 0, levels,
+                              label=f"{name}: row {row} in the batch vs alone with its split key", call=call)
+
+
+@pytest.mark.claim("C2")
+def test_copies_of_one_prefix_under_one_key_are_not_all_sampled_alike_on_the_tiny_config(impl):
+    api = ncm_api(impl)
+    config = api.NCMConfig(**fixture_fields("ncm_tiny"))
+    prefix, copies, seed = [0, 1, 2, 3], 32, 5
+    call = f"make_model(ncm_tiny); generate_*({copies} copies of {prefix}, key=mx.random.key({seed}))"
+    model, batch = api.make_model(config), mx.array([prefix] * copies, dtype=mx.int32)
+    for name in ("generate_uncached", "generate_cached"):
+        generation = getattr(api, name)(model, batch, mx.random.key(seed))
+        draws = np.concatenate([np.array(generation.latents), *map(np.array, generation.tokens)], axis=1)
+        distinct = len({tuple(row) for row in draws.tolist()})
+        print(f"{name}: {distinct} distinct draws among {copies} copies of one prefix under one key")
+        assert distinct > 1, f"{name}: every copy drew the same latents and tokens\n  call: {call}"
+        # the old broadcast semantics, spelled out: one key repeated per row forces identical draws
+        repeated = getattr(api, name)(model, batch, mx.broadcast_to(mx.random.key(seed), (copies, 2)))
+        for level, tokens in enumerate(repeated.tokens):
+            assert_equal(tokens, mx.broadcast_to(tokens[:1], tokens.shape),
+                         label=f"{name}: level {level} tokens under one key repeated per row", call=call)

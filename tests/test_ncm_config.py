@@ -1,14 +1,16 @@
-"""Self-tests of the NCM config, fixtures, masks and the implementation protocol."""
+"""Self-tests of the NCM config, fixtures, masks, generation input checks and the implementation protocol."""
 
 from __future__ import annotations
 
 import types
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
 from ncm_verify.impl import ncm_api
-from ncm_verify.ncm import ISOLATED_MASK_NAMES, MASKS, NCMConfig, is_partial_prefix_isolated, is_prefix_isolated
+from ncm_verify.ncm import (ISOLATED_MASK_NAMES, MASKS, NCMConfig, generate_cached, generate_uncached,
+                            is_partial_prefix_isolated, is_prefix_isolated, make_model)
 from ncm_verify.ncm.config import fixture_fields, load_config, FIXTURES
 
 GOOD = fixture_fields("ncm_tiny")
@@ -53,3 +55,14 @@ def test_prefix_isolation_is_read_from_the_mask_as_the_design_table_says(name):
 def test_a_module_without_the_ncm_names_fails_with_a_message_naming_them():
     with pytest.raises(ValueError, match="PrefixCache"):
         ncm_api(types.ModuleType("speculative_only"))
+
+
+@pytest.mark.parametrize("generate", [generate_uncached, generate_cached], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("prefix", [
+    mx.array([[0.0, 1.0, 2.0, 3.0]]), mx.array([[0.5, 1.0, 2.0, 3.0]]), np.array([[0.9, 1.0, 2.0, 3.0]]),
+    [[0, 1.5, 2, 3]], mx.array([[True, False, True, False]]),
+], ids=["whole floats", "fractional float", "numpy float", "list with a float", "bool"])
+def test_a_non_integer_prefix_is_a_value_error_naming_prefix_not_a_silent_truncation(generate, prefix):
+    model = make_model(NCMConfig(**GOOD))
+    with pytest.raises(ValueError, match="^prefix:"):
+        generate(model, prefix, mx.random.key(0))

@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from ncm_verify.ncm.cache import PrefixCache, require_reusable
 from ncm_verify.ncm.model import KV, NCM
+from ncm_verify.speculative import per_sequence_keys
 
 
 @dataclasses.dataclass
@@ -38,20 +39,22 @@ class Generation:
     cache_hits: int = 0
 
 
-def _check_inputs(model: NCM, prefix: mx.array, key: mx.array) -> tuple[mx.array, mx.array]:
-    """The prefix as int32 ``[B, P]`` and one key per row ``[B, 2]``."""
+def _check_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
+    """The prefix as int32 ``[B, P]`` and one key per row ``[B, 2]``.
+
+    A single ``mx.random.key`` is split into one key per row, as the speculative
+    kernels do (`per_sequence_keys`), so identical prefixes in one batch are sampled
+    independently; per-row keys ``[B, 2]`` are used as given.
+    """
     config = model.config
     prefix = mx.array(prefix)
+    if not mx.issubdtype(prefix.dtype, mx.integer):
+        raise ValueError(f"prefix: token ids must be integers, got dtype {prefix.dtype}")
     if prefix.ndim != 2 or prefix.shape[1] != config.prefix_length:
         raise ValueError(f"prefix: expected shape [B, {config.prefix_length}], got {tuple(prefix.shape)}")
     if prefix.size and (mx.min(prefix).item() < 0 or mx.max(prefix).item() >= config.vocab_size):
         raise ValueError(f"prefix: token ids must lie in [0, {config.vocab_size})")
-    key = mx.array(key)
-    if key.ndim == 1 and key.shape == (2,):
-        key = mx.broadcast_to(key, (prefix.shape[0], 2))
-    if key.shape != (prefix.shape[0], 2) or key.dtype != mx.uint32:
-        raise ValueError(f"key: expected one mx.random.key or one per row [B, 2], got {tuple(key.shape)}")
-    return prefix.astype(mx.int32), key
+    return prefix.astype(mx.int32), per_sequence_keys(key, prefix.shape[0])
 
 
 def _sample(logits: mx.array, keys: mx.array) -> tuple[mx.array, mx.array]:
@@ -96,7 +99,7 @@ def generate_uncached(model: NCM, prefix, key) -> Generation:
     Args:
         model: the NCM (its mask may be any registered mask).
         prefix: token ids ``[B, P]``.
-        key: one ``mx.random.key`` or one per row ``[B, 2]``.
+        key: one ``mx.random.key`` (split into one key per row) or one per row ``[B, 2]``.
     """
     config = model.config
     prefix, keys = _check_inputs(model, prefix, key)
@@ -142,7 +145,7 @@ def generate_cached(model: NCM, prefix, key, cache: PrefixCache | None = None,
     Args:
         model: the NCM.
         prefix: token ids ``[B, P]``.
-        key: one ``mx.random.key`` or one per row ``[B, 2]``.
+        key: one ``mx.random.key`` (split into one key per row) or one per row ``[B, 2]``.
         cache: optional `PrefixCache` shared across requests.
         namespace: separates tenants in the cache key.
     """
