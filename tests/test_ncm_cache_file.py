@@ -1,5 +1,6 @@
 """Exhaustive self-tests of the cache file format: every truncation and every
-single-bit flip of a small file is rejected; keys never alias."""
+single-bit flip of a small file is rejected; keys never alias; the byte total
+stays exact across replacement and eviction."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import mlx.core as mx
 import pytest
 
 from ncm_verify.ncm import CacheKey, NCMConfig, PrefixCache, generate_cached, make_model
+from ncm_verify.ncm.cache import entry_nbytes
 from ncm_verify.ncm.config import fixture_fields
 
 
@@ -62,3 +64,19 @@ def test_distinct_keys_never_share_an_encoding(first, second):
 def test_a_negative_byte_budget_is_a_value_error_naming_it():
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(max_bytes=-1)
+
+
+def test_the_running_byte_total_counts_a_replaced_entry_once_and_drops_evicted_ones(saved):
+    path, _ = saved
+    cache = PrefixCache()
+    cache.load(path)
+    (key, entry), one = list(cache._entries.values())[0], cache.nbytes
+    assert one == entry_nbytes(entry) > 0
+    cache.load(path)  # the same key again: replaced, not double counted
+    cache.store(key, entry)
+    assert (len(cache), cache.nbytes) == (1, one)
+    small = PrefixCache(max_bytes=2 * one)
+    for token in range(5):
+        small.store(CacheKey((token,), "f", "ncm", "float16"), entry)
+        assert small.nbytes == sum(entry_nbytes(e) for _, e in small._entries.values()) <= small.max_bytes
+    assert (len(small), small.evictions, small.nbytes) == (2, 3, 2 * one)

@@ -87,6 +87,7 @@ class PrefixCache:
             raise ValueError(f"max_bytes: expected an integer >= 0, got {max_bytes!r}")
         self.max_bytes = max_bytes
         self._entries: collections.OrderedDict[bytes, tuple[CacheKey, Entry]] = collections.OrderedDict()
+        self._nbytes = 0  # running total of entry_nbytes over _entries, kept by store
         self.hits = self.misses = self.evictions = self.stores = 0
 
     def __len__(self) -> int:
@@ -94,8 +95,8 @@ class PrefixCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of K/V held, as the arrays report them."""
-        return sum(entry_nbytes(entry) for _, entry in self._entries.values())
+        """Bytes of K/V held, as the arrays report them (a running total, O(1))."""
+        return self._nbytes
 
     def keys_for(self, model: NCM, prefixes, namespace: str = "") -> list[CacheKey]:
         """One key per prefix (rows of token ids, any length); refuses a model whose
@@ -117,13 +118,19 @@ class PrefixCache:
 
     def store(self, key: CacheKey, entry: Entry) -> None:
         """Hold `entry` under `key`, evicting the least recently used to stay in budget."""
-        if entry_nbytes(entry) > self.max_bytes:
+        size = entry_nbytes(entry)
+        if size > self.max_bytes:
             return
-        self._entries[key.encode()] = (key, tuple(entry))
-        self._entries.move_to_end(key.encode())
+        encoded = key.encode()
+        replaced = self._entries.pop(encoded, None)
+        if replaced is not None:
+            self._nbytes -= entry_nbytes(replaced[1])
+        self._entries[encoded] = (key, tuple(entry))
+        self._nbytes += size
         self.stores += 1
-        while self.nbytes > self.max_bytes:
-            self._entries.popitem(last=False)
+        while self._nbytes > self.max_bytes:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self._nbytes -= entry_nbytes(evicted)
             self.evictions += 1
 
     def save(self, path: str | Path) -> None:
