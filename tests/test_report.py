@@ -102,6 +102,17 @@ def test_statuses_are_derived_from_the_evidence(ledger, evidence):
     assert statistics["tests"] == 2 and statistics["p_min"] == 0.03 and statistics["worst"]["p_value"] == 0.03
 
 
+def test_a_property_with_one_parametrisation_skipped_leaves_its_claim_not_run(ledger, evidence):
+    skipped = "properties/test_prefix.py::test_isolated[float16]"
+    evidence["properties"] = [
+        node("properties/test_prefix.py::test_isolated[float32]", ["C1"]),
+        node(skipped, ["C1"], outcome="skipped", skip_reason="float16 unsupported"),
+    ]
+    claim = claims_by_id(doc.build_report(ledger, evidence))["C1"]
+    assert claim["status"] == "not run"
+    assert skipped in claim["reason"] and "test_isolated[float32]" not in claim["reason"]
+
+
 def test_a_failed_property_fails_its_claim_with_the_reproduction_line(ledger, evidence):
     report = doc.build_report(ledger, evidence)
     failure = claims_by_id(report)["C2"]["properties"][0]["failure"]

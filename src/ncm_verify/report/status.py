@@ -2,8 +2,9 @@
 
 A claim is *shown* when every property the ledger lists for it ran and passed,
 *failed* when any of its property runs failed, *not checkable* when the ledger
-says why nothing can check it, and *not run* otherwise (no evidence, skipped,
-or some listed property missing from the run).
+says why nothing can check it, and *not run* otherwise (no evidence, any run
+skipped, even one parametrisation of a property whose siblings passed, or some
+listed property missing from the run).
 """
 
 from __future__ import annotations
@@ -106,14 +107,19 @@ def derive_status(claim: dict, nodes: list[dict]) -> tuple[str, str]:
     failing = [n["nodeid"] for n in nodes if n["outcome"] in FAILING_OUTCOMES]
     if failing:
         return FAILED, f"{len(failing)} of {count(len(nodes), 'property run')} failed: {', '.join(failing)}"
-    ran = {n["property"] for n in nodes if n["outcome"] == "passed"}
+    skipped = [n["nodeid"] for n in nodes if n["outcome"] == "skipped"]
+    # a property ran only if it passed and none of its runs (parametrisations) was skipped
+    partly_skipped = {n["property"] for n in nodes if n["outcome"] == "skipped"}
+    ran = {n["property"] for n in nodes if n["outcome"] == "passed"} - partly_skipped
     missing = [p for p in claim["properties"] if p not in ran]
     if not claim["properties"] and not nodes:
         return NOT_RUN, "the ledger lists no property for it and gives no reason"
     if not nodes:
         return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
-    if not ran:
+    if len(skipped) == len(nodes):
         return NOT_RUN, "every property run was skipped"
+    if skipped:
+        return NOT_RUN, f"{len(skipped)} of {count(len(nodes), 'property run')} skipped: {', '.join(skipped)}"
     if missing:
         listed = count(len(claim["properties"]), "listed property", "listed properties")
         return NOT_RUN, f"{len(missing)} of {listed} did not pass a run: {', '.join(missing)}"
