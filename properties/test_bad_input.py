@@ -18,7 +18,13 @@ ARGUMENTS = {
         "target_latent_probs", "draft_latent_probs", "draft_latent",
         "target_token_probs", "draft_token_probs", "draft_tokens", "key",
     ),
+    "residual_distribution": ("p", "q"),
 }
+SHAPE_PARTNERS = {
+    "target_probs": "draft_probs", "target": "draft_tokens", "target_latent_probs": "draft_latent_probs",
+    "target_token_probs": "draft_token_probs", "p": "q",
+}
+"""Arguments whose shape is checked against the first: a mismatch there names the second."""
 
 
 def set_first(array: mx.array, value) -> mx.array:
@@ -28,13 +34,11 @@ def set_first(array: mx.array, value) -> mx.array:
 
 
 def move_mass_negative(array: mx.array) -> mx.array:
-    """One entry below zero, its row still summing to 1."""
+    """One entry set to -0.25, its row still summing to 1 (vocabularies hold two ids at least)."""
     values = np.array(array).astype(np.float64)
     row = values.reshape(-1, values.shape[-1])
-    row[0, 0] -= 0.25
-    row[0, -1 if values.shape[-1] > 1 else 0] += 0.25
-    if values.shape[-1] == 1:
-        row[0, 0] = -0.25
+    row[0, -1] += row[0, 0] + 0.25
+    row[0, 0] = -0.25
     return mx.array(row.reshape(values.shape), dtype=array.dtype)
 
 
@@ -49,8 +53,14 @@ PROBABILITY_CORRUPTIONS = {
     "numpy array": lambda a: np.array(a),
     "extra vocabulary column": lambda a: mx.concatenate([a, mx.zeros_like(a[..., :1])], axis=-1),
     "extra batch row": lambda a: mx.concatenate([a, a[:1]], axis=0),
+    "empty batch": lambda a: a[:0],
+    "scalar": lambda a: a.reshape(-1)[0],
 }
-SCORE_CORRUPTIONS = {k: PROBABILITY_CORRUPTIONS[k] for k in ("nan", "extra dimension", "integer dtype", "numpy array")}
+SCORE_CORRUPTIONS = {
+    k: PROBABILITY_CORRUPTIONS[k] for k in ("nan", "extra dimension", "integer dtype", "numpy array", "empty batch")
+}
+ROW_CORRUPTIONS = {"no rows": lambda a: a[:, :0]}
+"""Chain and greedy targets need the bonus row at least."""
 ID_CORRUPTIONS = {
     "id equal to the vocabulary": "vocab",
     "negative id below padding": -2,
@@ -59,8 +69,11 @@ ID_CORRUPTIONS = {
     "numpy array": "numpy",
 }
 NUM_DRAFT_CORRUPTIONS = {"above G": "above", "negative": -1, "wrong shape": "shape", "float dtype": "float"}
-MISMATCHES = {"extra vocabulary column", "extra batch row", "missing column", "wrong shape"}
-"""Corruptions that break a relation between arguments: either side may be named."""
+MISMATCHES = {
+    "extra vocabulary column", "extra batch row", "missing column", "wrong shape", "extra dimension",
+    "missing dimension",
+}
+"""Corruptions that break a relation between arguments: the argument or its shape partner is named."""
 KEY_CORRUPTIONS = {
     "float key": lambda k: k.astype(mx.float32),
     "wrong shape": lambda k: mx.concatenate([k, k[:1]]),
@@ -90,7 +103,7 @@ def vocabulary_of(kernel: str, name: str, arguments: dict) -> int:
 def invalid_calls(draw):
     """A valid kernel call with exactly one argument corrupted: (kernel, argument, how, arguments)."""
     kernel = draw(st.sampled_from(sorted(ARGUMENTS)), label="kernel")
-    source = "chain" if kernel == "greedy" else kernel
+    source = {"greedy": "chain", "residual_distribution": "factorized"}.get(kernel, kernel)
     case = draw(
         kernel_cases(batch=4, kernels=(source,)).filter(
             lambda c: c.num_draft is None or int(mx.max(c.num_draft).item()) > 0
@@ -101,6 +114,8 @@ def invalid_calls(draw):
     values = list(case.args) + ([case.num_draft] if case.num_draft is not None else [])
     if kernel == "greedy":
         values = [case.args[0], case.args[2], case.num_draft]
+    if kernel == "residual_distribution":
+        values = [case.args[0], case.args[1]]
     arguments = dict(zip([n for n in names if n != "key"], values))
     arguments["key"] = mx.random.key(0)
     name = draw(st.sampled_from(names), label="argument")
@@ -121,6 +136,8 @@ def invalid_calls(draw):
         arguments[name] = corrupt_ids(value, ID_CORRUPTIONS[how], vocabulary_of(kernel, name, arguments), drafted)
     else:
         table = SCORE_CORRUPTIONS if kernel == "greedy" else PROBABILITY_CORRUPTIONS
+        if name in ("target_probs", "target") and kernel in ("chain", "greedy"):
+            table = {**table, **ROW_CORRUPTIONS}
         how = draw(st.sampled_from(sorted(table)), label="corruption")
         arguments[name] = table[how](value)
     return kernel, name, how, arguments
@@ -129,10 +146,12 @@ def invalid_calls(draw):
 @given(call=invalid_calls())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, call):
     kernel, name, how, arguments = call
-    note(f"verify_{kernel} with {name} corrupted: {how}")
-    kernel_function = getattr(impl, f"verify_{kernel}")
+    function_name = kernel if kernel == "residual_distribution" else f"verify_{kernel}"
+    note(f"{function_name} with {name} corrupted: {how}")
     positional = [arguments[n] for n in ARGUMENTS[kernel] if n not in ("key", "num_draft")]
     keywords = {n: arguments[n] for n in ("key", "num_draft") if n in ARGUMENTS[kernel]}
-    named = "|".join(ARGUMENTS[kernel]) if how in MISMATCHES and name != "key" else name
+    named = name
+    if how in MISMATCHES and name in SHAPE_PARTNERS:
+        named = f"{name}|{SHAPE_PARTNERS[name]}"
     with pytest.raises(ValueError, match=rf"^({named}):"):
-        kernel_function(*positional, **keywords)
+        getattr(impl, function_name)(*positional, **keywords)

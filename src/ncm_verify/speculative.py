@@ -68,29 +68,31 @@ def _is_true(condition: mx.array) -> bool:
 
 
 def check_floating(name: str, array, ndim: int, what: str) -> None:
-    """An ``mx.array`` of `ndim` floating-point dimensions with a non-empty last axis."""
+    """An ``mx.array`` of `ndim` (>= 1) floating-point dimensions: a batch and a vocabulary.
+
+    An empty batch is refused: the kernels draw one key per sequence.
+    """
     if not isinstance(array, mx.array):
         raise ValueError(f"{name}: expected an mx.array, got {type(array).__name__}")
-    if array.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(array.shape)}")
+    if array.ndim != ndim or ndim < 1:
+        raise ValueError(f"{name}: expected {max(ndim, 1)} dimensions, got shape {tuple(array.shape)}")
     if not mx.issubdtype(array.dtype, mx.floating):
         raise ValueError(f"{name}: {what} must be floating point, got {array.dtype}")
-    if array.shape[-1] < 1:
-        raise ValueError(f"{name}: empty vocabulary")
+    if array.shape[0] < 1 or array.shape[-1] < 1:
+        raise ValueError(f"{name}: empty batch or vocabulary, got shape {tuple(array.shape)}")
 
 
 def check_probabilities(name: str, probs, ndim: int) -> mx.array:
     """Probability rows: floating, finite, non-negative, each summing to 1."""
     check_floating(name, probs, ndim, "probabilities")
-    if probs.size == 0:
-        return probs
+    tolerance = normalisation_for(name, probs.dtype)
     as_float = probs.astype(mx.float32)
     if not _is_true(mx.isfinite(as_float)):
         raise ValueError(f"{name}: contains NaN or infinite values")
     if not _is_true(as_float >= 0):
         raise ValueError(f"{name}: contains negative probabilities")
     gap = mx.abs(as_float.sum(axis=-1) - 1.0)
-    if not _is_true(gap <= normalisation_for(probs.dtype)):
+    if not _is_true(gap <= tolerance):
         raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max().item():.3g})")
     return probs
 
@@ -98,7 +100,7 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
 def check_scores(name: str, scores, ndim: int) -> mx.array:
     """Logits or probabilities for greedy decoding: floating and free of NaN (-inf is fine)."""
     check_floating(name, scores, ndim, "scores")
-    if scores.size and not _is_true(~mx.isnan(scores)):
+    if not _is_true(~mx.isnan(scores)):
         raise ValueError(f"{name}: contains NaN")
     return scores
 
@@ -117,9 +119,10 @@ def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
     check_shape(name, tokens, shape)
     if tokens.size == 0:
         return tokens
-    in_range = (tokens >= 0) & (tokens < vocab)
+    ids = tokens.astype(mx.int64)  # unsigned ids compare with the -1 padding too
+    in_range = (ids >= 0) & (ids < vocab)
     if valid is not None:
-        in_range = mx.where(valid, in_range, (tokens >= PAD_TOKEN) & (tokens < vocab))
+        in_range = mx.where(valid, in_range, (ids >= PAD_TOKEN) & (ids < vocab))
     if not _is_true(in_range):
         raise ValueError(f"{name}: token ids outside [0, {vocab}) (padding beyond num_draft may be -1)")
     return tokens
@@ -315,6 +318,8 @@ def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx
     """Validate chain input; returns the per-sequence draft lengths."""
     check_probabilities("target_probs", target_probs, 3)
     batch, rows, vocab = target_probs.shape
+    if rows < 1:
+        raise ValueError("target_probs: needs G + 1 >= 1 rows (the bonus row at least)")
     check_probabilities("draft_probs", draft_probs, 3)
     check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
     num_draft = check_num_draft(num_draft, batch, rows - 1)
@@ -361,6 +366,8 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True
     if validate:
         check_scores("target", target, 3)
         batch, rows, vocab = target.shape
+        if rows < 1:
+            raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
         num_draft = check_num_draft(num_draft, batch, rows - 1)
         is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
         check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)

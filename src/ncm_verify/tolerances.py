@@ -25,9 +25,12 @@ TOLERANCES: dict[mx.Dtype, Tolerance] = {
 """Logit and state agreement between two computations that may differ in kernel shapes."""
 
 NORMALISATION: dict[mx.Dtype, float] = {
+    # Rounding a normalised row moves its sum by at most eps/2; twice that admits a
+    # softmax computed in the dtype itself. float32 also admits summation over 128k entries.
+    mx.float64: 1e-10,
     mx.float32: 1e-4,
-    mx.float16: 1e-2,
-    mx.bfloat16: 4e-2,
+    mx.float16: 2.0**-10,  # float16 eps
+    mx.bfloat16: 2.0**-7,  # bfloat16 eps
 }
 """How far a probability row's sum may stray from 1 before it is invalid input."""
 
@@ -43,8 +46,10 @@ def tolerance_for(dtype: mx.Dtype) -> Tolerance:
         raise ValueError(f"dtype: no tolerance for {dtype}") from None
 
 
-def normalisation_for(dtype: mx.Dtype) -> float:
+def normalisation_for(name: str, dtype: mx.Dtype) -> float:
+    """The row-sum tolerance for probabilities `name` of `dtype`; a ValueError naming `name` otherwise."""
     try:
         return NORMALISATION[dtype]
     except KeyError:
-        raise ValueError(f"dtype: probabilities must be floating point, got {dtype}") from None
+        kinds = ", ".join(str(d).rsplit(".", 1)[-1] for d in NORMALISATION)
+        raise ValueError(f"{name}: probabilities must be one of {kinds}, got {dtype}") from None
