@@ -25,7 +25,7 @@ install: $(VENV)/installed
 verify: install
 	@status=0; HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) properties -q -n $(JOBS) \
 		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) || status=$$?; \
-	rm -rf $(REPORTS)/mutants $(REPORTS)/mutants.json $(REPORTS)/calibration.json; \
+	rm -rf $(REPORTS)/mutants $(REPORTS)/mutants.json $(REPORTS)/calibration $(REPORTS)/calibration.json; \
 	NCM_VERIFY_SELFTEST_DIR=$(REPORTS) $(PYTEST) tests -m teeth -q -n $(JOBS) || [ $$status -ne 0 ] || status=1; \
 	$(PY) -m ncm_verify report --reports $(REPORTS) || [ $$status -ne 0 ] || status=1; \
 	exit $$status

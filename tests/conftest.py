@@ -12,15 +12,26 @@ def report_dir() -> Path:
     return Path(os.environ.get("NCM_VERIFY_SELFTEST_DIR", "reports"))
 
 
+def parts(name: str) -> dict[str, dict]:
+    """The JSON parts the teeth tests left under reports/<name>/, by file stem."""
+    folder = report_dir() / name
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
 def pytest_sessionfinish(session):
-    """Merge the per-mutant verdicts into reports/mutants.json (controller only)."""
+    """Merge the teeth verdicts into reports/mutants.json and calibration.json (controller only)."""
     if hasattr(session.config, "workerinput"):
         return
-    folder = report_dir() / "mutants"
-    verdicts = [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-    if verdicts:
-        summary = {"profile": "selftest", "mutants": verdicts}
+    mutants, calibration = parts("mutants"), parts("calibration")
+    if mutants:
+        summary = {"profile": "selftest", "mutants": list(mutants.values())}
         (report_dir() / "mutants.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if calibration:
+        planted = [part for stem, part in calibration.items() if stem.startswith("planted")]
+        # The report shows one planted deviation in its summary: the one with the most outcomes.
+        merged = {**calibration.get("nominal", {}), "planted": max(planted, key=lambda p: p["df"], default=None),
+                  "power_cases": planted}
+        (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
 
 
 @pytest.fixture

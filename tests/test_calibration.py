@@ -1,6 +1,15 @@
-"""The chi-square machinery is calibrated on correct kernels and has power on a planted bug."""
+"""The chi-square machinery is calibrated on correct kernels and has its stated power.
+
+These checks run inside `make verify`, so their own false-failure chance comes
+out of the run's family-wise budget: `stats.SELFTEST_BUDGET`, split six ways.
+"""
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -8,20 +17,18 @@ import pytest
 from scipy import stats as scipy_stats
 
 from ncm_verify import drivers, exact, reference, stats
-from ncm_verify.mutants import resample_from_target
 
 pytestmark = pytest.mark.teeth
 
+ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_ALPHA = 0.05
 CALIBRATION_RUNS = 400
 CALIBRATION_SAMPLES = 4096
-POWER_RUNS = 40
-VERIFY_PLANNED_TESTS = 120
-"""Chi-square tests a `make verify` run plans (4 statistical properties x 30 examples)."""
-BINOMIAL_FLOOR = 1e-3
-"""Self-test budget: a correct machinery fails this calibration once in a thousand runs."""
+POWER_RUNS = 200
+CHECK_BUDGET = stats.SELFTEST_BUDGET / 6
+"""Each of the six checks below (two calibration, four power) fails a correct machinery at most this often."""
 
-# Two tokens, two positions; p and q far apart so a third of the drafts are rejected.
+# Three tokens, two positions; p and q far apart so that a third of the drafts are rejected.
 FIXTURE = exact.AutoregressiveFixture(
     target=np.array([[0.6, 0.3, 0.1], [0.5, 0.25, 0.25], [0.1, 0.2, 0.7], [0.3, 0.3, 0.4]]),
     draft=np.array([[0.2, 0.3, 0.5], [0.1, 0.6, 0.3], [0.4, 0.4, 0.2], [0.6, 0.2, 0.2]]),
@@ -31,41 +38,109 @@ FIXTURE = exact.AutoregressiveFixture(
 SHAPE = (3, 3)
 
 
-def chain_p_values(impl, plan, runs: int) -> list[float]:
+def verify_policy() -> stats.Policy:
+    """The policy a `make verify` run installs: its properties collected under the `ci` profile."""
+    code = (
+        "import pytest; from ncm_verify import stats; "
+        "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist']); "
+        "print('PLANNED', stats.current_policy().planned_tests)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**env, "HYPOTHESIS_PROFILE": "ci"},
+        capture_output=True, text=True, check=True,
+    )
+    return stats.Policy(planned_tests=int(re.search(r"PLANNED (\d+)", done.stdout).group(1)))
+
+
+def chain_p_values(plan, runs: int) -> list[float]:
     """p-values of `runs` independent chain samples of `plan.n` sequences each."""
     values = []
     for seed in range(runs):
-        run = drivers.run_chain(impl, FIXTURE, batch=plan.n, max_draft=1, mixed=False, seed=seed)
+        run = drivers.run_chain(reference, FIXTURE, batch=plan.n, max_draft=1, mixed=False, seed=seed)
         outcomes = np.ravel_multi_index(tuple(run.sequences.T), SHAPE)
         values.append(stats.chi_square_test("calibration", outcomes, plan).p_value)
     return values
 
 
-def test_correct_kernels_reject_at_the_nominal_rate_and_a_planted_bug_at_the_planned_power(reports):
+def deviate(probs: np.ndarray, tv: float, shape: str) -> np.ndarray:
+    """`probs` moved by exactly `tv` in total variation.
+
+    "spread": every outcome scaled, up on one half of the mass and down on the other,
+    so that sum((q - p)^2 / p) = 4 tv^2, the least any deviation of size tv gives.
+    "concentrated": tv moved between the two likeliest outcomes, the case the safety factor is for.
+    """
+    if shape == "concentrated":
+        first, second = np.argsort(probs)[::-1][:2]
+        moved = probs.copy()
+        moved[first] -= tv
+        moved[second] += tv
+        return moved
+    up = np.zeros(len(probs), dtype=bool)
+    up[np.argsort(probs)[::-2]] = True  # every other outcome by size: close to half the mass
+    mass_up = probs[up].sum()
+    return np.where(up, probs * (1 + tv / mass_up), probs * (1 - tv / (1 - mass_up)))
+
+
+def fewest_rejections(runs: int, power: float, budget: float) -> int:
+    """The largest k with P(Binomial(runs, power) < k) <= budget."""
+    return int(scipy_stats.binom.ppf(budget, runs, power))
+
+
+def keep(reports: Path, part: str, record: dict) -> None:
+    """One part of calibration.json; the self-tests' conftest merges the parts."""
+    (reports / "calibration").mkdir(exist_ok=True)
+    record = {**record, "device": str(mx.default_device())}
+    (reports / "calibration" / f"{part}.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def test_correct_kernels_reject_at_the_nominal_rate_with_uniform_p_values(reports):
     probs = exact.as_vector(exact.target_joint(FIXTURE), SHAPE)
+    bins = stats.make_bins(probs, CALIBRATION_SAMPLES)
+    df = len(bins[1]) - 1
     loose = stats.Plan(
-        CALIBRATION_SAMPLES, CALIBRATION_ALPHA, *stats.make_bins(probs, CALIBRATION_SAMPLES),
-        min_detectable_tv=stats.min_detectable_tv(CALIBRATION_SAMPLES, 8, CALIBRATION_ALPHA),
+        CALIBRATION_SAMPLES, CALIBRATION_ALPHA, *bins,
+        min_detectable_tv=stats.min_detectable_tv(CALIBRATION_SAMPLES, df, CALIBRATION_ALPHA),
     )
-    p_values = chain_p_values(reference, loose, CALIBRATION_RUNS)
+    p_values = chain_p_values(loose, CALIBRATION_RUNS)
     rejections = int(sum(p < CALIBRATION_ALPHA for p in p_values))
     binomial = scipy_stats.binomtest(rejections, CALIBRATION_RUNS, CALIBRATION_ALPHA).pvalue
     uniformity = scipy_stats.kstest(p_values, "uniform").pvalue
+    keep(reports, "nominal", dict(
+        alpha=CALIBRATION_ALPHA, runs=CALIBRATION_RUNS, samples=CALIBRATION_SAMPLES, rejections=rejections,
+        binomial_p_value=binomial, ks_uniform_p_value=uniformity, check_budget=CHECK_BUDGET, p_values=p_values,
+    ))
+    assert binomial >= CHECK_BUDGET, f"{rejections}/{CALIBRATION_RUNS} rejections at alpha {CALIBRATION_ALPHA}"
+    assert uniformity >= CHECK_BUDGET, f"p-values of correct kernels are not uniform (KS p = {uniformity:.3g})"
 
-    planned = stats.make_plan(probs, alpha=stats.Policy(planned_tests=VERIFY_PLANNED_TESTS).alpha)
-    mutant_values = chain_p_values(resample_from_target, planned, POWER_RUNS)
-    caught = int(sum(p < planned.alpha for p in mutant_values))
-    summary = {
-        "alpha": CALIBRATION_ALPHA, "runs": CALIBRATION_RUNS, "samples": CALIBRATION_SAMPLES,
-        "rejections": rejections, "binomial_p_value": binomial, "ks_uniform_p_value": uniformity,
-        "p_values": p_values, "device": str(mx.default_device()),
-        "planted": {
-            "name": "resample_from_target", "runs": POWER_RUNS, "rejections": caught,
-            "rejection_rate": caught / POWER_RUNS, "alpha": planned.alpha, "n": planned.n,
-            "min_detectable_tv": planned.min_detectable_tv,
-        },
-    }
-    (reports / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
-    assert binomial >= BINOMIAL_FLOOR, f"{rejections}/{CALIBRATION_RUNS} rejections at alpha {CALIBRATION_ALPHA}"
-    assert uniformity >= BINOMIAL_FLOOR, f"p-values of correct kernels are not uniform (KS p = {uniformity:.3g})"
-    assert caught / POWER_RUNS >= stats.POWER - 0.05, f"planted bug caught in {caught}/{POWER_RUNS} runs only"
+
+POWER_CASES = {
+    "chain fixture, 9 outcomes": exact.as_vector(exact.target_joint(FIXTURE), SHAPE),
+    # Many rare outcomes: most of them pooled, so df and n are those of a large fixture.
+    "Dirichlet(0.3), 512 outcomes": np.random.default_rng(3).dirichlet(np.full(512, 0.3)),
+}
+
+
+@pytest.mark.parametrize("shape", ["spread", "concentrated"])
+@pytest.mark.parametrize("case", sorted(POWER_CASES))
+def test_a_deviation_of_the_target_size_is_caught_with_the_stated_power(reports, case, shape):
+    """A sampler off by exactly TV 0.02, at the alpha and n a `make verify` run uses."""
+    policy = verify_policy()
+    probs = POWER_CASES[case]
+    plan = stats.make_plan(probs, alpha=policy.alpha)
+    planted = deviate(probs, stats.TARGET_TV, shape)
+    assert abs(0.5 * np.abs(planted - probs).sum() - stats.TARGET_TV) < 1e-12 and (planted >= 0).all()
+    rng = np.random.default_rng(0)
+    caught = sum(
+        stats.chi_square_test("power", rng.choice(len(planted), size=plan.n, p=planted), plan).p_value < plan.alpha
+        for _ in range(POWER_RUNS)
+    )
+    needed = fewest_rejections(POWER_RUNS, stats.POWER, CHECK_BUDGET)
+    keep(reports, f"planted {case} {shape}", {
+        "name": f"{case}: TV {stats.TARGET_TV}, {shape}", "runs": POWER_RUNS,
+        "rejections": int(caught), "rejection_rate": caught / POWER_RUNS, "needed": needed,
+        "alpha": plan.alpha, "n": plan.n, "df": plan.df, "pooled_mass": plan.pooled_mass,
+        "planned_tests": policy.planned_tests,
+        "min_detectable_tv": plan.min_detectable_tv,
+    })
+    assert caught >= needed, f"TV {stats.TARGET_TV} caught in {caught}/{POWER_RUNS} runs; power {stats.POWER} needs {needed}"

@@ -171,8 +171,9 @@ def assert_sampler_matches(
     except stats.UntestableDistribution as reason:
         note(f"{name}: {reason}")
         reject()  # excluded from the examples, never counted as passed
-    if not plan.min_detectable_tv <= stats.TARGET_TV:
-        raise AssertionError(f"{name}: n = {plan.n} detects only TV {plan.min_detectable_tv:.4f} > {stats.TARGET_TV}")
+    power = stats.power_at(plan.n, plan.df, plan.alpha, stats.TARGET_TV)
+    if not power >= stats.POWER:
+        raise AssertionError(f"{name}: n = {plan.n} on {plan.df} df has power {power:.4f} < {stats.POWER} at TV {stats.TARGET_TV}")
     result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
     assert_fits(result, call=call)
     return result

@@ -22,6 +22,8 @@ from scipy import stats as scipy_stats
 
 FAMILY_BUDGET = 1e-3
 """Largest probability that a correct implementation fails a `make verify` run."""
+SELFTEST_BUDGET = 2e-4
+"""Part of that budget spent by the calibration self-tests `make verify` also runs."""
 ALPHA_FRACTION = 0.5
 """Nominal alpha as a fraction of the per-test share (p-values are anti-conservative)."""
 MIN_EXPECTED = 20
@@ -42,10 +44,16 @@ class Policy:
 
     planned_tests: int = 1
     family_budget: float = FAMILY_BUDGET
+    selftest_budget: float = SELFTEST_BUDGET
+
+    @property
+    def property_budget(self) -> float:
+        """What the chi-square properties may spend: the family budget less the self-tests'."""
+        return self.family_budget - self.selftest_budget
 
     @property
     def per_test_share(self) -> float:
-        return 1.0 - (1.0 - self.family_budget) ** (1.0 / max(self.planned_tests, 1))
+        return 1.0 - (1.0 - self.property_budget) ** (1.0 / max(self.planned_tests, 1))
 
     @property
     def alpha(self) -> float:
@@ -54,6 +62,8 @@ class Policy:
     def describe(self) -> dict:
         return {
             "family_budget": self.family_budget,
+            "selftest_budget": self.selftest_budget,
+            "property_budget": self.property_budget,
             "planned_tests": self.planned_tests,
             "per_test_share": self.per_test_share,
             "alpha": self.alpha,
@@ -85,6 +95,15 @@ def required_noncentrality(df: int, alpha: float, power: float = POWER) -> float
     return optimize.brentq(
         lambda lam: scipy_stats.ncx2.sf(critical, df, lam) - power, 1e-9, 1e7, xtol=1e-9
     )
+
+
+def power_at(n: int, df: int, alpha: float, tv: float) -> float:
+    """Power of the test against a deviation of total variation `tv`, discounted by `POWER_SAFETY`.
+
+    Computed from the noncentral chi-square directly, independently of `make_plan`.
+    """
+    critical = scipy_stats.chi2.isf(alpha, df)
+    return float(scipy_stats.ncx2.sf(critical, df, 4.0 * n * tv**2 / POWER_SAFETY))
 
 
 def min_detectable_tv(n: int, df: int, alpha: float) -> float:

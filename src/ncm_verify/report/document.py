@@ -227,6 +227,11 @@ def policy_table(report: dict) -> Table | None:
         return None
     rows = [
         ("family-wise false-failure budget", number(policy["family_budget"])),
+        *(
+            [("of which the calibration self-tests", number(policy["selftest_budget"])),
+             ("left to the chi-square properties", number(policy["property_budget"]))]
+            if "selftest_budget" in policy else []
+        ),
         ("chi-square tests planned (Sidak split)", number(policy["planned_tests"])),
         ("per-test share of the budget", number(policy["per_test_share"])),
         ("per-test alpha (share x fraction)", f"{number(policy['alpha'])} (x{policy['alpha_fraction']})"),
