@@ -69,7 +69,7 @@ def acceptance_view(case, outcome):
     return pick(p_z, z), pick(q_z, z), np.ones(len(z), bool), np.array(outcome.latent_accepted)
 
 
-@given(fixture=autoregressive_fixtures(max_outcomes=512).filter(lambda f: f.length >= 2), seed=seeds)
+@given(fixture=autoregressive_fixtures(min_length=2, max_outcomes=512), seed=seeds)
 def test_a_draft_equal_to_the_target_is_always_accepted_without_nan(impl, fixture, seed):
     equal = exact.AutoregressiveFixture(fixture.target, fixture.target.copy(), fixture.vocab, fixture.length)
     case = drivers.make_kernel_case("chain", equal, batch=256, seed=seed, max_draft=fixture.length - 1)
@@ -88,7 +88,8 @@ def test_the_residual_distribution_matches_float64_and_is_finite_when_p_nearly_e
     q /= q.sum(axis=1, keepdims=True)
     got = np.array(impl.residual_distribution(mx.array(p), mx.array(q)))
     assert np.isfinite(got).all(), f"residual_distribution gave NaN or inf at |p - q| ~ {scale}"
+    # Differences of float32 values within a factor 2 are exact (Sterbenz), so even a tiny
+    # residual agrees with the float64 one computed from the same float32 rows.
     expected = np.stack([exact.residual(a, b) for a, b in zip(p.astype(np.float64), q.astype(np.float64))])
-    coarse = np.maximum(p - q, 0).sum(axis=1) > 1e-3  # float32 differences of nearly equal rows are noise
-    checks.assert_close(got[coarse], expected[coarse], dtype=mx.float32, label="residual vs float64", call=f"scale {scale}")
+    checks.assert_close(got, expected, dtype=mx.float32, label="residual vs float64", call=f"scale {scale}")
     checks.assert_close(got.sum(axis=1), np.ones(len(p)), dtype=mx.float32, label="residual rows sum to 1")
