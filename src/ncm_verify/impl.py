@@ -58,7 +58,7 @@ NCM_NAMES: tuple[str, ...] = (
     "layer_states",  # (model, tokens [B, T]) -> per-layer hidden states [B, T, d]
     # Generation: tokens, latents, latent_logits, token_logits (per level), positions (per layer),
     # margin (smallest Gumbel top-2 gap: a near tie excuses a token flip), cache_hits (rows served)
-    "generate_uncached",  # (model, prefix [B, P], key) -> Generation
+    "generate_uncached",  # (model, prefix [B, P], key: one key, split per row, or [B, 2]) -> Generation
     "generate_cached",  # (model, prefix, key, cache=None, namespace="") -> Generation
     "PrefixCache",  # (max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes
 )
