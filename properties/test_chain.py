@@ -59,15 +59,20 @@ def test_chain_verification_samples_the_target_joint(impl, fixture, max_draft, m
 @pytest.mark.statistical(tests=1)
 @given(
     # Only the first round is sampled, so the fixture may be long: up to 4 drafts and a bonus row.
-    fixture=autoregressive_fixtures(min_length=2, max_length=5, max_outcomes=8**5),
+    # Equal, greedy or one-hot drafts make the law a single count: other properties cover those.
+    fixture=autoregressive_fixtures(
+        min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
+        relations=st.sampled_from(["independent", "some_rows_equal", "disjoint_support"]),
+    ),
     max_draft=st.integers(1, 4),
     seed=seeds,
 )
 def test_accepted_draft_counts_follow_their_exact_law(impl, fixture, max_draft, seed):
-    target(mean_total_variation(fixture.target, fixture.draft), label="mean TV(p, q)")
     num_draft = min(max_draft, fixture.length - 1)
-    target(float(num_draft), label="drafts judged")
     law = exact.acceptance_law(fixture, (), num_draft)
+    # Steer towards laws spread over many counts (large rejection mass makes them degenerate).
+    target(float(num_draft), label="drafts judged")
+    target(1.0 - float(law.max()), label="mass off the likeliest count")
     call = f"run_first_round(V={fixture.vocab}, G={num_draft}, seed={seed}); exact law {law.round(4).tolist()}"
     note(call)
     checks.assert_sampler_matches(

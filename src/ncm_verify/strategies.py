@@ -85,7 +85,8 @@ def mean_total_variation(target: np.ndarray, draft: np.ndarray) -> float:
 
 @st.composite
 def autoregressive_fixtures(
-    draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1
+    draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1,
+    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS),
 ):
     """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context."""
     from ncm_verify.exact import AutoregressiveFixture
@@ -95,8 +96,8 @@ def autoregressive_fixtures(
     )
     longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
     length = draw(st.integers(min_length, longest), label="length")
-    relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft relation")
-    one_hot_target = draw(st.booleans(), label="one-hot target rows")
+    relation = draw(relations, label="draft relation")
+    one_hot_target = draw(one_hot_targets, label="one-hot target rows")
     rng = np.random.default_rng(draw(seeds, label="table seed"))
     contexts = sum(vocab**t for t in range(length))
     target = make_rows(rng, contexts, vocab, one_hot=one_hot_target and relation != "equal")
