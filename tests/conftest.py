@@ -12,6 +12,17 @@ def report_dir() -> Path:
     return Path(os.environ.get("NCM_VERIFY_SELFTEST_DIR", "reports"))
 
 
+@pytest.fixture
+def nested_environment():
+    """The environment for a nested pytest run under a profile, free of this run's report and worker settings."""
+
+    def under(profile: str) -> dict[str, str]:
+        kept = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
+        return {**kept, "HYPOTHESIS_PROFILE": profile}
+
+    return under
+
+
 def parts(name: str) -> dict[str, dict]:
     """The JSON parts the teeth tests left under reports/<name>/, by file stem."""
     folder = report_dir() / name

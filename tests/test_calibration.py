@@ -5,7 +5,6 @@ out of the run's family-wise budget: `stats.SELFTEST_BUDGET`, split six ways.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -38,16 +37,15 @@ FIXTURE = exact.AutoregressiveFixture(
 SHAPE = (3, 3)
 
 
-def verify_policy() -> stats.Policy:
+def verify_policy(env: dict) -> stats.Policy:
     """The policy a `make verify` run installs: its properties collected under the `ci` profile."""
     code = (
         "import pytest; from ncm_verify import stats; "
         "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist']); "
         "print('PLANNED', stats.current_policy().planned_tests)"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**env, "HYPOTHESIS_PROFILE": "ci"},
+        [sys.executable, "-c", code], cwd=ROOT, env=env,
         capture_output=True, text=True, check=True,
     )
     return stats.Policy(planned_tests=int(re.search(r"PLANNED (\d+)", done.stdout).group(1)))
@@ -123,9 +121,9 @@ POWER_CASES = {
 
 @pytest.mark.parametrize("shape", ["spread", "concentrated"])
 @pytest.mark.parametrize("case", sorted(POWER_CASES))
-def test_a_deviation_of_the_target_size_is_caught_with_the_stated_power(reports, case, shape):
+def test_a_deviation_of_the_target_size_is_caught_with_the_stated_power(reports, case, shape, nested_environment):
     """A sampler off by exactly TV 0.02, at the alpha and n a `make verify` run uses."""
-    policy = verify_policy()
+    policy = verify_policy(nested_environment("ci"))
     probs = POWER_CASES[case]
     plan = stats.make_plan(probs, alpha=policy.alpha)
     planted = deviate(probs, stats.TARGET_TV, shape)

@@ -1,7 +1,6 @@
 """Planted bugs must make the suite fail: each mutant is caught by some property."""
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -20,11 +19,9 @@ KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in pat
 SWEEP_TIMEOUT = 600
 
 
-def run_properties(module: str, files: list[str], scratch: Path) -> tuple[list[str], list[str]]:
+def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> tuple[list[str], list[str]]:
     """Run the properties in `files` against `module`; return (failed, passed) node ids."""
     junit = scratch / "junit.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
-    env["HYPOTHESIS_PROFILE"] = "selftest"
     subprocess.run(
         [sys.executable, "-m", "pytest", *files, f"--impl={module}", "-q", "-p", "no:xdist",
          f"--junitxml={junit}", f"--ncm-report-dir={scratch}"],
@@ -39,10 +36,10 @@ def run_properties(module: str, files: list[str], scratch: Path) -> tuple[list[s
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports):
+def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
     module = f"ncm_verify.mutants.{name}"
     files = PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS else KERNEL_PROPERTIES
-    failed, passed = run_properties(module, files, tmp_path)
+    failed, passed = run_properties(module, files, tmp_path, nested_environment("selftest"))
     verdict = {
         "name": name, "module": module, "description": MUTANTS[name],
         "caught": bool(failed), "caught_by": failed, "failed": failed, "passed": passed,
