@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify.mutants import MUTANTS, PREFIX_CACHE_MUTANTS
+from ncm_verify.mutants import LEVEL_DRAFTING_MUTANTS, MUTANTS, PREFIX_CACHE_MUTANTS
 
 pytestmark = pytest.mark.teeth
 
 ROOT = Path(__file__).resolve().parent.parent
 PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
 PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
-KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in path]
+LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
+KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in path and path not in LEVEL_DRAFTING_PROPERTIES]
 SWEEP_TIMEOUT = 600
 
 
@@ -38,7 +39,8 @@ def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> t
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
     module = f"ncm_verify.mutants.{name}"
-    files = PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS else KERNEL_PROPERTIES
+    files = (PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS
+             else LEVEL_DRAFTING_PROPERTIES if name in LEVEL_DRAFTING_MUTANTS else KERNEL_PROPERTIES)
     failed, passed = run_properties(module, files, tmp_path, nested_environment("selftest"))
     verdict = {
         "name": name, "module": module, "description": MUTANTS[name],
