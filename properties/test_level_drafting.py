@@ -66,7 +66,8 @@ def test_one_target_pass_reads_every_drafted_level_as_level_by_level_generation_
                          label=f"drafted level {l}") for l in range(level, level + count)]
     tokens, drafted = mx.array(earlier, dtype=mx.int32), [mx.array(d, dtype=mx.int32) for d in drafted]
     covered = config.level_start(cached)
-    call = f"verify_drafted_levels(make_model({config}), covered={covered}, level={level}, count={count}, bonus={bonus})"
+    call = (f"verify_drafted_levels(make_model({config}), covered={covered}, level={level}, count={count}, "
+            f"bonus={bonus})")
     note(call)
     kv = model(tokens[:, :covered])[1]
     with_kv = api.verify_drafted_levels(model, kv, covered, tokens, drafted, level, bonus)
