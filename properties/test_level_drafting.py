@@ -186,3 +186,54 @@ def test_greedy_level_drafting_reproduces_the_target_greedy_level_by_level_gener
     checks.assert_decodings_equal(actual.ravel().tolist(), expected.ravel().tolist(), margin=margin, scale=scale,
                                   dtype=DTYPES[target.config.dtype], label="greedy level drafting vs target greedy",
                                   call=call)
+
+
+BAD_GENERATION_CALLS = {
+    "num_draft 0": ("num_draft", {"num_draft": 0}),
+    "num_draft 1.5": ("num_draft", {"num_draft": 1.5}),
+    "num_draft True": ("num_draft", {"num_draft": True}),
+    "draft of another vocabulary": ("draft", {"draft": {"vocab_size": 3}}),
+    "draft of other level sizes": ("draft", {"draft": {"level_sizes": (1, 2)}}),
+    "target under full attention": ("target", {"target": {"mask": "full"}, "draft": {"mask": "full"}}),
+    "prefix one token short": ("prefix", {"prefix": [[0]]}),
+    "prefix of floats": ("prefix", {"prefix": [[0.0, 1.0]]}),
+    "prefix id beyond the vocabulary": ("prefix", {"prefix": [[0, 4]]}),
+    "key of the wrong dtype": ("key", {"key": mx.array([1.0, 2.0])}),
+}
+TINY = dict(vocab_size=4, prefix_length=2, level_sizes=(2, 1), codebook_size=2, d_model=8, num_heads=1, num_layers=1)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GENERATION_CALLS))
+def test_invalid_level_drafting_arguments_raise_a_value_error_naming_the_argument(impl, case):
+    api = level_draft_api(impl)
+    name, changes = BAD_GENERATION_CALLS[case]
+    target = api.make_model(api.NCMConfig(**{**TINY, **changes.get("target", {})}))
+    draft = api.make_model(api.NCMConfig(**{**TINY, "seed": 1, **changes.get("draft", {})}))
+    prefix = mx.array(changes.get("prefix", [[0, 1]]))
+    key = changes.get("key", mx.random.key(0))
+    with pytest.raises(ValueError, match=rf"^{name}:"):
+        api.generate_level_speculative(target, draft, prefix, key, num_draft=changes.get("num_draft", 2), kernels=api)
+
+
+BAD_PASS_CALLS = {
+    "level beyond the last": ("level", dict(level=2)),
+    "no drafted level": ("drafted", dict(drafted=[])),
+    "bonus block past the last level": ("drafted", dict(level=1, tokens_length=4, drafted=[[[0]]], bonus=True)),
+    "covered inside a level": ("covered", dict(covered=1)),
+    "covered without K/V": ("covered", dict(kv=None, covered=2)),
+    "tokens one short": ("tokens", dict(tokens_length=1)),
+    "drafted level of the wrong size": ("drafted", dict(drafted=[[[0]]])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PASS_CALLS))
+def test_invalid_verification_pass_arguments_raise_a_value_error_naming_the_argument(impl, case):
+    api = level_draft_api(impl)
+    name, changes = BAD_PASS_CALLS[case]
+    model = api.make_model(api.NCMConfig(**TINY))
+    tokens = mx.zeros((1, changes.get("tokens_length", 2)), dtype=mx.int32)
+    kv = changes.get("kv", model(mx.zeros((1, 2), dtype=mx.int32))[1])
+    drafted = [mx.array(d, dtype=mx.int32) for d in changes.get("drafted", [[[0, 1]]])]
+    with pytest.raises(ValueError, match=rf"^{name}:"):
+        api.verify_drafted_levels(model, kv, changes.get("covered", 2), tokens, drafted, changes.get("level", 0),
+                                  changes.get("bonus", False))

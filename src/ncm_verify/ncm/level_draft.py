@@ -153,6 +153,28 @@ def on_distinct_rows(compute: Callable, rows: mx.array) -> list[mx.array]:
     return [output[index] for output in compute(mx.array(distinct.astype(np.int32)))]
 
 
+def check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus) -> None:
+    """A ValueError naming the first argument of a verification pass that does not fit the layout."""
+    levels = len(config.level_sizes)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < levels:
+        raise ValueError(f"level: expected an integer in [0, {levels}), got {level!r}")
+    if not drafted or level + len(drafted) + int(bool(bonus)) > levels:
+        raise ValueError(f"drafted: {len(drafted)} drafted levels (bonus {bool(bonus)}) do not fit after level {level} "
+                         f"of {levels}")
+    boundaries = [config.level_start(j) for j in range(level + 1)]
+    if (kv is None and covered != 0) or (kv is not None and (covered not in boundaries or
+                                                              any(k.shape[2] != covered for k, _ in kv))):
+        raise ValueError(f"covered: expected 0 without K/V, or a level boundary in {boundaries} that the K/V hold; "
+                         f"got {covered!r}")
+    if not isinstance(tokens, mx.array) or tokens.ndim != 2 or tokens.shape[1] != config.level_start(level):
+        raise ValueError(f"tokens: expected shape [B, {config.level_start(level)}] (prefix and levels before {level})")
+    for j, level_tokens in enumerate(drafted):
+        expected = (tokens.shape[0], config.level_sizes[level + j])
+        if not isinstance(level_tokens, mx.array) or tuple(level_tokens.shape) != expected or not mx.issubdtype(
+                level_tokens.dtype, mx.integer):
+            raise ValueError(f"drafted: level {level + j} expected integer ids of shape {expected}")
+
+
 def verify_drafted_levels(target: NCM, kv: list[KV] | None, covered: int, tokens: mx.array,
                           drafted: list[mx.array], level: int, bonus: bool):
     """One target pass over drafted levels ``level .. level + len(drafted) - 1`` (and a bonus block).
@@ -170,6 +192,7 @@ def verify_drafted_levels(target: NCM, kv: list[KV] | None, covered: int, tokens
         every code ``[B, K, n, V]``, and the K/V of the token rows (cached rows first; None from scratch).
     """
     config = target.config
+    check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus)
     num_levels = len(drafted) + int(bonus)
     context = drafted if bonus else drafted[:-1]
     positions, segments, placeholder = verification_layout(config, covered, level, num_levels, len(context))
