@@ -233,9 +233,13 @@ def row_keys(keys: mx.array, count: int) -> mx.array:
     return mx.vmap(lambda key: mx.random.split(key, count))(keys)
 
 
-def key_for(keys: mx.array | None, purpose: int) -> mx.array | None:
-    """Each row's key for one `purpose` of a round (None in greedy mode)."""
-    return None if keys is None else keys[:, purpose]
+DRAFT_LATENT, DRAFT_TOKENS, VERIFY = range(3)
+"""What a round's key is split for, per level offset (the bonus level takes offset L)."""
+
+
+def key_for(keys: mx.array | None, offset: int, purpose: int) -> mx.array | None:
+    """Each row's key for one `purpose` at level `offset` of a round (None in greedy mode)."""
+    return None if keys is None else keys[:, 3 * offset + purpose]
 
 
 def probs_of(logits: mx.array) -> mx.array:
@@ -319,6 +323,27 @@ class LevelDraftGeneration:
     positions: list[int]
 
 
+@dataclasses.dataclass
+class Round:
+    """What one round decided for each row of a cohort.
+
+    ``decided`` holds per emitted level offset ``(latent [b], tokens [b, n], stood [b])``;
+    ``accepted`` counts the drafted levels that stood, ``emitted`` the levels emitted
+    (a changed level or the bonus included), ``verified`` the drafted levels decided on,
+    ``predicted`` the sum of their exact acceptance probabilities.
+    """
+
+    decided: list
+    count: int
+    accepted: np.ndarray
+    emitted: np.ndarray
+    verified: np.ndarray
+    predicted: np.ndarray
+    target_kv: list[KV] | None
+    draft_kv: list[KV] | None
+    draft_covered: int
+
+
 def trim_kv(kv: list[KV] | None, rows: int) -> list[KV] | None:
     return None if kv is None else [(k[:, :, :rows], v[:, :, :rows]) for k, v in kv]
 
@@ -343,10 +368,9 @@ def draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, 
             hidden, kv = draft(sequence[:, covered:], covered, cache=kv)
             kv, covered = trim_kv(kv, config.level_start(level)), config.level_start(level)
             latent_logits, code_logits = level_heads(draft, hidden[:, -size:])
-        latent = sample_logits(latent_logits, key_for(keys, 3 * j))
+        latent = sample_logits(latent_logits, key_for(keys, j, DRAFT_LATENT))
         under = steps.token_latent(latent, config.codebook_size)
-        level_tokens = sample_logits(select_code(code_logits, under),
-                                     key_for(keys, 3 * j + 1))
+        level_tokens = sample_logits(select_code(code_logits, under), key_for(keys, j, DRAFT_TOKENS))
         latents.append(latent)
         tokens.append(level_tokens)
         latent_probs.append(probs_of(latent_logits))
@@ -376,8 +400,8 @@ def verify_level(kernels: ModuleType, p_latent_logits, p_token_logits, q_latent,
 
 
 def run_round(target: NCM, draft: NCM, cohort: Cohort, num_draft: int, keys: mx.array | None,
-              kernels: ModuleType, steps: Steps, recompute: bool):
-    """Draft, verify in one target pass, decide level by level; returns the per-row outcome."""
+              kernels: ModuleType, steps: Steps, recompute: bool) -> Round:
+    """Draft, verify in one target pass, decide level by level."""
     config = target.config
     levels = len(config.level_sizes)
     count = min(num_draft, levels - cohort.level)
@@ -387,14 +411,13 @@ def run_round(target: NCM, draft: NCM, cohort: Cohort, num_draft: int, keys: mx.
     p_latent, p_tokens, target_kv = verify_drafted_levels(
         target, cohort.target_kv, cohort.target_covered, cohort.tokens, drafted, cohort.level, bonus)
     decided = [verify_level(kernels, p_latent[j], p_tokens[j], q_latent[j], q_tokens[j], latents[j], drafted[j],
-                            key_for(keys, 3 * j + 2), steps) for j in range(count)]
+                            key_for(keys, j, VERIFY), steps) for j in range(count)]
     alphas = [level_acceptance(probs_of(p_latent[j]), q_latent[j], probs_of(p_tokens[j]), q_tokens[j])
               for j in range(count)]
     if bonus:
-        extra = levels  # bonus draws use purposes past every drafted level's
-        bonus_latent = sample_logits(p_latent[-1], key_for(keys, 3 * extra))
-        bonus_tokens = sample_logits(select_code(p_tokens[-1], bonus_latent),
-                                     key_for(keys, 3 * extra + 1))
+        # the bonus level's draws use an offset past every drafted level's
+        bonus_latent = sample_logits(p_latent[-1], key_for(keys, levels, DRAFT_LATENT))
+        bonus_tokens = sample_logits(select_code(p_tokens[-1], bonus_latent), key_for(keys, levels, DRAFT_TOKENS))
         decided.append((bonus_latent, bonus_tokens, mx.zeros(bonus_latent.shape, dtype=mx.bool_)))
     stood = np.stack([np.array(d[2]) for d in decided[:count]], axis=1)
     accepted = np.cumprod(stood, axis=1).sum(axis=1)
@@ -402,15 +425,13 @@ def run_round(target: NCM, draft: NCM, cohort: Cohort, num_draft: int, keys: mx.
     alpha = np.stack([np.array(a) for a in alphas], axis=1)
     verified = np.minimum(accepted + 1, count)
     predicted = np.where(np.arange(count)[None] < verified[:, None], alpha, 0.0).sum(axis=1)
-    return dict(decided=decided, accepted=accepted, emitted=emitted, verified=verified, predicted=predicted,
-                count=count, target_kv=None if recompute else target_kv,
-                draft_kv=None if recompute else draft_kv, draft_covered=draft_covered)
+    return Round(decided, count, accepted, emitted, verified, predicted, target_kv, draft_kv, draft_covered)
 
 
-def split_cohort(config, cohort: Cohort, result: dict, steps: Steps, recompute: bool) -> list[Cohort]:
+def split_cohort(config, cohort: Cohort, result: Round, steps: Steps, recompute: bool) -> list[Cohort]:
     """The cohort's rows regrouped by levels emitted and levels whose K/V survive."""
-    decided, emitted = result["decided"], result["emitted"]
-    surviving = np.minimum(steps.surviving_levels(result["accepted"], emitted), result["count"])
+    decided, emitted = result.decided, result.emitted
+    surviving = np.minimum(steps.surviving_levels(result.accepted, emitted), result.count)
     following = []
     for value, kept in sorted(set(zip(emitted.tolist(), surviving.tolist()))):
         members = np.flatnonzero((emitted == value) & (surviving == kept))
@@ -421,12 +442,12 @@ def split_cohort(config, cohort: Cohort, result: dict, steps: Steps, recompute: 
             following.append(Cohort(cohort.rows[members], level, tokens, None, 0, None, 0))
             continue
         # only K/V rows that exist survive: the pass's token rows, the draft's levels below its last draft
-        target_kv = result["target_kv"]
+        target_kv = result.target_kv
         target_rows = min(config.level_start(cohort.level + kept), target_kv[0][0].shape[2])
-        draft_rows = min(config.level_start(cohort.level + kept), result["draft_covered"])
+        draft_rows = min(config.level_start(cohort.level + kept), result.draft_covered)
         following.append(Cohort(cohort.rows[members], level, tokens,
                                 trim_kv(take_kv(target_kv, index), target_rows), target_rows,
-                                trim_kv(take_kv(result["draft_kv"], index), draft_rows), draft_rows))
+                                trim_kv(take_kv(result.draft_kv, index), draft_rows), draft_rows))
     return following
 
 
@@ -475,15 +496,15 @@ def generate_level_speculative(
     while frontier:
         cohort = frontier.pop()
         keys_here = None if round_keys is None else row_keys(round_keys[mx.array(cohort.rows), cohort.level],
-                                                             3 * levels + 2)
+                                                             3 * (levels + 1))
         result = run_round(target, draft, cohort, num_draft, keys_here, kernels, steps, recompute)
         rows = cohort.rows
         passes[rows] += 1
-        accepted[rows] += result["accepted"]
-        verified[rows] += result["verified"]
-        predicted[rows] += result["predicted"]
-        for j, (latent, level_tokens, _) in enumerate(result["decided"]):
-            here = result["emitted"] > j
+        accepted[rows] += result.accepted
+        verified[rows] += result.verified
+        predicted[rows] += result.predicted
+        for j, (latent, level_tokens, _) in enumerate(result.decided):
+            here = result.emitted > j
             latents[rows[here], cohort.level + j] = np.array(latent)[here]
             tokens[cohort.level + j][rows[here]] = np.array(level_tokens)[here]
         for following in split_cohort(config, cohort, result, steps, recompute):
