@@ -9,6 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+import hypothesis
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -122,6 +123,11 @@ def test_level_drafting_samples_the_target_law_of_latents_and_tokens(impl, data)
     checks.assert_sampler_matches("level drafting (z, x per level)", probs, sample, seed=seed, call=call)
 
 
+def steer_to_rejections(result) -> None:
+    """Rejected levels are where K/V must be dropped and tokens redrawn: seek examples with many."""
+    hypothesis.target(float((result.verified_levels - result.accepted_levels).sum()), label="rejected drafted levels")
+
+
 def draw_generation(data, api, *, dtypes=("float32",), greedy: bool = False):
     """A target, its draft, a batch of prefixes and `generate(**options)`, which runs level drafting on them."""
     target, draft, num_draft, call = draw_case(data, api, dtypes=dtypes)
@@ -141,6 +147,7 @@ def draw_generation(data, api, *, dtypes=("float32",), greedy: bool = False):
 def test_cached_and_uncached_level_drafting_emit_the_same_levels(impl, data):
     target, draft, prefix, generate, call = draw_generation(data, level_draft_api(impl))
     reference = generate(recompute=True)
+    steer_to_rejections(reference)
     cache = impl.PrefixCache()
     runs = {"no prefix cache": generate(), "cold prefix cache": generate(cache=cache),
             "warm prefix cache": generate(cache=cache)}
@@ -157,6 +164,7 @@ def test_the_kv_kept_after_level_drafting_is_the_kv_of_the_emitted_levels_only(i
     """Like C8's rewind: what survives equals the K/V rebuilt from the emitted tokens."""
     target, draft, prefix, generate, call = draw_generation(data, level_draft_api(impl))
     result = generate()
+    steer_to_rejections(result)
     emitted = mx.concatenate([prefix, *result.tokens], axis=1)
     dtype = DTYPES[target.config.dtype]
     finished = np.sort(np.concatenate([state[0] for state in result.final_states]))
