@@ -419,6 +419,7 @@ def run_round(target: NCM, draft: NCM, cohort: Cohort, num_draft: int, keys: mx.
         bonus_latent = sample_logits(p_latent[-1], key_for(keys, levels, DRAFT_LATENT))
         bonus_tokens = sample_logits(select_code(p_tokens[-1], bonus_latent), key_for(keys, levels, DRAFT_TOKENS))
         decided.append((bonus_latent, bonus_tokens, mx.zeros(bonus_latent.shape, dtype=mx.bool_)))
+    mx.eval(decided, alphas)  # one evaluation for the round, not one per conversion below
     stood = np.stack([np.array(d[2]) for d in decided[:count]], axis=1)
     accepted = np.cumprod(stood, axis=1).sum(axis=1)
     emitted = np.where(accepted < count, accepted + 1, count + int(bonus))
