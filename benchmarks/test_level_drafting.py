@@ -40,7 +40,7 @@ def evaluated(generate, *args, **kwargs):
 def drafting_figures(target_model, tables, draft) -> dict:
     """Measured counts per generation beside the exact prediction of the same figures."""
     law = exact_levels.speculative_level_law(tables, exact_levels.make_level_tables(draft, PREFIX), NUM_DRAFT)
-    passes, accepted = exact_levels.expected_cost(law)
+    passes, accepted, verified = exact_levels.expected_cost(law)
     run = generate_level_speculative(target_model, draft, mx.array([PREFIX] * COUNTED, dtype=mx.int32),
                                      mx.random.key(1), num_draft=NUM_DRAFT, recompute=True)
     return {
@@ -49,7 +49,9 @@ def drafting_figures(target_model, tables, draft) -> dict:
         "accepted_levels_per_pass": float(run.accepted_levels.sum() / run.target_passes.sum()),
         "accepted_levels_per_pass_predicted": float(accepted / passes),
         "acceptance_per_drafted_level": float(run.accepted_levels.sum() / run.verified_levels.sum()),
-        "acceptance_per_drafted_level_predicted": float(run.predicted_accepted.sum() / run.verified_levels.sum()),
+        "acceptance_per_drafted_level_predicted": float(accepted / verified),
+        # the exact acceptance probabilities of the levels this run verified, averaged
+        "acceptance_per_drafted_level_at_visited": float(run.predicted_accepted.sum() / run.verified_levels.sum()),
         "level_by_level_passes": len(CONFIG["level_sizes"]),
         "counted_generations": COUNTED,
     }

@@ -147,19 +147,24 @@ def round_law(target: LevelTables, draft: LevelTables, ctx: Context, num_draft: 
 
 
 def speculative_level_law(target: LevelTables, draft: LevelTables, num_draft: int) -> dict:
-    """Law of ``(outcome, target passes, accepted levels)`` of speculative level drafting."""
+    """Law of ``(outcome, target passes, accepted levels, verified levels)`` of speculative level drafting.
+
+    A round verifies its drafted levels up to the first that changed, or all of them.
+    """
     finished: dict = defaultdict(float)
-    frontier = {((), (), 0, 0): 1.0}
+    frontier = {((), (), 0, 0, 0): 1.0}
     rounds: dict = {}
     while frontier:
         following: dict = defaultdict(float)
-        for (ctx, levels, passes, accepted), mass in frontier.items():
+        for (ctx, levels, passes, accepted, verified), mass in frontier.items():
             if ctx not in rounds:
                 rounds[ctx] = round_law(target, draft, ctx, num_draft)
+            count = min(num_draft, len(target.level_sizes) - len(ctx))
             for (emitted, stood), probability in rounds[ctx].items():
-                key = (ctx + tuple(x for _, x in emitted), levels + emitted, passes + 1, accepted + stood)
+                key = (ctx + tuple(x for _, x in emitted), levels + emitted, passes + 1, accepted + stood,
+                       verified + min(stood + 1, count))
                 if len(key[0]) == len(target.level_sizes):
-                    finished[(flatten(key[1]), key[2], key[3])] += mass * probability
+                    finished[(flatten(key[1]), *key[2:])] += mass * probability
                 else:
                     following[key] += mass * probability
         frontier = following
@@ -169,16 +174,14 @@ def speculative_level_law(target: LevelTables, draft: LevelTables, num_draft: in
 def outcome_law(law: dict) -> dict:
     """The outcome marginal of a `speculative_level_law`."""
     marginal: dict = defaultdict(float)
-    for (outcome, _, _), probability in law.items():
+    for (outcome, *_), probability in law.items():
         marginal[outcome] += probability
     return dict(marginal)
 
 
-def expected_cost(law: dict) -> tuple[float, float]:
-    """Expected target passes and expected accepted levels per generation."""
-    passes = sum(p * probability for (_, p, _), probability in law.items())
-    accepted = sum(a * probability for (_, _, a), probability in law.items())
-    return passes, accepted
+def expected_cost(law: dict) -> tuple[float, float, float]:
+    """Expected target passes, accepted levels and verified drafted levels per generation."""
+    return tuple(sum(key[i] * probability for key, probability in law.items()) for i in (1, 2, 3))
 
 
 def outcome_shape(config) -> tuple[int, ...]:
