@@ -273,9 +273,9 @@ def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path
 
 PASSING_SELFTESTS = {
     "mutants": {"profile": "selftest", "mutants": [
-        {"name": "ratio_inverted", "module": "m.a", "description": "p/q inverted", "caught": True,
+        {"name": name, "module": f"m.{name}", "description": "a bug", "caught": True,
          "caught_by": ["properties/test_chain.py::test_samples[float32]"], "failed": ["x"], "passed": [],
-         "sweep_error": None}]},
+         "sweep_error": None} for name in doc.registered_mutants()]},
     "calibration": {
         "alpha": 0.05, "runs": 400, "rejections": 20, "binomial_p_value": 0.9, "ks_uniform_p_value": 0.5,
         "check_budget": 3.3e-5, "p_values": [],
@@ -363,7 +363,7 @@ PART_BREAKS = {
     "a failing binomial check": ("calibration", "binomial_p_value", 1e-9, "calibration", "binomial check failed"),
     "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", "case 2: 120 of 200"),
     "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
-    "a surviving planted bug": ("mutants", "mutants.0.caught", False, "planted bugs", "not caught: ratio_inverted"),
+    "a surviving planted bug": ("mutants", "mutants.0.caught", False, "planted bugs", "not caught: bonus_wrong_row"),
     "a broken sweep": ("mutants", "mutants.0.sweep_error", "pytest exited 4", "planted bugs", "sweep broken"),
 }
 
@@ -377,6 +377,12 @@ def test_each_failing_self_test_part_fails_the_run_in_report_and_exit_status(bre
     assert not report["run"]["parts"][part]["passed"]
     assert any(words in reason for reason in report["run"]["parts"][part]["reasons"]), report["run"]["parts"][part]
     assert report["run"]["verdict"] == "failed" and exit_status == 1 == report["run"]["exit_status"]
+
+
+def test_a_registered_planted_bug_without_a_sweep_result_fails_the_run(ledger, passing):
+    expected = [*doc.registered_mutants(), "lost_one"]
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, expected_mutants=expected)
+    assert report["run"]["reasons"] == ["planted bugs: planted bugs with no sweep result: lost_one"]
 
 
 @pytest.mark.parametrize("missing", ["mutants", "calibration"])
@@ -415,3 +421,84 @@ def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(led
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C7"]["status"] == "failed"
     assert claims["C5"]["status"] == "not shown" and "another claim's kernel" in claims["C5"]["reason"]
+
+
+PORT = '''
+"""A partial port: its own greedy verifier, the reference's residual, no model or cache."""
+from ncm_verify.speculative import residual_distribution
+
+def verify_greedy(target, draft_tokens, *, num_draft=None):
+    return "mine"
+'''
+
+PORT_SUITE = '''
+import mlx.core as mx
+import pytest
+
+@pytest.mark.claim("C7")
+def test_calls_its_own_kernel(impl):
+    assert impl.verify_greedy(None, None) == "mine"
+
+@pytest.mark.claim("C5")
+def test_calls_an_inherited_kernel(impl):
+    impl.residual_distribution(mx.array([0.5, 0.5]), mx.array([0.25, 0.75]))
+
+@pytest.mark.claim("C2")
+def test_needs_the_cache(impl):
+    impl.PrefixCache()
+
+@pytest.mark.claim("C5")
+def test_enumerates_without_the_implementation():
+    assert 1 + 1 == 2
+
+@pytest.mark.claim("C5")
+def test_raises_an_error_that_is_not_a_check(impl):
+    raise TypeError("not a verdict")
+
+@pytest.mark.claim("C7")
+def test_fails_a_check(impl):
+    with pytest.raises(ValueError):
+        impl.verify_greedy(None, None)
+'''
+
+
+def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path):
+    (tmp_path / "my_port.py").write_text(PORT)
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
+         f"--impl={tmp_path / 'my_port.py'}", "--ncm-planned-tests=7", f"--ncm-report-dir={tmp_path / 'r'}",
+         "--ncm-run-id=run-1"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
+    assert evidence["run_id"] == "run-1" and evidence["policy"]["planned_tests"] == 7
+    assert evidence["implementation"]["defines"] == ["verify_greedy"]
+    assert evidence["implementation"]["inherits"] == ["residual_distribution (from ncm_verify.speculative)"]
+    assert len(evidence["implementation"]["sha256"]) == 64
+    nodes = {n["nodeid"].split("::")[1]: n for n in evidence["properties"]}
+    assert nodes["test_calls_its_own_kernel"]["calls"]["verify_greedy"] == {
+        "calls": 1, "own": True, "origin": "my_port"}
+    assert nodes["test_calls_an_inherited_kernel"]["calls"]["residual_distribution"]["own"] is False
+    assert nodes["test_needs_the_cache"]["outcome"] == "not provided"
+    assert nodes["test_enumerates_without_the_implementation"]["calls"] == {}
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["outcome"] == "error"
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["failure"]["kind"] == "TypeError"
+    assert nodes["test_fails_a_check"]["outcome"] == "failed"
+    assert nodes["test_fails_a_check"]["failure"]["kind"] == "assertion"
+    assert nodes["test_fails_a_check"]["failure"]["kernels"] == ["verify_greedy"]
+
+
+def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path):
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
+         "--impl=ncm_verify.mutants.ratio_invrted"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 4
+    output = result.stdout + result.stderr
+    assert output.count("cannot import implementation module") == 1
+    assert "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in output

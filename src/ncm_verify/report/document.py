@@ -38,8 +38,15 @@ def normalized_claims(ledger: dict) -> list[dict]:
     return [{**defaults, **claim} for claim in ledger["claims"]]
 
 
-def mutants_summary(mutants: dict | None, claims: list[dict]) -> dict | None:
-    """The planted-bug table, with the claims whose properties caught each bug."""
+def registered_mutants() -> list[str]:
+    """Every planted bug the sweep must report on."""
+    from ncm_verify.mutants import EVIDENCE_MUTANTS, MUTANTS
+
+    return sorted({*MUTANTS, *EVIDENCE_MUTANTS})
+
+
+def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str] | None = None) -> dict | None:
+    """The planted-bug table, with the claims whose properties caught each bug (and any `expected` one absent)."""
     if mutants is None:
         return None
     claims_of_property = {}
@@ -69,6 +76,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict]) -> dict | None:
         "mutants": rows,
         "caught": sum(row["caught"] for row in rows),
         "survived": [row["name"] for row in rows if not row["caught"]],
+        "missing": sorted(set(expected or ()) - {row["name"] for row in rows}),
     }
 
 
@@ -125,6 +133,7 @@ def build_report(
     bench: dict | None = None,
     ledger_problems: list[str] = (),
     run: dict | None = None,
+    expected_mutants: list[str] | None = None,
 ) -> dict:
     """verify.json: every claim with its derived status, the evidence behind it, and the run's one verdict.
 
@@ -135,7 +144,7 @@ def build_report(
     ledger_claims = normalized_claims(ledger)
     claims = claim_status.make_claims(ledger_claims, nodes, facts)
     claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
-    mutant_table = mutants_summary(mutants, ledger_claims)
+    mutant_table = mutants_summary(mutants, ledger_claims, expected_mutants)
     calibration_table = calibration_summary(calibration)
     verdict = claim_status.make_verdict(
         evidence, claims, mutant_table, calibration_table, list(ledger_problems), ledger_claims,
@@ -172,6 +181,7 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None, run: dict | 
         read_json(reports_dir / BENCH_FILE),
         problems,
         run,
+        registered_mutants(),
     )
 
 

@@ -307,6 +307,8 @@ def mutants_part(mutants: dict | None) -> list[str]:
     reasons = [f"sweep broken for {m['name']}: {m['sweep_error']}" for m in mutants["mutants"] if m.get("sweep_error")]
     if mutants["survived"]:
         reasons.append(f"planted bugs not caught: {', '.join(mutants['survived'])}")
+    if mutants.get("missing"):
+        reasons.append(f"planted bugs with no sweep result: {', '.join(mutants['missing'])}")
     if not mutants["mutants"]:
         reasons.append("no planted bug was run")
     return reasons
