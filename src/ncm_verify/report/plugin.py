@@ -120,11 +120,12 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def claims_of(item) -> list[str]:
-    """The claim ids of every ``@pytest.mark.claim`` on the item, in order, once each."""
-    claims: list[str] = []
-    for marker in item.iter_markers("claim"):
-        claims.extend(str(arg) for arg in marker.args if str(arg) not in claims)
-    return sorted(claims)
+    """The claim ids of the item's closest ``@pytest.mark.claim``, sorted, once each.
+
+    A property's own marker replaces its module's: a protocol property (C11) may sit among distribution ones.
+    """
+    marker = item.get_closest_marker("claim")
+    return sorted({str(arg) for arg in marker.args}) if marker else []
 
 
 def property_id(nodeid: str) -> str:
