@@ -502,3 +502,65 @@ def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tm
     output = result.stdout + result.stderr
     assert output.count("cannot import implementation module") == 1
     assert "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in output
+
+
+# --- the orchestrator: stops early on bad input, stamps the run, caches the self-tests ---
+
+
+def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_report(tmp_path, capsys):
+    from ncm_verify import run
+
+    (tmp_path / doc.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
+    assert run.verify("ncm_verify.mutants.ratio_invrted", "ci", tmp_path, 1) == 2
+    error = capsys.readouterr().err
+    assert error.count("cannot import") == 1 and "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in error
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
+    from ncm_verify import run
+
+    assert run.verify("ncm_verify.reference", "nonsense", tmp_path, 1) == 2
+    assert "profile: no Hypothesis profile 'nonsense'; choose one of" in capsys.readouterr().err
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+@pytest.fixture
+def fake_phases(monkeypatch, passing, ledger):
+    """Phases that leave passing evidence and self-test files instead of running pytest; counts self-test runs."""
+    from ncm_verify import run
+
+    ran = []
+
+    def fake(name, step, command, env):
+        if name == "properties":
+            folder = Path(next(a for a in command if a.startswith("--ncm-report-dir=")).split("=", 1)[1])
+            run_id = next(a for a in command if a.startswith("--ncm-run-id=")).split("=", 1)[1]
+            (folder / doc.EVIDENCE_FILE).write_text(json.dumps({**passing, "run_id": run_id}))
+        else:
+            ran.append(name)
+            folder = Path(env["NCM_VERIFY_SELFTEST_DIR"])
+            for part, data in PASSING_SELFTESTS.items():
+                (folder / f"{part}.json").write_text(json.dumps(data))
+        return {"name": name, "exit_status": 0, "seconds": 0.0, "problem": None}
+
+    monkeypatch.setattr(run, "run_phase", fake)
+    monkeypatch.setattr(run, "suite_key", lambda: "k1")
+    monkeypatch.setattr(doc, "read_ledger", lambda path=None: (ledger, []))
+    return ran
+
+
+def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_phases, tmp_path, monkeypatch):
+    from ncm_verify import run
+
+    monkeypatch.delenv("CI", raising=False)
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    first = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert first["run_facts"]["selftests"]["reused"] is False and len(fake_phases) == 2
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    second = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert second["run_facts"]["selftests"] == {**first["run_facts"]["selftests"], "reused": True}
+    assert second["run_facts"]["run_id"] != first["run_facts"]["run_id"] and len(fake_phases) == 2
+    monkeypatch.setenv("CI", "true")
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    assert len(fake_phases) == 4

@@ -167,6 +167,8 @@ def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests
         implementation = describe_implementation(load_implementation(impl), impl)
     except (UsageError, ImplementationError) as error:
         print(f"ncm-verify: {error}", file=sys.stderr)
+        if reports.is_dir():  # an earlier run's report must not pass for this one's
+            clear_previous_report(reports)
         print("ncm-verify: stopped before any phase; no report was written", file=sys.stderr)
         return 2
     reports = reports.resolve()
