@@ -1,7 +1,9 @@
 """Planted bugs must make the suite fail: each mutant is caught by some property failing by assertion.
 
-An error, an import or collection error, a pytest exit status other than 0 or 1, or a timeout
-is not a catch: it breaks the sweep itself, and the sweep says so.
+An exception other than a failed check is never a catch. One raised by the mutant's own code inside a
+property (say, its cache refusing a file it wrote) is listed beside the bug; an error in a fixture's
+setup or teardown, an import error, a pytest exit status other than 0 or 1, or a timeout means the
+suite itself is broken: the sweep fails and says so.
 """
 
 import json
@@ -25,6 +27,14 @@ KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in pat
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 SWEEP_TIMEOUT = 600
 VERDICT_EXITS = {0: "every property passed", 1: "some property failed"}
+BROKEN_KINDS = ("ImportError", "ModuleNotFoundError", "ImplementationError", "UsageError")
+"""Exceptions that say the suite or its set-up is broken, wherever they are raised."""
+
+
+def breaks_the_sweep(node: dict) -> bool:
+    failure = node.get("failure") or {}
+    kind = failure.get("kind") or ""
+    return failure.get("phase") != "call" or any(broken in kind for broken in BROKEN_KINDS)
 
 
 def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> tuple[dict, str | None]:
@@ -48,9 +58,11 @@ def sweep_verdict(name: str, module: str, evidence: dict, broken: str | None) ->
     """What one planted bug did to the properties: caught only by a property failing by assertion."""
     nodes = evidence.get("properties", [])
     failed = sorted(n["nodeid"] for n in nodes if n["outcome"] == "failed")
-    errors = sorted(f"{n['nodeid']} ({(n.get('failure') or {}).get('kind')})" for n in nodes if n["outcome"] == "error")
-    if broken is None and errors:
-        broken = f"{len(errors)} property runs errored instead of failing: {', '.join(errors)}"
+    erred = sorted((n for n in nodes if n["outcome"] == "error"), key=lambda n: n["nodeid"])
+    errors = [f"{n['nodeid']} ({(n.get('failure') or {}).get('kind')})" for n in erred]
+    broken_runs = [label for label, n in zip(errors, erred) if breaks_the_sweep(n)]
+    if broken is None and broken_runs:
+        broken = f"{len(broken_runs)} property runs broke in set-up or import: {', '.join(broken_runs)}"
     if broken is None and not nodes:
         broken = "no property ran"
     return {
@@ -82,12 +94,43 @@ def test_filtered_evidence_is_never_called_shown(tmp_path, reports, nested_envir
     module = f"ncm_verify.mutants.{name}"
     evidence, broken = run_properties(module, FILTERED_PROPERTIES, tmp_path, nested_environment("selftest"))
     assert broken is None, f"the run against {module} broke: {broken}"
-    ledger, problems = read_ledger(ROOT / "ledger.json")
-    report = doc.build_report(ledger, evidence, ledger_problems=problems)
+    ledger, _ = read_ledger(ROOT / "ledger.json")
+    ran = {node["property"] for node in evidence["properties"]}
+    for claim in ledger["claims"]:  # judge the claims on these properties alone, so only filtering can fail them
+        claim["properties"] = [node for node in claim["properties"] if node in ran]
+    report = doc.build_report(ledger, evidence)
     touched = {claim for node in evidence["properties"] for claim in node["claims"]}
-    statuses = {c["id"]: c["status"] for c in report["claims"] if c["id"] in touched}
+    statuses = {c["id"]: (c["status"], c["reason"]) for c in report["claims"] if c["id"] in touched}
+    refused = {claim: s == status.NOT_SHOWN and "filtered" in why for claim, (s, why) in statuses.items()}
     verdict = {**sweep_verdict(name, module, evidence, None), "caught_by_verdict": statuses}
-    verdict["caught"] = not any(s == status.SHOWN for s in statuses.values()) and report["run"]["verdict"] != "passed"
+    verdict["caught"] = bool(refused) and all(refused.values()) and report["run"]["verdict"] != "passed"
     keep(reports, verdict)
-    assert statuses, f"no claim was touched by {FILTERED_PROPERTIES}"
+    assert not verdict["failed"] and not verdict["errors"], "the filtering mutant should pass vacuously, not fail"
     assert verdict["caught"], f"vacuous passes were called evidence: claim statuses {statuses}"
+
+
+def run_of(nodeid: str, outcome: str, phase: str = "call", kind: str = "assertion") -> dict:
+    return {"nodeid": nodeid, "outcome": outcome, "failure": {"phase": phase, "kind": kind}}
+
+
+@pytest.mark.parametrize(
+    "runs, caught, broken",
+    [
+        ([run_of("a", "failed")], True, None),
+        ([run_of("a", "error", kind="TypeError")], False, None),  # the mutant raised: listed, not a catch
+        ([run_of("a", "failed"), run_of("b", "error", kind="CacheFileError")], True, None),
+        ([run_of("a", "failed"), run_of("b", "error", phase="setup", kind="error in setup")], False, "set-up"),
+        ([run_of("a", "failed"), run_of("b", "error", kind="ModuleNotFoundError")], False, "import"),
+        ([], False, "no property ran"),
+    ],
+)
+def test_only_a_failure_by_assertion_catches_a_bug_and_a_broken_set_up_breaks_the_sweep(runs, caught, broken):
+    verdict = sweep_verdict("ratio_inverted", "m", {"properties": runs}, None)
+    assert verdict["caught"] is caught
+    assert (verdict["sweep_error"] is None) if broken is None else (broken in verdict["sweep_error"])
+
+
+def test_a_pytest_exit_status_without_a_verdict_breaks_the_sweep(tmp_path, nested_environment):
+    evidence, broken = run_properties("ncm_verify.reference", ["properties/test_missing.py"], tmp_path,
+                                      nested_environment("selftest"))
+    assert broken is not None and broken.startswith("pytest exited 4")

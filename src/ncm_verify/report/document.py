@@ -66,6 +66,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
             "claims": claims,
             "failed": len(mutant.get("failed", [])),
             "passed": len(mutant.get("passed", [])),
+            "errors": mutant.get("errors", []),
             "sweep_error": mutant.get("sweep_error"),
         })
     rows.sort(key=lambda row: row["name"])
@@ -314,8 +315,10 @@ def mutants_table(report: dict) -> Table:
     if mutants is None:
         return Table("Planted bugs", ("mutant",), [], "not run: no mutants.json (run the self-tests)")
     rows = [
-        (m["name"], "caught" if m["caught"] else "SURVIVED", ", ".join(m["claims"]) or "-",
-         ", ".join(m["caught_by"]) or "-", m["description"])
+        (m["name"], "caught" if m["caught"] else "BROKEN SWEEP" if m.get("sweep_error") else "SURVIVED",
+         ", ".join(m["claims"]) or "-",
+         ", ".join(m["caught_by"]) or ("refused by the verdict" if m["caught"] else "-"),
+         m["description"] + (f" (errors, not catches: {', '.join(m['errors'])})" if m.get("errors") else ""))
         for m in mutants["mutants"]
     ]
     note = f"{mutants['caught']} of {len(rows)} planted bugs caught (profile {mutants['profile']})"
