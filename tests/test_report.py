@@ -564,3 +564,14 @@ def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_
     monkeypatch.setenv("CI", "true")
     assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
     assert len(fake_phases) == 4
+
+
+def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_claims_own_kernels(ledger, passing):
+    """A port of verify_chain alone: the relation property shows C5 but leaves C7 not provided."""
+    relation = passing["properties"][3]
+    relation["claims"] = ["C5", "C7"]
+    relation["calls"] = {"verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
+                         "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"}}
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C5"]["status"] == "shown"
+    assert claims["C7"]["status"] == "not provided" and "(verify_greedy)" in claims["C7"]["reason"]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+from ncm_verify.impl import KERNEL_CLAIMS
+
 SHOWN = "shown"
 NOT_SHOWN = "not shown"
 FAILED = "failed"
@@ -124,21 +126,24 @@ def distinct_examples(node: dict) -> int | None:
     return hypothesis.get("examples") or 0
 
 
-def implementation_use(node: dict, impl: str) -> tuple[str, str]:
+def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tuple[str, str]:
     """('implementation' | 'suite' | 'inherited' | 'unknown', why) from the calls a property made.
 
-    Without call records (older evidence, or a plain pytest run) the use is unknown and not held against it.
+    For `claim_id`, only calls into that claim's kernels count when the property called any (a relation
+    checked on every kernel is evidence for C6 only through the C6 kernels). Without call records (older
+    evidence) the use is unknown and not held against it.
     """
     calls = node.get("calls")
     if calls is None:
         return "unknown", ""
     if not calls:
         return "suite", "made no call into the implementation: the suite's own check"
-    own = [name for name, record in calls.items() if record.get("own")]
+    relevant = {name: record for name, record in calls.items() if KERNEL_CLAIMS.get(name) == claim_id} or calls
+    own = sorted(name for name, record in relevant.items() if record.get("own"))
     if not own:
-        names = ", ".join(sorted(calls))
+        names = ", ".join(sorted(relevant))
         return "inherited", f"not provided by {impl}: its calls reached only inherited names ({names})"
-    return "implementation", f"called {', '.join(sorted(own))}"
+    return "implementation", f"called {', '.join(own)}"
 
 
 def searched_and_found(node: dict) -> bool:
@@ -166,11 +171,11 @@ def property_evidence(node: dict, impl: str) -> list[str]:
     return reasons
 
 
-def property_summary(node: dict, run: dict) -> dict:
-    """One property run as the report shows it, with what it is evidence of."""
+def property_summary(node: dict, run: dict, claim_id: str | None = None) -> dict:
+    """One property run as the report shows it, with what it is evidence of (for `claim_id`)."""
     hypothesis = node.get("hypothesis") or {}
     failure = node.get("failure")
-    use, use_reason = implementation_use(node, run.get("impl"))
+    use, use_reason = implementation_use(node, run.get("impl"), claim_id)
     summary = {
         "nodeid": node["nodeid"],
         "property": node["property"],
@@ -255,7 +260,7 @@ def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list
     """Every ledger claim with its derived status and the property summaries behind it."""
     claims = []
     for claim in ledger_claims:
-        summaries = [property_summary(node, run) for node in claim_nodes(claim, nodes)]
+        summaries = [property_summary(node, run, claim["id"]) for node in claim_nodes(claim, nodes)]
         status, reason = derive_status(claim, summaries)
         claims.append({
             "id": claim["id"],
