@@ -575,3 +575,13 @@ def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C5"]["status"] == "shown"
     assert claims["C7"]["status"] == "not provided" and "(verify_greedy)" in claims["C7"]["reason"]
+
+
+def test_an_implementation_file_named_like_another_module_is_refused_not_imported_over_it(tmp_path):
+    from ncm_verify.impl import ImplementationError, load_implementation
+
+    (tmp_path / "json.py").write_text(PORT)
+    with pytest.raises(ImplementationError, match="impl: .* would be imported as 'json', which names another module"):
+        load_implementation(str(tmp_path / "json.py"))
+    (tmp_path / "my_port.py").write_text(PORT)
+    assert load_implementation(str(tmp_path / "my_port.py")) is load_implementation(str(tmp_path / "my_port.py"))

@@ -120,6 +120,12 @@ def suggest(name: str) -> str:
     return ""
 
 
+def refuse_shadowing(module_name: str, path: Path) -> ModuleType:
+    raise ImplementationError(
+        f"impl: {str(path)!r} would be imported as {module_name!r}, which names another module; rename the file"
+    )
+
+
 def import_implementation(name: str) -> ModuleType:
     """The module named `name` (dotted), or loaded from the file `name`; one clear ImplementationError otherwise."""
     if is_path(name):
@@ -127,6 +133,15 @@ def import_implementation(name: str) -> ModuleType:
         if not path.is_file():
             raise ImplementationError(f"impl: no file {str(path)!r}")
         module_name = path.stem
+        known = sys.modules.get(module_name)
+        if known is not None and Path(getattr(known, "__file__", "") or "").resolve() == path:
+            return known
+        try:
+            elsewhere = known or importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            elsewhere = None
+        if elsewhere is not None and Path(getattr(elsewhere, "origin", None) or "").resolve() != path:
+            return refuse_shadowing(module_name, path)
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
