@@ -249,8 +249,9 @@ def claims_table(report: dict) -> Table:
         for c in report["claims"]
     ]
     note = (f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
-            "for a statistical one), a chi-square test if statistical, at most half filtered, and a call into "
-            "code the module provides itself")
+            f"for a statistical one), a chi-square test if statistical, at most "
+            f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
+            "provides itself")
     return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
 
 
