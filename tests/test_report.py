@@ -585,3 +585,14 @@ def test_an_implementation_file_named_like_another_module_is_refused_not_importe
         load_implementation(str(tmp_path / "json.py"))
     (tmp_path / "my_port.py").write_text(PORT)
     assert load_implementation(str(tmp_path / "my_port.py")) is load_implementation(str(tmp_path / "my_port.py"))
+
+
+def test_a_property_the_ledger_does_not_list_fails_the_run_that_collected_it(ledger, passing):
+    """The orchestrator checks the ledger against what the run collected and passes the problems on."""
+    from ncm_verify.report.ledger import repository_problems
+
+    passing["properties"].append(node("properties/test_chain.py::test_new", ["C5"]))
+    problems = repository_problems(doc.normalized_claims_ledger(ledger), Path("/nonexistent"), passing["properties"])
+    assert "properties/test_chain.py::test_new: collected but listed under no claim" in problems
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run={"ledger_problems": problems})
+    assert not report["run"]["parts"]["ledger"]["passed"] and report["run"]["exit_status"] == 1

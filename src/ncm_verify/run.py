@@ -29,6 +29,7 @@ from pathlib import Path
 from ncm_verify.impl import ImplementationError, describe_implementation, load_implementation
 from ncm_verify.report import document as doc
 from ncm_verify.report.environment import git_commit, git_dirty
+from ncm_verify.report.ledger import read_ledger, repository_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 SELFTEST_CACHE = ".selftests"
@@ -160,6 +161,16 @@ def clear_previous_report(reports: Path) -> None:
         (reports / name).unlink(missing_ok=True)
 
 
+def ledger_against_run(reports: Path) -> list[str]:
+    """The ledger checked against the properties this run collected: a property listed nowhere, or whose
+    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`."""
+    evidence = doc.read_json(reports / doc.EVIDENCE_FILE)
+    if evidence is None:
+        return []
+    ledger, _ = read_ledger(ROOT / "ledger.json")
+    return repository_problems(doc.normalized_claims_ledger(ledger), ROOT, evidence["properties"])
+
+
 def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests: bool = False) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start)."""
     try:
@@ -188,7 +199,8 @@ def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests
     copy_selftest_results(reports, cache)
     say("[4/4] report")
     facts = {"run_id": run_id, "phases": phases, "suite_commit": git_commit(ROOT), "suite_dirty": git_dirty(ROOT),
-             "selftests": {k: cache[k] for k in ("key", "ran", "reused")}}
+             "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
+             "ledger_problems": ledger_against_run(reports)}
     from ncm_verify.cli import print_report, write_reports
 
     report = write_reports(reports, run=facts)

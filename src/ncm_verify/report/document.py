@@ -45,6 +45,11 @@ def registered_mutants() -> list[str]:
     return sorted({*MUTANTS, *EVIDENCE_MUTANTS})
 
 
+def normalized_claims_ledger(ledger: dict) -> dict:
+    """The ledger with its claims normalized (every optional list present)."""
+    return {**ledger, "claims": normalized_claims(ledger)}
+
+
 def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str] | None = None) -> dict | None:
     """The planted-bug table, with the claims whose properties caught each bug (and any `expected` one absent)."""
     if mutants is None:
@@ -142,6 +147,7 @@ def build_report(
     """
     nodes = evidence["properties"] if evidence else []
     facts = run_facts(evidence, run)
+    ledger_problems = [*ledger_problems, *facts.get("ledger_problems", [])]
     ledger_claims = normalized_claims(ledger)
     claims = claim_status.make_claims(ledger_claims, nodes, facts)
     claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
