@@ -597,3 +597,11 @@ def test_a_property_the_ledger_does_not_list_fails_the_run_that_collected_it(led
     assert "properties/test_chain.py::test_new: collected but listed under no claim" in problems
     report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run={"ledger_problems": problems})
     assert not report["run"]["parts"]["ledger"]["passed"] and report["run"]["exit_status"] == 1
+
+
+def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_not(ledger, passing):
+    passing["properties"][2]["stats"] = [chi_square_record("s", 0.4, law="one")] * 12  # provided, one law
+    passing["properties"].append(node("properties/test_chain.py::test_numerics", ["C5"], calls={
+        "apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.speculative"}}))
+    claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
+    assert claim["status"] == "not shown" and "1 distinct law < 10" in claim["reason"]

@@ -238,17 +238,19 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     not_provided = [
         s for s in summaries if s["outcome"] == NOT_PROVIDED_OUTCOME or s["implementation_use"] == "inherited"
     ]
-    if not_provided:
-        why = "; ".join(f"{s['nodeid']}: {s['skip_reason'] or s['implementation_use_reason']}" for s in not_provided)
-        return NOT_PROVIDED, f"{len(not_provided)} of {runs} not provided by the module: {why}"
     ran = {s["property"] for s in summaries if s["outcome"] == "passed"}
-    missing = [p for p in claim["properties"] if p not in ran]
+    missing = [p for p in claim["properties"] if p not in ran | {s["property"] for s in not_provided}]
     if missing:
         listed = count(len(claim["properties"]), "listed property", "listed properties")
         return NOT_RUN, f"{len(missing)} of {listed} did not pass a run: {', '.join(missing)}"
-    thin = [f"{s['nodeid']} ({'; '.join(s['insufficient'])})" for s in summaries if s["insufficient"]]
+    # thin evidence on what the module does provide is not excused by what it does not
+    thin = [f"{s['nodeid']} ({'; '.join(s['insufficient'])})" for s in summaries
+            if s["insufficient"] and s not in not_provided]
     if thin:
         return NOT_SHOWN, f"not enough evidence: {', '.join(thin)}"
+    if not_provided:
+        why = "; ".join(f"{s['nodeid']}: {s['skip_reason'] or s['implementation_use_reason']}" for s in not_provided)
+        return NOT_PROVIDED, f"{len(not_provided)} of {runs} not provided by the module: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
     distinct = sum(s["distinct_examples"] or 0 for s in summaries)
