@@ -194,7 +194,9 @@ def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests
     )
     phases = [run_phase("properties", "1/4", properties, env)]
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
-    selftests, cache = cached_selftests(reports, jobs, {**env, "HYPOTHESIS_PROFILE": "selftest"}, rerun=rerun)
+    # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
+    selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
+    selftests, cache = cached_selftests(reports, jobs, selftest_env, rerun=rerun)
     phases += selftests
     copy_selftest_results(reports, cache)
     say("[4/4] report")
