@@ -181,6 +181,7 @@ def render_html(report: dict) -> str:
         "<h1>ncm-verify report</h1>",
         f"<p>Implementation under test: <code>{escape(str(report['impl']))}</code>; run verdict: "
         f"{status_span(run['verdict'])}{reasons}</p>",
+        render_table(doc.verdict_table(report)),
         render_table(doc.claims_table(report)),
         failures_html(report),
     ]
