@@ -9,7 +9,7 @@ REPORTS ?= reports
 JOBS ?= 2
 PYTEST := $(PY) -m pytest
 
-.PHONY: install verify test bench clean
+.PHONY: install verify test bench bench-compare install-peers clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,28 @@ test: install
 	$(PYTEST) tests -m "not teeth" -q -n $(JOBS)
 	$(MAKE) verify
 
+# C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
+# C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`
+# adds transformers' step as a peer; without it that column says it was skipped.
+GRID ?= quick
+BASELINE ?= benchmarks/baseline.json
+THRESHOLD ?= 0.35
+
 bench: install
 	@mkdir -p $(REPORTS)
-	$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench.json
+	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
+	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
+		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
+
+# Fails when a ratio of the last `make bench` is worse than the baseline's by more than THRESHOLD
+# (a fraction); ratios, not times, because both sides of a ratio share the machine's noise.
+# Save a new baseline with `cp $(REPORTS)/bench.json $(BASELINE)`.
+bench-compare: install
+	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench
+	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)/bench.json --threshold $(THRESHOLD)
+
+install-peers: install
+	$(PY) -m pip install --quiet -e '.[peers]'
 
 clean:
 	rm -rf $(REPORTS) .hypothesis .benchmarks
