@@ -44,6 +44,8 @@ from ncm_verify.speculative import PAD_TOKEN, RESIDUAL_FLOOR
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OURS = ("eager", "compiled", "validated")
+BURST = 3
+"""Calls in a row per contender and round: the first after another contender pays MLX's cold start."""
 PEERS = ("numpy", "transformers")
 FLOORS = ("numpy copy", "mlx reduction")
 
@@ -283,9 +285,12 @@ def make_floors(nbytes: int, dtype: str) -> dict[str, Callable[[], None]]:
 # --- timing -------------------------------------------------------------------------
 
 
-def time_side_by_side(contenders: dict[str, Callable[[], None]], rounds: int, budget_s: float) -> dict[str, list]:
+def time_side_by_side(
+    contenders: dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = BURST
+) -> dict[str, list]:
     """Seconds per call of each contender, interleaved round by round (rotating the order) so
-    that machine noise hits all alike. Stops after `rounds`, or at `budget_s` once 5 rounds are in."""
+    that machine noise hits all alike. A round runs each contender `burst` times in a row, as a
+    decoding loop would. Stops after `rounds`, or at `budget_s` once 5 rounds are in."""
     for function in contenders.values():  # warm up: compile, allocate
         function()
     names = list(contenders)
@@ -293,9 +298,10 @@ def time_side_by_side(contenders: dict[str, Callable[[], None]], rounds: int, bu
     start = time.perf_counter()
     for index in range(rounds):
         for name in names[index % len(names):] + names[:index % len(names)]:
-            begin = time.perf_counter()
-            contenders[name]()
-            times[name].append(time.perf_counter() - begin)
+            for _ in range(burst):
+                begin = time.perf_counter()
+                contenders[name]()
+                times[name].append(time.perf_counter() - begin)
         if index >= 4 and time.perf_counter() - start > budget_s:
             break
     return times
@@ -304,7 +310,7 @@ def time_side_by_side(contenders: dict[str, Callable[[], None]], rounds: int, bu
 def summarise(samples: list[float]) -> dict:
     quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
     return {"median_s": statistics.median(samples), "q1_s": quartiles[0], "q3_s": quartiles[2],
-            "rounds": len(samples)}
+            "min_s": min(samples), "rounds": len(samples)}
 
 
 def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
