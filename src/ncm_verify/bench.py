@@ -30,7 +30,9 @@ import numpy as np
 
 from ncm_verify.bench_ratios import (
     BENCH_SCHEMA,
+    COMPARE_STATISTIC,
     COMPARE_THRESHOLD,
+    RATIO_KEYS,
     compare_benches,
     format_bench,
     format_cache_rows,
@@ -44,6 +46,8 @@ from ncm_verify.speculative import PAD_TOKEN, RESIDUAL_FLOOR
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OURS = ("eager", "compiled", "validated")
+STATISTICS = {"median": statistics.median, "min": min}
+"""Ratios from medians (the table) and from minima (steadier under load: a preempted call only adds time)."""
 BURST = 3
 """Calls in a row per contender and round: the first after another contender pays MLX's cold start."""
 PEERS = ("numpy", "transformers")
@@ -71,7 +75,7 @@ def make_grid(name: str) -> list[KernelCase]:
         chain = [KernelCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
         chain += [KernelCase("chain", 128_256, 4, 1, "bfloat16"), KernelCase("chain", 32_000, 4, 1),
                   KernelCase("chain", 151_936, 8, 1)]
-        others = [KernelCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 32)]
+        others = [KernelCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
         return chain + others
     if name == "full":
         chain = [
@@ -290,7 +294,7 @@ def time_side_by_side(
 ) -> dict[str, list]:
     """Seconds per call of each contender, interleaved round by round (rotating the order) so
     that machine noise hits all alike. A round runs each contender `burst` times in a row, as a
-    decoding loop would. Stops after `rounds`, or at `budget_s` once 5 rounds are in."""
+    decoding loop would. Stops after `rounds`, or at `budget_s` once 3 rounds are in."""
     for function in contenders.values():  # warm up: compile, allocate
         function()
     names = list(contenders)
@@ -302,7 +306,7 @@ def time_side_by_side(
                 begin = time.perf_counter()
                 contenders[name]()
                 times[name].append(time.perf_counter() - begin)
-        if index >= 4 and time.perf_counter() - start > budget_s:
+        if index >= 2 and time.perf_counter() - start > budget_s:
             break
     return times
 
@@ -311,6 +315,13 @@ def summarise(samples: list[float]) -> dict:
     quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
     return {"median_s": statistics.median(samples), "q1_s": quartiles[0], "q3_s": quartiles[2],
             "min_s": min(samples), "rounds": len(samples)}
+
+
+def floor_seconds(times: dict[str, list], byte_counts: dict, reduce: Callable) -> dict:
+    """Per byte count, the NumPy copy's time and the faster of the MLX reductions'."""
+    return {what: {"numpy copy": reduce(times[f"numpy copy [{what}]"]),
+                   "mlx reduction": min(reduce(times[f"mlx sum [{what}]"]), reduce(times[f"mlx max [{what}]"]))}
+            for what in byte_counts}
 
 
 def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
@@ -337,24 +348,23 @@ def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: 
     for what, nbytes in byte_counts.items():
         contenders.update({f"{floor} [{what}]": fn for floor, fn in make_floors(nbytes, case.dtype).items()})
     times = time_side_by_side(contenders, rounds, budget_s)
-    medians = {name: statistics.median(samples) for name, samples in times.items()}
-    floors = {}
-    for what in byte_counts:
-        floors[what] = {"numpy copy": medians[f"numpy copy [{what}]"],
-                        "mlx reduction": min(medians[f"mlx sum [{what}]"], medians[f"mlx max [{what}]"])}
+    floors = {statistic: floor_seconds(times, byte_counts, reduce) for statistic, reduce in STATISTICS.items()}
     rows = {}
     for name in OURS:
         # Validation must read every input entry; the step alone only what it decides on.
-        rows[name] = {**summarise(times[name]),
-                      "ratios": kernel_ratios(name, medians, floors["inputs" if name == "validated" else "step"])}
+        what = "inputs" if name == "validated" else "step"
+        rows[name] = summarise(times[name])
+        for statistic, reduce in STATISTICS.items():
+            typical = {contender: reduce(samples) for contender, samples in times.items()}
+            rows[name][RATIO_KEYS[statistic]] = kernel_ratios(name, typical, floors[statistic][what])
     for name in PEERS:
         if name in times:
             rows[name] = summarise(times[name])
     return {
         "case": case.name, **dataclasses.asdict(case), "bytes": byte_counts,
-        "floors_s": floors,
+        "floors_s": floors["median"],
         "bandwidth_gbs": {what: {floor: byte_counts[what] / seconds / 1e9 for floor, seconds in f.items()}
-                          for what, f in floors.items()},
+                          for what, f in floors["min"].items()},
         "contenders": rows,
     }
 
@@ -364,10 +374,10 @@ def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: 
 
 CACHE_CONFIGS = {
     "sudoku": {},
-    "deeper": {"num_layers": 6, "d_model": 64, "num_heads": 4},
-    "longer prefix": {"num_layers": 4, "prefix_length": 512, "d_model": 64, "num_heads": 4},
+    "deeper": {"num_layers": 6},
+    "longer prefix": {"num_layers": 4, "prefix_length": 324},
 }
-"""Overrides of the Sudoku-shaped fixture: itself, more layers, a longer prefix."""
+"""Overrides of the Sudoku-shaped fixture: itself, three times the layers, four puzzles' prefix and more layers."""
 
 
 def make_cache_model(impl, overrides: dict):
@@ -416,10 +426,9 @@ def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, b
             "cache load": load,
             "loaded then warm": lambda: generation(impl.generate_cached, model, prefix, key, cache=load()),
         }
-        times = time_side_by_side(contenders, rounds, budget_s)
+        times = time_side_by_side(contenders, rounds, budget_s, burst=1)  # long calls: no cold start to hide
         hits = generation(impl.generate_cached, model, prefix, key, cache=load()).cache_hits
         peaks = {name: peak_bytes(contenders[name]) for name in ("uncached", "cached cold", "cached warm")}
-    medians = {name: statistics.median(samples) for name, samples in times.items()}
     uncached = accounting.uncached_positions(config, batch)
     predicted = {"cached cold": uncached / accounting.cached_positions(config, batch, 0),
                  "cached warm": uncached / accounting.cached_positions(config, batch, batch),
@@ -427,10 +436,13 @@ def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, b
     rows = {"uncached": {**summarise(times["uncached"]), "peak_bytes": peaks["uncached"]},
             "cache load": summarise(times["cache load"])}
     for name, speedup in predicted.items():
-        measured = medians["uncached"] / medians[name]
-        rows[name] = {**summarise(times[name]), "peak_bytes": peaks.get(name), "predicted_speedup": speedup,
-                      "ratios": {"vs uncached": ratio(measured, "higher", "uncached time / cached"),
-                                 "of predicted": ratio(measured / speedup, "higher", "measured / predicted speedup")}}
+        rows[name] = {**summarise(times[name]), "peak_bytes": peaks.get(name), "predicted_speedup": speedup}
+        for statistic, reduce in STATISTICS.items():
+            measured = reduce(times["uncached"]) / reduce(times[name])
+            rows[name][RATIO_KEYS[statistic]] = {
+                "vs uncached": ratio(measured, "higher", "uncached time / cached"),
+                "of predicted": ratio(measured / speedup, "higher", "measured / predicted speedup"),
+            }
     return {
         "case": f"generation {label} B={batch}", "config": config.to_dict(), "batch": batch,
         "positions_per_layer": {"uncached": uncached, "cached cold": accounting.cached_positions(config, batch, 0),
@@ -495,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("baseline", type=Path)
     compare.add_argument("current", type=Path)
     compare.add_argument("--threshold", type=float, default=COMPARE_THRESHOLD)
+    compare.add_argument("--statistic", default=COMPARE_STATISTIC, choices=tuple(RATIO_KEYS))
     arguments = parser.parse_args(argv)
     if arguments.command == "run":
         bench = run_bench(arguments.impl, arguments.grid, arguments.rounds, arguments.budget)
@@ -503,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + format_bench(bench) + f"\n\nwritten to {arguments.out}")
         return 0
     regressions = compare_benches(json.loads(arguments.baseline.read_text(encoding="utf-8")),
-                                  json.loads(arguments.current.read_text(encoding="utf-8")), arguments.threshold)
+                                  json.loads(arguments.current.read_text(encoding="utf-8")),
+                                  arguments.threshold, arguments.statistic)
     for line in regressions:
         print(f"REGRESSION {line}")
     print(f"{len(regressions)} ratio(s) worse than {arguments.baseline} by more than {arguments.threshold:.0%}")

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 BENCH_SCHEMA = "ncm-verify/bench/1"
 BENCH_CLAIM = "C9"
+RATIO_KEYS = {"median": "ratios", "min": "ratios_of_minima"}
+"""Where each statistic's ratios are kept in a contender's row."""
 COMPARE_THRESHOLD = 0.35
-"""A ratio worse than the baseline's by more than this fraction is a regression (noise between runs is ~20 %)."""
+"""A ratio worse than the baseline's by more than this fraction is a regression."""
+COMPARE_STATISTIC = "min"
+"""Compare ratios of minima: see the README for the run-to-run spread that chose it."""
 
 
 def ratio(value: float, better: str, note: str) -> dict:
@@ -73,19 +77,24 @@ def format_bench(bench: dict) -> str:
 # --- comparison and the report's C9 row ---------------------------------------------------
 
 
-def flat_ratios(bench: dict) -> dict[tuple[str, str, str], dict]:
+def flat_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, str], dict]:
+    """Every ratio of a bench by (case, contender, ratio name), from medians or minima."""
+    if statistic not in RATIO_KEYS:
+        raise ValueError(f"statistic: expected one of {', '.join(RATIO_KEYS)}, got {statistic!r}")
     return {(case["case"], name, key): value
             for case in bench.get("kernels", []) + bench.get("generation", [])
-            for name, row in case["contenders"].items() for key, value in row.get("ratios", {}).items()}
+            for name, row in case["contenders"].items() for key, value in row.get(RATIO_KEYS[statistic], {}).items()}
 
 
-def compare_benches(baseline: dict, current: dict, threshold: float = COMPARE_THRESHOLD) -> list[str]:
+def compare_benches(
+    baseline: dict, current: dict, threshold: float = COMPARE_THRESHOLD, statistic: str = COMPARE_STATISTIC
+) -> list[str]:
     """Ratios worse than the baseline's by more than `threshold` (a fraction), one line each."""
     if not 0 < threshold < 1:
         raise ValueError(f"threshold: expected a fraction in (0, 1), got {threshold}")
     regressions = []
-    old = flat_ratios(baseline)
-    for where, now in flat_ratios(current).items():
+    old = flat_ratios(baseline, statistic)
+    for where, now in flat_ratios(current, statistic).items():
         if where not in old:
             continue
         before = old[where]["value"]
@@ -108,7 +117,7 @@ def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:
     parts = []
     for case in bench["kernels"]:
         if case["step"] == "chain" and case["vocab"] == 128_256 and case["drafts"] == 4 and case["dtype"] == "float32":
-            for name in ("eager", "validated"):
+            for name in [n for n in ("eager", "compiled", "validated") if n in case["contenders"]]:
                 ratios = {k: v["value"] for k, v in case["contenders"][name]["ratios"].items()}
                 shown = ", ".join(f"{key} {value:.2f}" for key, value in ratios.items())
                 parts.append(f"B={case['batch']} {name}: {shown}")
