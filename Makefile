@@ -40,7 +40,7 @@ test: install
 # adds transformers' step as a peer; without it that column says it was skipped.
 GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
-THRESHOLD ?= 0.35
+THRESHOLD ?= 0.6
 
 bench: install
 	@mkdir -p $(REPORTS)
@@ -48,13 +48,16 @@ bench: install
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
 
-# Fails when a ratio of the last `make bench` is worse than the baseline's by more than THRESHOLD
-# (a fraction); ratios, not times, because both sides of a ratio share the machine's noise.
+# Fails when a ratio of the last `make bench`, averaged (geometric mean) over a kind of case, is worse
+# than the baseline's by a factor above 1 + THRESHOLD; ratios, not times, because both sides of a ratio
+# share the machine's noise (two runs of one commit under load 14 on 2 cores: at most 1.5x apart).
 # Save a new baseline with `cp $(REPORTS)/bench.json $(BASELINE)`.
 bench-compare: install
 	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench
 	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)/bench.json --threshold $(THRESHOLD)
 
+# PyPI's Linux torch wheel pulls CUDA packages (GBs): install a CPU build of torch first where one
+# is at hand (a local wheel); pip then keeps it.
 install-peers: install
 	$(PY) -m pip install --quiet -e '.[peers]'
 

@@ -121,16 +121,25 @@ def fake_bench(speedup: float, floor_multiple: float, commit: str = "abc") -> di
             "device": "cpu", "kernels": [kernel], "generation": [generation]}
 
 
-def test_a_ratio_worse_than_the_baseline_past_the_threshold_is_a_regression_either_way():
+def test_a_grouped_ratio_worse_than_the_baseline_past_the_threshold_is_a_regression_either_way():
     baseline = fake_bench(speedup=4.0, floor_multiple=2.0)
     assert bench_ratios.compare_benches(baseline, copy.deepcopy(baseline)) == []
-    assert bench_ratios.compare_benches(baseline, fake_bench(speedup=3.0, floor_multiple=2.5)) == []  # within 35 %
+    assert bench_ratios.compare_benches(baseline, fake_bench(speedup=2.6, floor_multiple=3.0)) == []  # within 1.6x
     slower = bench_ratios.compare_benches(baseline, fake_bench(speedup=2.0, floor_multiple=2.0))
     assert len(slower) == 2 and all("vs numpy" in line for line in slower)
-    nearer_nothing = bench_ratios.compare_benches(baseline, fake_bench(speedup=4.0, floor_multiple=3.0))
+    nearer_nothing = bench_ratios.compare_benches(baseline, fake_bench(speedup=4.0, floor_multiple=3.5))
     assert len(nearer_nothing) == 2 and all("floor" in line for line in nearer_nothing)
     with pytest.raises(ValueError, match="^threshold"):
-        bench_ratios.compare_benches(baseline, baseline, threshold=1.5)
+        bench_ratios.compare_benches(baseline, baseline, threshold=0)
+
+
+def test_ratios_are_grouped_by_kind_of_case_as_geometric_means():
+    first, second = fake_bench(4.0, 2.0), fake_bench(1.0, 2.0)
+    second["kernels"][0]["case"] = "chain V=32000 G=4 B=8 float32"
+    first["kernels"] += second["kernels"]
+    grouped = bench_ratios.grouped_ratios(first)
+    assert grouped[("chain", "eager", "vs numpy")]["value"] == pytest.approx(2.0)
+    assert grouped[("chain", "eager", "vs numpy")]["cases"] == 2
 
 
 def test_the_c9_line_shows_ratios_only_for_the_same_implementation_and_commit():

@@ -520,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
                                   arguments.threshold, arguments.statistic)
     for line in regressions:
         print(f"REGRESSION {line}")
-    print(f"{len(regressions)} ratio(s) worse than {arguments.baseline} by more than {arguments.threshold:.0%}")
+    limit = 1 + arguments.threshold
+    print(f"{len(regressions)} grouped ratio(s) worse than {arguments.baseline} by a factor above {limit:.2f}")
     return 1 if regressions else 0
 
 
