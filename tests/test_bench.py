@@ -110,12 +110,12 @@ def fake_bench(speedup: float, floor_multiple: float, commit: str = "abc") -> di
     ratios = {"vs numpy": bench_ratios.ratio(speedup, "higher", ""), "x mlx reduction floor": bench_ratios.ratio(
         floor_multiple, "lower", "")}
     kernel = {"case": "chain V=128256 G=4 B=1 float32", "step": "chain", "vocab": 128_256, "drafts": 4, "batch": 1,
-              "dtype": "float32", "contenders": {name: {"median_s": 1e-3, "rounds": 9, "ratios": ratios,
+              "dtype": "float32", "contenders": {name: {"median_s": 1e-3, "calls": 9, "ratios": ratios,
                                                         "ratios_of_minima": ratios}
                                                  for name in ("eager", "validated")}}
     speedups = {"vs uncached": bench_ratios.ratio(2.0, "higher", ""),
                 "of predicted": bench_ratios.ratio(0.8, "higher", "")}
-    warm = {"median_s": 0.1, "rounds": 9, "ratios": speedups, "ratios_of_minima": speedups}
+    warm = {"median_s": 0.1, "calls": 9, "ratios": speedups, "ratios_of_minima": speedups}
     generation = {"case": "generation sudoku B=8", "contenders": {"cached warm": warm}}
     return {"schema": bench_ratios.BENCH_SCHEMA, "impl": "ncm_verify.reference", "commit": commit, "datetime": "d",
             "device": "cpu", "kernels": [kernel], "generation": [generation]}
