@@ -9,7 +9,7 @@ REPORTS ?= reports
 JOBS ?= 2
 PYTEST := $(PY) -m pytest
 
-.PHONY: install verify test help bench clean
+.PHONY: install verify test help bench bench-compare install-peers clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,34 @@ help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /'
 	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) JOBS=$(JOBS); CI=true reruns the self-tests"
 
-## bench: latency benchmarks (pytest-benchmark) into $(REPORTS)/bench.json
+# C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
+# C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`
+# adds transformers' step as a peer; without it that column says it was skipped.
+GRID ?= quick
+BASELINE ?= benchmarks/baseline.json
+THRESHOLD ?= 0.6
+
+## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all)
 bench: install
 	@mkdir -p $(REPORTS)
-	$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench.json
+	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
+	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
+		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
+
+# Fails when a ratio of the last `make bench`, averaged (geometric mean) over a kind of case, is worse
+# than the baseline's by a factor above 1 + THRESHOLD; ratios, not times, because both sides of a ratio
+# share the machine's noise (two runs of one commit under load 14 on 2 cores: at most 1.5x apart).
+# Save a new baseline with `cp $(REPORTS)/bench.json $(BASELINE)`.
+## bench-compare: fail when the last bench's ratios fall past THRESHOLD against BASELINE
+bench-compare: install
+	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench
+	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)/bench.json --threshold $(THRESHOLD)
+
+# PyPI's Linux torch wheel pulls CUDA packages (GBs): install a CPU build of torch first where one
+# is at hand (a local wheel); pip then keeps it.
+## install-peers: add transformers' step as a bench peer (optional)
+install-peers: install
+	$(PY) -m pip install --quiet -e '.[peers]'
 
 ## clean: remove reports (with the cached self-tests) and Hypothesis state
 clean:

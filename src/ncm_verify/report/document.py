@@ -11,6 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ncm_verify.bench_ratios import BENCH_CLAIM
+from ncm_verify.bench_ratios import c9_summary as bench_line
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
 
@@ -150,6 +152,10 @@ def build_report(
     ledger_problems = [*ledger_problems, *facts.get("ledger_problems", [])]
     ledger_claims = normalized_claims(ledger)
     claims = claim_status.make_claims(ledger_claims, nodes, facts)
+    for claim in claims:  # C9: the last make bench's ratios, if it measured this impl and commit
+        if claim["id"] == BENCH_CLAIM:
+            commit = (evidence or {}).get("environment", {}).get("commit")
+            claim["reason"] = f"{claim['reason']}. {bench_line(bench, facts['impl'], commit)}"
     claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
     mutant_table = mutants_summary(mutants, ledger_claims, expected_mutants)
     calibration_table = calibration_summary(calibration)
