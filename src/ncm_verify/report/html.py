@@ -149,16 +149,16 @@ def svg_frame(title: str, y_max: float, x_title: str) -> list[str]:
     """An SVG's opening, axes, y-axis label and x-axis title, scaled to `y_max`."""
     bottom = PLOT_HEIGHT - BOTTOM
     return [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
-        f'viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" role="img" aria-label="{escape(title)}">',
+        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
+         f'viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" role="img" aria-label="{escape(title)}">'),
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>',
         f'<line x1="{LEFT - 4}" y1="{TOP}" x2="{LEFT}" y2="{TOP}" stroke="#333"/>',
         f'<line x1="{LEFT}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
         f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{doc.number(y_max)}</text>',
         f'<text x="{LEFT - 6}" y="{bottom}" font-size="10" text-anchor="end">0</text>',
         f'<text x="4" y="14" font-size="12">{escape(clip(title, 60))}</text>',
-        f'<text x="{(LEFT + PLOT_WIDTH) / 2:.0f}" y="{PLOT_HEIGHT - 4}" font-size="10" '
-        f'text-anchor="middle" fill="#555">{escape(x_title)}</text>',
+        (f'<text x="{(LEFT + PLOT_WIDTH) / 2:.0f}" y="{PLOT_HEIGHT - 4}" font-size="10" '
+         f'text-anchor="middle" fill="#555">{escape(x_title)}</text>'),
     ]
 
 
@@ -191,7 +191,8 @@ def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[s
     for i, value in enumerate(reference or []):
         y = bottom - height * value / y_max
         x = LEFT + 2 + i * width
-        parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" stroke="#b22" stroke-width="1.5"/>')
+        parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" '
+                     'stroke="#b22" stroke-width="1.5"/>')
     step = 1 if groups <= LABELLED_BINS else -(-groups // LABELLED_BINS)
     size = max(8, min(10, int(width / 6) + 4)) if step == 1 else 9
     for i in range(0, groups, step):
@@ -275,7 +276,8 @@ def frequency_figure(report: dict, p: dict) -> str:
         f"the last bin may pool rare outcomes; {device_note(report)}"
     )
     heading = link(p["nodeid"], property_anchor(p["nodeid"]))
-    return f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}</figcaption></figure>"
+    return (f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}"
+            "</figcaption></figure>")
 
 
 def frequency_figures(report: dict) -> str:
@@ -341,8 +343,8 @@ def claim_details(report: dict) -> str:
         summary = f"{escape(claim['id'])} {status_span(claim['status'])} {breakable(claim['statement'])}"
         body = [
             f"<p>{breakable(claim['reason'])}</p>",
-            f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
-            f"{breakable(', '.join(claim['paths']) or '-')}</p>",
+            (f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
+             f"{breakable(', '.join(claim['paths']) or '-')}</p>"),
         ]
         if claim["properties"]:
             ids = []
@@ -456,7 +458,8 @@ def body_sections(report: dict) -> list[str]:
                     + "".join(f"<li><code>{breakable(n)}</code></li>" for n in report["unclaimed"]) + "</ul>")
     bench = doc.bench_table(report)
     if bench is not None:
-        body.append(render_table(bench, section="benchmarks") + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>')
+        body.append(render_table(bench, section="benchmarks")
+                    + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>')
     environment = doc.environment_table(report)
     if environment is not None:
         body.append(render_table(environment, section="environment"))
