@@ -11,9 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_report import (
-    node,  # the evidence entry the report tests build, so both files share one shape
-)
+from test_report import node  # one shape of evidence entry for both report test files
 
 from ncm_verify.report import document as doc
 from ncm_verify.report.html import (
