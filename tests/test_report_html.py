@@ -165,6 +165,8 @@ def test_what_was_not_checked_is_derived_from_the_run():
     items = unchecked_items(report)
     assert any("planted-bug sweep did not run" in item for item in items)
     assert any("not provided by the implementation" in item and LONG_ID in item for item in items)
+    report["run_facts"] = {"implementation": {"inherits": ["verify_greedy", "apply_chain"]}}
+    assert any("inherits" in item and "verify_greedy, apply_chain" in item for item in unchecked_items(report))
 
 
 def test_long_words_get_break_opportunities_and_stay_escaped():

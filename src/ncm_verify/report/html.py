@@ -387,6 +387,9 @@ def unchecked_items(report: dict) -> list[str]:
         claims = [c["id"] for c in report["claims"] if c["status"] == status]
         if claims:
             items.append(f"Claims {meaning}: {', '.join(claims)}.")
+    inherited = ((report.get("run_facts") or {}).get("implementation") or {}).get("inherits")
+    if inherited:
+        items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
     properties = all_properties(report)
     for summary_of, meaning in (
         (lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
