@@ -18,6 +18,7 @@ from ncm_verify.report.html import (
     breakable,
     claim_anchor,
     property_anchor,
+    render_cell,
     render_html,
     unchecked_items,
 )
@@ -174,6 +175,7 @@ def test_long_words_get_break_opportunities_and_stay_escaped():
     broken = breakable(LONG_ID + "<")
     assert "<wbr>" in broken and broken.replace("<wbr>", "") == LONG_ID + "&lt;"
     assert all(len(piece) <= 21 for piece in re.split(r"<wbr>|::|/", broken))
+    assert render_cell("alpha", "3.33e-06", {}) == '<span class="nb">3.33e-06</span>', "a number breaks at its '-'"
 
 
 # --- a real browser ---

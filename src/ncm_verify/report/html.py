@@ -42,7 +42,7 @@ figure svg{max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555;max-width:560px}
 figcaption table{font-size:11px;margin:.4em 0}
 details{margin:.3em 0}summary{cursor:pointer}
-.note{color:#555}
+.note{color:#555}.nb{white-space:nowrap}
 """
 STATUS_CELLS = {"status", "outcome", "verdict"}
 PLOT_WIDTH, PLOT_HEIGHT = 540, 240
@@ -115,7 +115,11 @@ def render_cell(name: str, value, anchors: dict[str, Callable[[str], str]]) -> s
         return status_span(str(value))
     if name in anchors and value not in ("", "-"):
         return link(str(value), anchors[name](str(value)))
-    return breakable(str(value))
+    text = str(value)
+    if len(text) <= LONG_TOKEN and " " not in text:
+        # numbers such as 3.33e-06 or ranges such as 53248-61440 read wrong when a browser breaks at their '-'
+        return f'<span class="nb">{escape(text)}</span>'
+    return breakable(text)
 
 
 def render_table(
