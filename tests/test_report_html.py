@@ -123,6 +123,8 @@ def test_every_claim_and_property_has_one_stable_anchor_the_contents_and_tables_
     page = render_html(report)
     ids = re.findall(r' id="([^"]+)"', page)
     assert len(ids) == len(set(ids)), "an id appears twice"
+    dangling = sorted(set(re.findall(r'href="#([^"]+)"', page)) - set(ids))
+    assert not dangling, f"links to no anchor: {dangling[:5]}"
     for claim in report["claims"]:
         assert claim_anchor(claim["id"]) in ids and f'href="#{claim_anchor(claim["id"])}"' in page
         for p in claim["properties"]:

@@ -45,6 +45,8 @@ details{margin:.3em 0}summary{cursor:pointer}
 .note{color:#555}.nb{white-space:nowrap}
 """
 STATUS_CELLS = {"status", "outcome", "verdict"}
+LIST_CELLS = {"caught by"}
+"""Columns whose comma-separated node ids read better one per line."""
 PLOT_WIDTH, PLOT_HEIGHT = 540, 240
 LEFT, TOP, BOTTOM = 62, 36, 40
 """Plot margins in pixels: room for the y label, the title and legend, the x labels and their axis title."""
@@ -116,6 +118,8 @@ def render_cell(name: str, value, anchors: dict[str, Callable[[str], str]]) -> s
     if name in anchors and value not in ("", "-"):
         return link(str(value), anchors[name](str(value)))
     text = str(value)
+    if name in LIST_CELLS:
+        return "<br>".join(breakable(item) for item in text.split(", "))
     if len(text) <= LONG_TOKEN and " " not in text:
         # numbers such as 3.33e-06 or ranges such as 53248-61440 read wrong when a browser breaks at their '-'
         return f'<span class="nb">{escape(text)}</span>'
