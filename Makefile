@@ -9,7 +9,7 @@ REPORTS ?= reports
 JOBS ?= 2
 PYTEST := $(PY) -m pytest
 
-.PHONY: install verify test bench clean
+.PHONY: install verify test help bench clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,27 +17,29 @@ $(VENV)/installed: pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+## install: create .venv and install the project into it
 install: $(VENV)/installed
 
-# Every property, derandomized under the `ci` profile, then the teeth self-tests
-# (planted bugs caught, calibration) whose verdicts the report shows. The report
-# is written even when something fails; the exit status is the worst of the runs.
+## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
+# One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
-	@status=0; HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) properties -q -n $(JOBS) \
-		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) || status=$$?; \
-	rm -rf $(REPORTS)/mutants $(REPORTS)/mutants.json $(REPORTS)/calibration $(REPORTS)/calibration.json; \
-	NCM_VERIFY_SELFTEST_DIR=$(REPORTS) $(PYTEST) tests -m teeth -q -n $(JOBS) || [ $$status -ne 0 ] || status=1; \
-	$(PY) -m ncm_verify report --reports $(REPORTS) || [ $$status -ne 0 ] || status=1; \
-	exit $$status
+	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --jobs=$(JOBS)
 
-# The suite's own tests (ledger, report, cache files, configs), then the main job.
+## test: the suite's own tests (ledger, report, cache files, configs), then `make verify`
 test: install
 	$(PYTEST) tests -m "not teeth" -q -n $(JOBS)
 	$(MAKE) verify
 
+## help: list the targets and variables
+help:
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /'
+	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) JOBS=$(JOBS); CI=true reruns the self-tests"
+
+## bench: latency benchmarks (pytest-benchmark) into $(REPORTS)/bench.json
 bench: install
 	@mkdir -p $(REPORTS)
 	$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench.json
 
+## clean: remove reports (with the cached self-tests) and Hypothesis state
 clean:
 	rm -rf $(REPORTS) .hypothesis .benchmarks

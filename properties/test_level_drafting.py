@@ -237,6 +237,7 @@ BAD_GENERATION_CALLS = {
 TINY = dict(vocab_size=4, prefix_length=2, level_sizes=(2, 1), codebook_size=2, d_model=8, num_heads=1, num_layers=1)
 
 
+@pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
 @pytest.mark.parametrize("case", sorted(BAD_GENERATION_CALLS))
 def test_invalid_level_drafting_arguments_raise_a_value_error_naming_the_argument(impl, case):
     api = level_draft_api(impl)
@@ -260,6 +261,7 @@ BAD_PASS_CALLS = {
 }
 
 
+@pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
 @pytest.mark.parametrize("case", sorted(BAD_PASS_CALLS))
 def test_invalid_verification_pass_arguments_raise_a_value_error_naming_the_argument(impl, case):
     api = level_draft_api(impl)

@@ -1,4 +1,4 @@
-"""Self-test helpers: where the teeth tests leave their evidence."""
+"""Self-test helpers: where the teeth tests leave their evidence (`ncm_verify.run` reads it)."""
 
 import json
 import os

@@ -34,6 +34,11 @@ PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
+EVIDENCE_MUTANTS = {
+    "filtered_evidence": "correct where it answers, but turns two fixtures in three away as filtered examples",
+}
+"""Planted bugs no assertion can catch (the properties pass vacuously): the verdict must refuse to call
+their claims shown. Kept apart from `MUTANTS`, which must each fail some property."""
 
 
 def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, apply_latent_chain=None) -> dict:

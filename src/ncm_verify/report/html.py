@@ -435,11 +435,10 @@ def contents(report: dict, present: set[str]) -> str:
 
 
 def verdict_html(report: dict) -> str:
-    """The verdict by part, where the report carries one (read defensively: older reports do not)."""
-    make_table = getattr(doc, "verdict_table", None)
-    if make_table is None or not report["run"].get("parts"):
+    """The verdict by part, where the report carries one (a report rebuilt from older JSON may not)."""
+    if not report["run"].get("parts"):
         return ""
-    return render_table(make_table(report), section="verdict-parts")
+    return render_table(doc.verdict_table(report), section="verdict-parts")
 
 
 def body_sections(report: dict) -> list[str]:
