@@ -445,6 +445,8 @@ def body_sections(report: dict) -> list[str]:
     """The page's sections in reading order; empty strings for sections with nothing to show."""
     run = report["run"]
     reasons = f" ({breakable('; '.join(run['reasons']))})" if run.get("reasons") else ""
+    if run.get("parts"):
+        reasons = ' (<a href="#verdict-parts">why, by part</a>)'  # the table below says it once
     property_links = {"property": property_anchor}
     body = [
         f'<p id="verdict">{implementation_line(report)}; run verdict: {status_span(run["verdict"])}{reasons}</p>',
