@@ -95,6 +95,8 @@ def stats_summary(records: list[dict]) -> dict | None:
                         "impossible_count", "context", "passed", "law_digest")
             if key in worst
         },
+        # the last failing test is the minimal counterexample's: Hypothesis replays its shrunk example last
+        "counterexample": next((r for r in reversed(records) if not r["passed"]), None),
     }
 
 
