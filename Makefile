@@ -7,6 +7,8 @@ IMPL ?= ncm_verify.reference
 PROFILE ?= ci
 REPORTS ?= reports
 JOBS ?= 2
+# `make verify SEED=123` redraws the derandomized profile's examples from seed 123.
+SEED ?=
 PYTEST := $(PY) -m pytest
 
 .PHONY: install verify test bench clean
@@ -24,7 +26,7 @@ install: $(VENV)/installed
 # is written even when something fails; the exit status is the worst of the runs.
 verify: install
 	@status=0; HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) properties -q -n $(JOBS) \
-		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) || status=$$?; \
+		--impl=$(IMPL) --ncm-report-dir=$(REPORTS) $(if $(SEED),--hypothesis-seed=$(SEED)) || status=$$?; \
 	rm -rf $(REPORTS)/mutants $(REPORTS)/mutants.json $(REPORTS)/calibration $(REPORTS)/calibration.json; \
 	NCM_VERIFY_SELFTEST_DIR=$(REPORTS) $(PYTEST) tests -m teeth -q -n $(JOBS) || [ $$status -ne 0 ] || status=1; \
 	$(PY) -m ncm_verify report --reports $(REPORTS) || [ $$status -ne 0 ] || status=1; \

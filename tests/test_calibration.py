@@ -231,6 +231,17 @@ def test_the_worst_plans_make_plan_builds_hold_their_size_at_the_run_alpha(repor
     )
 
 
+def test_every_record_names_the_exact_law_its_plan_was_made_from():
+    """Equal probability vectors share a digest, a change in the last bit does not; records carry it."""
+    probs = np.array([0.25, 0.5, 0.25])
+    plan = stats.make_plan(probs, alpha=1e-5)
+    assert plan.law_digest == stats.law_digest(probs.copy()) == stats.make_plan(probs.tolist(), alpha=1e-4).law_digest
+    assert plan.law_digest != stats.law_digest(np.nextafter(probs, 1.0))
+    assert int(plan.law_digest, 16) >= 0 and len(plan.law_digest) == 16
+    record = stats.chi_square_test("digest", np.repeat(np.arange(3), [plan.n // 4, plan.n // 2, plan.n // 4]), plan)
+    assert record.as_record()["law_digest"] == plan.law_digest and record.as_record()["method"] == "exact"
+
+
 # --- The planner: it always answers, and its power check fails for too small an n.
 
 MANY_OUTCOME_LAWS = {
