@@ -282,8 +282,8 @@ def test_the_power_check_passes_the_planned_n_and_fails_a_shrunk_one(case):
     """The check simulates the plan's own test, so unlike the formula that chose n it can reject n."""
     plan = stats.make_plan(POWER_CHECK_LAWS[case], alpha=3e-6)
     assert stats.power_shortfall(plan) is None
-    shrunk = dataclasses.replace(plan, n=int(0.7 * plan.n))
-    assert stats.power_shortfall(shrunk) is not None, f"n = {shrunk.n} (0.7 x {plan.n}) passed the power check"
+    shrunk = dataclasses.replace(plan, n=int(0.6 * plan.n))
+    assert stats.power_shortfall(shrunk) is not None, f"n = {shrunk.n} (0.6 x {plan.n}) passed the power check"
 
 
 def test_the_power_bar_tells_099_from_095():

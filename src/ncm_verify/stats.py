@@ -54,9 +54,12 @@ POWER_SAFETY = 1.75
 TARGET_TV = 0.02
 """Total-variation deviation every distribution property must detect."""
 POWER_DRAWS = 2000
-"""Multinomial draws of the simulated power check; it fails below `POWER_FLOOR` of them rejected."""
-POWER_FLOOR = 0.97
-"""At a true power of 0.99 (0.985) the check fails with probability 1e-12 (2e-8): 2000 draws' binomial tail."""
+"""Multinomial draws of the simulated power check, fewer for plans of over 1000 bins (`POWER_DRAW_BUDGET`)."""
+POWER_DRAW_BUDGET = 2_000_000
+"""Random counts one shape of the power check may draw: its cost is draws x bins."""
+POWER_CHECK_AT = 0.985
+"""The power check fails a plan whose true power is this (the model's error allowed) with at most `POWER_CHECK_RISK`."""
+POWER_CHECK_RISK = 1e-9
 MAX_SAMPLES = 4_000_000
 RECORDS_FILE = "stats.jsonl"
 
@@ -127,31 +130,25 @@ def _count_window(n: int, p: float) -> np.ndarray:
     return np.arange(max(low, 0), min(high, n) + 1)
 
 
-def statistic_sf(
-    bin_probs: np.ndarray, n: int, threshold: float, *,
-    counts_law: np.ndarray | None = None, grid: float | None = None, upper: bool = True,
-) -> float:
-    """P(X^2 >= threshold) by summation, X^2 Pearson's statistic against `bin_probs` of n counts.
+def statistic_sf(bin_probs: np.ndarray, n: int, threshold: float, *, grid: float | None = None) -> float:
+    """P(X^2 >= threshold) under the null, by summation; X^2 is Pearson's statistic of n counts in `bin_probs`.
 
-    The counts follow `counts_law` (default `bin_probs`: the test's size). All bins but
-    the two widest are enumerated through their conditional binomials; given them, X^2
-    is a quadratic in the next count, so the last two bins give two binomial tails.
-    `grid` merges enumerated states on a grid of the partial statistic, rounded up
-    (`upper`: an upper bound) or down (a lower bound); the enumeration windows leave
-    out at most `TAIL_EPS` per side per bin, added (or subtracted) likewise.
+    All bins but the two widest are enumerated through their conditional binomials;
+    given them, X^2 is a quadratic in the next count, so the last two bins give two
+    binomial tails. `grid` merges enumerated states on a grid of the partial
+    statistic, rounded up. Each enumerated count's window leaves out at most
+    `TAIL_EPS` of its marginal on either side, added back: the result is an upper bound.
     """
-    null = np.asarray(bin_probs, dtype=np.float64).ravel()
-    law = null if counts_law is None else np.asarray(counts_law, dtype=np.float64).ravel()
-    order = np.argsort(law * (1.0 - law), kind="stable")
-    null, law = null[order], law[order]
-    expected = n * null
+    probs = np.asarray(bin_probs, dtype=np.float64).ravel()
+    probs = probs[np.argsort(probs * (1.0 - probs), kind="stable")]
+    expected = n * probs
     remaining, partial, weight = np.array([n]), np.array([0.0]), np.array([1.0])
     rejected, slack, rest = 0.0, 0.0, 1.0
-    for i in range(len(null) - 2):
-        counts = _count_window(n, law[i])
+    for i in range(len(probs) - 2):
+        counts = _count_window(n, probs[i])
         slack += 2 * TAIL_EPS
-        share = min(law[i] / rest, 1.0) if rest > 0 else 0.0
-        rest -= law[i]
+        share = min(probs[i] / rest, 1.0) if rest > 0 else 0.0
+        rest -= probs[i]
         left = remaining[:, None] - counts[None, :]
         mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], remaining[:, None], share)
         value = partial[:, None] + (counts[None, :] - expected[i]) ** 2 / expected[i]
@@ -161,30 +158,28 @@ def statistic_sf(
         keep = live & ~done
         remaining, partial, weight = left[keep], value[keep], mass[keep]
         if grid is not None and remaining.size:
-            cells = np.ceil(partial / grid) if upper else np.floor(partial / grid)
+            cells = np.ceil(partial / grid)
             keys = remaining * (int(threshold / grid) + 2) + cells.astype(np.int64)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             weight = np.bincount(inverse.ravel(), weights=weight)
             remaining, partial = remaining[first], cells[first] * grid
-    return _last_two_bins(expected[-2:], law[-2:], remaining, partial, weight, threshold, rejected, slack, upper)
+    tails = _last_two_bins_tails(expected[-2:], remaining, partial, threshold)
+    return min(rejected + float((weight * tails).sum()) + slack, 1.0)
 
 
-def _last_two_bins(expected, law, remaining, partial, weight, threshold, rejected, slack, upper) -> float:
-    """Finish `statistic_sf`: given r counts left for two bins, X^2 >= t outside an interval of the first."""
+def _last_two_bins_tails(expected: np.ndarray, remaining: np.ndarray, partial: np.ndarray, threshold: float):
+    """P(X^2 >= threshold) given r counts left for the last two bins: outside an interval of the first's count."""
     ea, eb = expected
-    both = law[0] + law[1]
-    share = law[0] / both if both > 0 else 0.0
     # (a - ea)^2/ea + (r - a - eb)^2/eb = lowest + (a - centre)^2 (1/ea + 1/eb)
     centre = remaining * ea / (ea + eb)
     lowest = (remaining - ea - eb) ** 2 / (ea + eb)
     room = threshold - partial - lowest
     half = np.sqrt(np.clip(room, 0.0, None) / (1.0 / ea + 1.0 / eb))
-    below = np.floor(centre - half + 1e-9)  # the 1e-9 counts boundary counts as rejected: an upper bound
+    below = np.floor(centre - half + 1e-9)  # the 1e-9 counts a count on the boundary as rejected: an upper bound
     above = np.ceil(centre + half - 1e-9)
+    share = ea / (ea + eb)
     tails = scipy_stats.binom.cdf(below, remaining, share) + scipy_stats.binom.sf(above - 1, remaining, share)
-    tails = np.where(room <= 0, 1.0, np.minimum(tails, 1.0))
-    total = rejected + float((weight * tails).sum())
-    return min(total + slack, 1.0) if upper else max(total - slack, 0.0)
+    return np.where(room <= 0, 1.0, np.minimum(tails, 1.0))
 
 
 def pearson_statistic(observed: np.ndarray, expected: np.ndarray) -> float:
@@ -357,6 +352,11 @@ def deviate(probs: np.ndarray, tv: float, shape: str) -> np.ndarray:
     return np.where(up, probs * (1 + tv / mass_up), probs * (1 - tv / (1 - mass_up)))
 
 
+def power_draws(plan: Plan) -> int:
+    """Draws of the power check: `POWER_DRAWS`, or fewer (at least 200) when the plan has many bins."""
+    return int(np.clip(POWER_DRAW_BUDGET // len(plan.bin_probs), 200, POWER_DRAWS))
+
+
 def simulated_power(plan: Plan, tv: float, shape: str, *, draws: int = POWER_DRAWS) -> float:
     """Fraction of `draws` multinomial count vectors, off the plan's bins by `tv`, that the plan rejects.
 
@@ -372,18 +372,23 @@ def simulated_power(plan: Plan, tv: float, shape: str, *, draws: int = POWER_DRA
 
 
 def power_shortfall(plan: Plan, tv: float = TARGET_TV) -> str | None:
-    """Why the plan's n is too small, or None: simulated power at tv / sqrt(POWER_SAFETY) below `POWER_FLOOR`.
+    """Why the plan's n is too small, or None.
 
-    n is sized so that the noncentral chi-square predicts power `POWER` at that
-    deviation (the safety factor spent); the check runs the plan's own test instead.
+    n is sized so that the noncentral chi-square predicts power `POWER` at a deviation
+    of tv / sqrt(POWER_SAFETY) (the safety factor spent). The check runs the plan's own
+    test on counts off by that much (spread over every bin, and concentrated on two) and
+    fails when fewer are rejected than a true power of `POWER_CHECK_AT` would give
+    with probability `POWER_CHECK_RISK`: a too-small n fails it (self-tested at 0.6 n).
     """
     deviation = tv / math.sqrt(POWER_SAFETY)
+    draws = power_draws(plan)
+    floor = int(scipy_stats.binom.ppf(POWER_CHECK_RISK, draws, POWER_CHECK_AT)) / draws
     for shape in ("spread", "concentrated"):
-        rate = simulated_power(plan, deviation, shape)
-        if rate < POWER_FLOOR:
+        rate = simulated_power(plan, deviation, shape, draws=draws)
+        if rate < floor:
             return (
                 f"n = {plan.n} on {plan.df} df rejects a {shape} deviation of TV {deviation:.4f} in "
-                f"{rate:.3f} of {POWER_DRAWS} simulated draws < {POWER_FLOOR} (power {POWER} at TV {tv} claimed)"
+                f"{rate:.3f} of {draws} simulated draws < {floor:.3f} (power {POWER} at TV {tv} claimed)"
             )
     return None
 
