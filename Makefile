@@ -7,6 +7,8 @@ IMPL ?= ncm_verify.reference
 PROFILE ?= ci
 REPORTS ?= reports
 JOBS ?= 2
+# `make verify SEED=123` redraws the derandomized profile's examples from seed 123.
+SEED ?=
 PYTEST := $(PY) -m pytest
 
 .PHONY: install verify test help bench bench-compare install-peers clean
@@ -23,7 +25,8 @@ install: $(VENV)/installed
 ## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
-	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --jobs=$(JOBS)
+	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) \
+		$(if $(SEED),--seed=$(SEED))
 
 ## test: the suite's own tests (ledger, report, cache files, configs), then `make verify`
 test: install

@@ -281,6 +281,7 @@ PASSING_SELFTESTS = {
         "check_budget": 3.3e-5, "p_values": [],
         "power_cases": [{"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216,
                          "alpha": 3.3e-6} for i in range(4)],
+        "size": {"passed": True, "largest_ratio": 0.9999},
     },
 }
 
@@ -363,6 +364,8 @@ PART_BREAKS = {
     "a failing binomial check": ("calibration", "binomial_p_value", 1e-9, "calibration", "binomial check failed"),
     "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", "case 2: 120 of 200"),
     "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
+    "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
+    "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
     "a surviving planted bug": ("mutants", "mutants.0.caught", False, "planted bugs", "not caught: bonus_wrong_row"),
     "a broken sweep": ("mutants", "mutants.0.sweep_error", "pytest exited 4", "planted bugs", "sweep broken"),
 }

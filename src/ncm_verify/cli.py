@@ -49,7 +49,7 @@ def command_report(args) -> int:
 def command_verify(args) -> int:
     from ncm_verify.run import verify
 
-    return verify(args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests)
+    return verify(args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests, seed=args.seed)
 
 
 def command_ledger_check(args) -> int:
@@ -81,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="ci", help="Hypothesis profile: dev, ci, thorough (default: %(default)s)")
     run.add_argument("--reports", default="reports", help="folder for evidence and report (default: %(default)s)")
     run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
+    run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")
     run.add_argument("--rerun-selftests", action="store_true", help="rerun the self-tests even if cached")
     run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")

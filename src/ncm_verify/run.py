@@ -171,7 +171,9 @@ def ledger_against_run(reports: Path) -> list[str]:
     return repository_problems(doc.normalized_claims_ledger(ledger), ROOT, evidence["properties"])
 
 
-def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests: bool = False) -> int:
+def verify(
+    impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests: bool = False, seed: int | None = None
+) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start)."""
     try:
         check_profile(profile)
@@ -190,7 +192,8 @@ def verify(impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
     env.update(HYPOTHESIS_PROFILE=profile)
     properties = pytest_command(
-        "properties", "-q", f"--impl={impl}", f"--ncm-report-dir={reports}", f"--ncm-run-id={run_id}", jobs=jobs
+        "properties", "-q", f"--impl={impl}", f"--ncm-report-dir={reports}", f"--ncm-run-id={run_id}",
+        *([f"--hypothesis-seed={seed}"] if seed is not None else []), jobs=jobs
     )
     phases = [run_phase("properties", "1/4", properties, env)]
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"

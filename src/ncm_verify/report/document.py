@@ -93,7 +93,7 @@ def calibration_summary(calibration: dict | None) -> dict | None:
     if calibration is None:
         return None
     keys = ("alpha", "runs", "rejections", "binomial_p_value", "ks_uniform_p_value", "check_budget", "p_values",
-            "planted", "power_cases", "generated", "cache")
+            "planted", "power_cases", "size", "generated", "cache")
     return {key: calibration.get(key) for key in keys}
 
 

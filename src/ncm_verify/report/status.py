@@ -324,7 +324,7 @@ def mutants_part(mutants: dict | None) -> list[str]:
 
 
 def calibration_part(calibration: dict | None) -> list[str]:
-    """The binomial and KS checks of the correct kernels, and every power case against its bar."""
+    """The binomial and KS checks of the correct kernels, the exact size of the worst plans, every power case."""
     if calibration is None:
         return ["not run: no calibration.json"]
     budget = calibration.get("check_budget")
@@ -335,6 +335,11 @@ def calibration_part(calibration: dict | None) -> list[str]:
             reasons.append(f"{label} check not recorded")
         elif value < budget:
             reasons.append(f"{label} check failed: p = {value:.3g} < {budget:.3g}")
+    size = calibration.get("size")
+    if size is None:
+        reasons.append("exact test-size check not recorded")
+    elif not size.get("passed"):
+        reasons.append(f"a plan's exact size exceeds its alpha: largest size/alpha {size.get('largest_ratio')}")
     cases = calibration.get("power_cases") or []
     if not cases:
         reasons.append("no power case recorded")
