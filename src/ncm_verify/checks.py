@@ -157,26 +157,57 @@ def assert_sampler_matches(
     """
     probs = np.asarray(probs, dtype=np.float64)
     if np.count_nonzero(probs) < 2:
-        outcomes = np.asarray(sample(DETERMINISTIC_SAMPLES))
-        certain = int(np.flatnonzero(probs)[0])
-        if not (outcomes == certain).all():
-            wrong = outcomes[outcomes != certain]
-            raise AssertionError(
-                f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
-                f"samples were others (first {int(wrong[0])})\n  call: {call}"
-            )
+        assert_certain(name, sample(DETERMINISTIC_SAMPLES), int(np.flatnonzero(probs)[0]), call=call)
         return None
-    try:
-        plan = stats.make_plan(probs)
-    except stats.UntestableDistribution as reason:
-        note(f"{name}: {reason}")
-        reject()  # excluded from the examples, never counted as passed
-    power = stats.power_at(plan.n, plan.df, plan.alpha, stats.TARGET_TV)
-    if not power >= stats.POWER:
-        raise AssertionError(f"{name}: n = {plan.n} on {plan.df} df has power {power:.4f} < {stats.POWER} at TV {stats.TARGET_TV}")
+    plan = make_powered_plan(name, probs)
     result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
     assert_fits(result, call=call)
     return result
+
+
+def make_powered_plan(name: str, probs: np.ndarray, target_tv: float = stats.TARGET_TV) -> stats.Plan:
+    """A chi-square plan on `probs` whose power at `target_tv` is asserted; untestable input is rejected."""
+    try:
+        plan = stats.make_plan(probs, target_tv=target_tv)
+    except stats.UntestableDistribution as reason:
+        note(f"{name}: {reason}")
+        reject()  # excluded from the examples, never counted as passed
+    power = stats.power_at(plan.n, plan.df, plan.alpha, target_tv)
+    if not power >= stats.POWER:
+        raise AssertionError(f"{name}: n = {plan.n} on {plan.df} df has power {power:.4f} < {stats.POWER} at TV {target_tv}")
+    return plan
+
+
+def assert_certain(name: str, outcomes, certain: int, *, call: str = "") -> None:
+    """Every sampled outcome is the only possible one."""
+    outcomes = np.asarray(outcomes)
+    wrong = outcomes[outcomes != certain]
+    if len(wrong):
+        raise AssertionError(
+            f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
+            f"samples were others (first {int(wrong[0])})\n  call: {call}"
+        )
+
+
+def assert_joint_sample_fits(
+    laws: dict[str, np.ndarray], sample: Callable[[int], dict[str, np.ndarray]], *, target_tv: float, seed: int,
+    call: str = "",
+) -> None:
+    """Several laws of one sampler, each tested on the same draws: plans and power first, then one sample.
+
+    `sample(n)` returns, per name in `laws`, n outcome indices. A law with a
+    single possible outcome is checked draw by draw instead.
+    """
+    laws = {name: np.asarray(probs, dtype=np.float64) for name, probs in laws.items()}
+    plans = {name: make_powered_plan(name, probs, target_tv)
+             for name, probs in laws.items() if np.count_nonzero(probs) >= 2}
+    draws = sample(max([plan.n for plan in plans.values()], default=DETERMINISTIC_SAMPLES))
+    for name, probs in laws.items():
+        if name in plans:
+            result = stats.chi_square_test(name, np.asarray(draws[name])[: plans[name].n], plans[name], seed=seed)
+            assert_fits(result, call=call)
+        else:
+            assert_certain(name, draws[name], int(np.flatnonzero(probs)[0]), call=call)
 
 
 def top_two_gap(logits) -> float:

@@ -34,6 +34,9 @@ POWER_SAFETY = 1.75
 """The noncentral chi-square overstates power for deviations on few tokens."""
 TARGET_TV = 0.02
 """Total-variation deviation every distribution property must detect."""
+LOOP_TARGET_TV = 0.1
+"""Total-variation deviation the laws of whole decoding loops must detect: a loop (mlx-lm's, batch size 1)
+draws one sequence per Python call, so 0.02 would need ~10^5 calls per test."""
 MAX_SAMPLES = 4_000_000
 RECORDS_FILE = "stats.jsonl"
 

@@ -161,3 +161,18 @@ invalid_budgets = st.one_of(
 
 update_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=8)
 """Positions per cache update: one at a time (decoding) or several (prefill, verification)."""
+
+
+# --- tiny mlx-lm models (claims C7, C8 on mlx-lm's own code) -------------------------
+
+def tiny_specs(spec_type, kind: str):
+    """`spec_type(kind=kind, vocab_size, seed, window)` for a tiny mlx-lm model of `kind`."""
+    return st.builds(
+        spec_type, kind=st.just(kind), vocab_size=st.sampled_from([8, 16, 32]),
+        seed=st.integers(0, 2**16), window=st.integers(2, 5),
+    )
+
+
+def token_lists(vocab_size: int, min_size: int, max_size: int):
+    """Token id lists in [0, vocab_size)."""
+    return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)
