@@ -228,3 +228,37 @@ def assert_decodings_equal(actual, expected, *, margin: float, scale: float, dty
     if flipped and margin <= 2 * (tolerance.atol + tolerance.rtol * scale):
         reject()
     assert_equal(np.asarray(actual), np.asarray(expected), label=label, call=call)
+
+
+def assert_trimmed_window_attends_to_kept_entries(cache, sizes: list[int], trim: int, *, call: str = "") -> int | None:
+    """A sliding-window cache (``keep=0``) filled by updates of `sizes` positions, then ``trim(trim)``:
+    the next one-position update returns the newest ``max_size - 1`` positions kept, and the new one.
+
+    A key's only feature is its position, so what a fetch returns names the positions
+    attended to. A refusal (a ValueError naming ``n``) keeps every position. Returns the
+    count trimmed, None when refused.
+    """
+    import mlx.core as mx
+
+    total = sum(sizes)
+    positions = mx.arange(total + 1, dtype=mx.float32).reshape(1, 1, -1, 1)
+    begin = 0
+    for size in sizes:
+        cache.update_and_fetch(positions[:, :, begin:begin + size], positions[:, :, begin:begin + size])
+        begin += size
+    try:
+        trimmed = cache.trim(trim)
+    except ValueError as error:
+        if not str(error).startswith("n:"):
+            raise AssertionError(f"a refused trim should name n: {error}\n  call: {call}") from error
+        trimmed = None
+    kept = total - (trimmed or 0)
+    keys, _ = cache.update_and_fetch(positions[:, :, total:], positions[:, :, total:])
+    attended = sorted(int(x) for x in np.array(keys).ravel())
+    expected = sorted([*range(max(kept + 1 - cache.max_size, 0), kept), total])
+    if attended != expected:
+        raise AssertionError(
+            f"after trim({trim}) {'refused' if trimmed is None else f'reported {trimmed} trimmed'}, the next "
+            f"update attends to positions {attended}; the kept positions' window is {expected}\n  call: {call}"
+        )
+    return trimmed

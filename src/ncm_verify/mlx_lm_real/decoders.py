@@ -49,9 +49,9 @@ KNOWN_UPSTREAM_BUGS: dict[tuple[str, str, str], str] = {
 }
 
 
-def load_decoder(name: str) -> ModuleType:
-    """The decoder module `name` (a key of `DECODERS` or a module path), checked for `DECODER_NAMES`."""
-    module = importlib.import_module(DECODERS.get(name, name))
+def load_decoder(name: str | ModuleType) -> ModuleType:
+    """The decoder module `name` (a key of `DECODERS`, a module path or a module), checked for `DECODER_NAMES`."""
+    module = name if isinstance(name, ModuleType) else importlib.import_module(DECODERS.get(name, name))
     missing = [attr for attr in DECODER_NAMES if not callable(getattr(module, attr, None))]
     if missing:
         raise ValueError(f"decoder: module {module.__name__!r} lacks {', '.join(missing)}")
