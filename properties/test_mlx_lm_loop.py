@@ -29,7 +29,7 @@ from ncm_verify.checks import (
     assert_trimmed_window_attends_to_kept_entries,
     top_two_gap,
 )
-from ncm_verify.mlx_lm_real.decoders import DECODERS, known_upstream_bug, load_decoder
+from ncm_verify.mlx_lm_real.decoders import DECODERS, expected_failure, known_upstream_bug, load_decoder
 from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
 from ncm_verify.mlx_lm_real.models import (
     KINDS,
@@ -46,7 +46,7 @@ def cases(prop: str, kinds=KINDS):
     params = []
     for decoder, kind in itertools.product(DECODERS, kinds):
         reason = known_upstream_bug(prop, decoder, kind)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        marks = [pytest.mark.xfail(strict=True, reason=reason, raises=expected_failure(reason))] if reason else []
         params.append(pytest.param(decoder, kind, marks=marks, id=f"{decoder}-{kind}"))
     return params
 
@@ -207,13 +207,12 @@ ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept
 
 @pytest.mark.claim("C8")
 @pytest.mark.parametrize(
-    "decoder_name",
-    [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=known_upstream_bug(ROTATING, name))]
-                  if known_upstream_bug(ROTATING, name) else []) for name in DECODERS
-     if hasattr(load_decoder(name), "RotatingKVCache")],
+    ("decoder_name", "kind"),
+    [param for name in DECODERS if hasattr(load_decoder(name), "RotatingKVCache")
+     for param in cases(ROTATING, kinds=("cache alone",)) if param.values[0] == name],
 )
 @given(data=st.data())
-def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder_name, data):
+def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
     max_size = data.draw(st.integers(1, 6), label="max_size")
     sizes = data.draw(strategies.update_sizes, label="update sizes")

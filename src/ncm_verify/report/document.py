@@ -11,6 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
 
@@ -179,6 +180,7 @@ def build_report(
         "claims": claims,
         "unclaimed": sorted(n["nodeid"] for n in nodes if n["nodeid"] not in claimed),
         "mutants": mutant_table,
+        "mlx_lm": mlx_lm_section.summarize(nodes, evidence["environment"] if evidence else None),
         "calibration": calibration_table,
         "bench": bench_summary(bench),
         "sources": ledger["sources"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from ncm_verify.report import document as doc
+from ncm_verify.report import mlx_lm_section
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -184,7 +185,7 @@ def render_html(report: dict) -> str:
         render_table(doc.claims_table(report)),
         failures_html(report),
     ]
-    for table in (doc.policy_table(report), doc.statistical_table(report)):
+    for table in (doc.policy_table(report), doc.statistical_table(report), mlx_lm_section.make_table(report)):
         if table is not None:
             body.append(render_table(table))
     body += [frequency_figures(report), render_table(doc.mutants_table(report)),
