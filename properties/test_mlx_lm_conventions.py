@@ -274,3 +274,25 @@ def test_a_budget_that_is_negative_not_an_integer_or_beyond_the_context_raises_a
     note(call)
     with pytest.raises(ValueError, match=r"^max_tokens:"):
         decode.speculative_generate(target, draft, mx.array(prompt, dtype=mx.int32), bad, kernels=impl)
+
+
+@pytest.mark.claim("C8")
+@given(data=st.data())
+def test_a_rotating_cache_attends_to_the_positions_mlx_lm_s_rotating_cache_attends_to(impl, data):
+    from mlx_lm.models.cache import RotatingKVCache as MlxLmRotatingKVCache
+
+    decode = mlx_lm_api(impl)
+    max_size = data.draw(st.integers(1, 6), label="max_size")
+    keep = data.draw(st.integers(0, max_size - 1), label="keep")
+    sizes = data.draw(strategies.update_sizes, label="update sizes")
+    call = f"RotatingKVCache({max_size}, keep={keep}) vs mlx-lm's, updates of {sizes} positions"
+    note(call)
+    ours, theirs = decode.RotatingKVCache(max_size, keep=keep), MlxLmRotatingKVCache(max_size, keep=keep)
+    positions = mx.arange(sum(sizes), dtype=mx.float32).reshape(1, 1, -1, 1)
+    begin = 0
+    for step, size in enumerate(sizes):
+        new = positions[:, :, begin:begin + size]
+        begin += size
+        # a key's only feature is its position; mlx-lm's ring is not in temporal order, so compare sets
+        got, want = (sorted(np.array(cache.update_and_fetch(new, new)[0]).ravel().tolist()) for cache in (ours, theirs))
+        assert got == want, f"update {step} ({size} positions): attends to {got}, mlx-lm's to {want}\n  call: {call}"
