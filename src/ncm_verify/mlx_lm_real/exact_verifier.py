@@ -22,6 +22,8 @@ from ncm_verify import speculative
 from ncm_verify.ncm.kv_cache import check_count
 
 NAME = "ncm-verify exact verifier on mlx-lm models"
+ACCEPTANCE_RULE = "sum min(p, q)"
+"""A draft stands with probability min(1, p/q), so with sum min(p, q) overall."""
 
 
 class DistributionSampler:

@@ -21,6 +21,8 @@ from mlx_lm.sample_utils import make_sampler  # noqa: F401
 
 NAME = f"mlx-lm {version('mlx-lm')}"
 """How the report names this decoder."""
+ACCEPTANCE_RULE = "sum p*q"
+"""A draft stands when it equals the target's own sample: exact, accepted with probability sum p*q."""
 
 DECODER_NAMES = (
     "make_prompt_cache",  # (model) -> per-layer caches, each with update_and_fetch, offset, trim(n) -> count
