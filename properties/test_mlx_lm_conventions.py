@@ -269,7 +269,8 @@ def test_a_budget_that_is_negative_not_an_integer_or_beyond_the_context_raises_a
     prompt = data.draw(strategies.prefixes(config, length), label="prompt")
     beyond = st.integers(config.total_length - length + 1, config.total_length + 4)
     # mlx-lm's -1 (unbounded) too: the reference's context is fixed
-    bad = data.draw(strategies.invalid_budgets.filter(lambda b: not (type(b) is int and b == 0)) | beyond, label="max_tokens")
+    invalid = strategies.invalid_budgets.filter(lambda b: not (type(b) is int and b == 0))
+    bad = data.draw(invalid | beyond, label="max_tokens")
     call = f"speculative_generate(make_model({config}), draft, {prompt}, max_tokens={bad!r})"
     note(call)
     with pytest.raises(ValueError, match=r"^max_tokens:"):

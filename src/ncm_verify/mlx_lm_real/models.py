@@ -100,7 +100,8 @@ def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribut
     continuations = np.zeros((1, 0), dtype=np.int64)
     for _ in range(length):
         sequences = np.concatenate([np.tile(prompt, (len(continuations), 1)), continuations], axis=1)
-        probs = np.array(distribution(next_token_logprobs(model, mx.array(sequences, dtype=mx.int32)))).astype(np.float64)
+        logprobs = next_token_logprobs(model, mx.array(sequences, dtype=mx.int32))
+        probs = np.array(distribution(logprobs)).astype(np.float64)
         probs /= probs.sum(axis=1, keepdims=True)
         law = (law[:, None] * probs).ravel()
         continuations = np.concatenate([np.repeat(continuations, vocab, axis=0),
