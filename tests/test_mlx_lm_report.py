@@ -65,3 +65,13 @@ def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict
     assert "1 pass, 1 known upstream bug, 1 fail" in text
     run = build_report(ledger, evidence)["run"]
     assert run["verdict"] == "failed" and run["outcomes"] == {"failed": 1, "passed": 1, "xfailed": 1}
+
+
+def test_a_claim_whose_property_ran_only_as_a_known_upstream_bug_is_not_shown_and_says_why():
+    from ncm_verify.report.status import NOT_RUN, derive_status
+
+    claim = {"id": "C8", "properties": ["p.py::test_a", "p.py::test_b"]}
+    nodes = [{"nodeid": "p.py::test_a", "property": "p.py::test_a", "outcome": "passed"},
+             {"nodeid": "p.py::test_b[mlx-lm]", "property": "p.py::test_b", "outcome": "xfailed"}]
+    status, reason = derive_status(claim, nodes)
+    assert status == NOT_RUN and reason.startswith("1 listed property ran only as known upstream bugs"), reason
