@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 _common = dict(
@@ -31,3 +32,21 @@ def pytest_configure(config):
     if config.getoption("--hypothesis-seed", None) is not None and settings.default.derandomize:
         settings.register_profile("seeded", settings.default, derandomize=False)
         settings.load_profile("seeded")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A known upstream bug (a strict xfail) is confirmed by its first falsifying example: no shrinking.
+
+    Its reason carries a minimal reproduction already; shrinking would only spend the run's time.
+    """
+    test = getattr(item, "obj", None)
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    if item.get_closest_marker("xfail") is None or current is None:
+        yield
+        return
+    test._hypothesis_internal_use_settings = settings(current, phases=[p for p in current.phases if p != Phase.shrink])
+    try:
+        yield
+    finally:
+        test._hypothesis_internal_use_settings = current

@@ -1,7 +1,8 @@
-"""The C8 properties have teeth: each planted mlx-lm-style bug fails the property aimed at it.
+"""The C8/C11 and mlx-lm loop properties have teeth: each planted decoding bug fails the property aimed at it.
 
-Each variant is the reference implementation with one decoding decision changed,
-run in-process through the property's own Hypothesis test under fixed settings.
+Each variant is the reference implementation (or the exact verifier on mlx-lm
+models) with one decoding decision changed, run in-process through the
+property's own Hypothesis test under fixed settings.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ import importlib.util
 import types
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from mlx_lm.models import cache as mlx_lm_cache
 
 import ncm_verify.reference as reference
+from ncm_verify import speculative
+from ncm_verify.mlx_lm_real import exact_verifier
 from ncm_verify.ncm import decode, kv_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,11 +27,13 @@ PLANTED_SETTINGS = settings(
     max_examples=30, derandomize=True, database=None, deadline=None,
     phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
 )
+CONVENTIONS = "test_mlx_lm_conventions.py"
+LOOP = "test_mlx_lm_loop.py"
 
 
-def load_properties() -> types.ModuleType:
-    """The property module under a private name, so its collected tests stay untouched."""
-    spec = importlib.util.spec_from_file_location("_c8_properties", ROOT / "properties" / "test_mlx_lm_conventions.py")
+def load_properties(filename: str) -> types.ModuleType:
+    """A property module under a private name, so its collected tests stay untouched."""
+    spec = importlib.util.spec_from_file_location(f"_planted_{Path(filename).stem}", ROOT / "properties" / filename)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -41,7 +48,7 @@ def planted(**changes) -> types.ModuleType:
 
 
 class SilentRotatingKVCache(kv_cache.RotatingKVCache):
-    """mlx-lm #1423: a wrapped window moves its offset back and reports success, keeping the rejected entries."""
+    """mlx-lm PR #1512: moves its offset back and reports success, keeping the trimmed entries."""
 
     def trim(self, n):
         n = min(self.offset, n)
@@ -54,6 +61,15 @@ class NoOpRotatingKVCache(kv_cache.RotatingKVCache):
 
     def trim(self, n):
         return n
+
+
+class StaleValuesKVCache(kv_cache.KVCache):
+    """Stores the right K/V but returns the keys as the values of every earlier position."""
+
+    def update_and_fetch(self, keys, values):
+        held = self.offset
+        all_keys, all_values = super().update_and_fetch(keys, values)
+        return all_keys, mx.concatenate([all_keys[:, :, :held], all_values[:, :, held:]], axis=2)
 
 
 def rewind_one_short(target_cache, draft_cache, num_draft, num_accepted):
@@ -74,6 +90,12 @@ def prefill_whole_prompt(model, prompt, cache, prefill_step_size=512):
     return prompt[:, -1:]
 
 
+def make_prompt_cache_with(cache_type):
+    def make_prompt_cache(model, max_kv_size=None):
+        return [cache_type() for _ in model.layers]
+    return make_prompt_cache
+
+
 def generate_without_cut(target, draft, prompt, max_tokens, **options):
     """Returns the last round's surplus tokens too."""
     emitted = decode.speculative_generate(target, draft, prompt, max_tokens, **options)
@@ -82,71 +104,124 @@ def generate_without_cut(target, draft, prompt, max_tokens, **options):
     return emitted
 
 
-def generate_accepting_any_budget(target, draft, prompt, max_tokens, **options):
-    """Treats a budget below 1 as 'nothing to do'."""
-    if isinstance(max_tokens, int) and max_tokens < 1:
+def generate_accepting_negative_budgets(target, draft, prompt, max_tokens, **options):
+    """Treats a negative budget as 'nothing to do'."""
+    if isinstance(max_tokens, int) and max_tokens < 0:
         return []
     return decode.speculative_generate(target, draft, prompt, max_tokens, **options)
 
 
+def rewind_ignoring_refusal(model_cache, draft_cache, num_draft, num_accepted):
+    """mlx-lm's `_rewind_cache`: a trim that returns 0 (refused) goes unnoticed (#1423)."""
+    mlx_lm_cache.trim_prompt_cache(model_cache, num_draft - num_accepted)
+    mlx_lm_cache.trim_prompt_cache(draft_cache, max(num_draft - num_accepted - 1, 0))
+
+
+def speculative_ignoring_refused_trims(*args, **kwargs):
+    """The exact verifier on mlx-lm's own caches (rotating for a sliding window), ignoring refused trims."""
+    saved = exact_verifier.rewind, exact_verifier.make_prompt_cache
+    exact_verifier.rewind, exact_verifier.make_prompt_cache = rewind_ignoring_refusal, mlx_lm_cache.make_prompt_cache
+    try:
+        yield from exact_verifier.speculative_generate_step(*args, **kwargs)
+    finally:
+        exact_verifier.rewind, exact_verifier.make_prompt_cache = saved
+
+
+def verify_accepting_every_draft(target_probs, draft_probs, draft_tokens, *, key, num_draft=None):
+    """Every draft stands, then a bonus token from the target's last row: the draft's law, not the target's."""
+    bonus = mx.argmax(target_probs[:, -1], axis=-1, keepdims=True).astype(mx.int32)
+    tokens = mx.concatenate([draft_tokens.astype(mx.int32), bonus], axis=1)
+    return speculative.ChainOutcome(tokens, mx.full((tokens.shape[0],), draft_tokens.shape[1], dtype=mx.int32))
+
+
+def speculative_accepting_every_draft(*args, **kwargs):
+    kernels = types.SimpleNamespace(verify_chain=verify_accepting_every_draft, verify_greedy=speculative.verify_greedy)
+    return exact_verifier.speculative_generate_step(*args, kernels=kernels, **kwargs)
+
+
+def planted_decoder(**changes) -> types.ModuleType:
+    """The exact verifier decoder with `changes` swapped in."""
+    module = types.ModuleType("planted_decoder")
+    module.__dict__.update({k: v for k, v in vars(exact_verifier).items() if not k.startswith("__")})
+    module.__dict__.update(changes)
+    return module
+
+
 PLANTED = {
     "silent_rotating_trim": (
-        dict(RotatingKVCache=SilentRotatingKVCache),
-        "test_a_wrapped_rotating_cache_is_trimmed_exactly_or_refuses_never_keeps_rejected_entries",
+        CONVENTIONS, dict(impl=planted(RotatingKVCache=SilentRotatingKVCache)),
+        "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept_or_refuses",
     ),
     "no_op_rotating_trim": (
-        dict(RotatingKVCache=NoOpRotatingKVCache),
-        "test_a_wrapped_rotating_cache_is_trimmed_exactly_or_refuses_never_keeps_rejected_entries",
+        CONVENTIONS, dict(impl=planted(RotatingKVCache=NoOpRotatingKVCache)),
+        "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept_or_refuses",
+    ),
+    "fetch_returns_stale_values": (
+        CONVENTIONS, dict(impl=planted(make_prompt_cache=make_prompt_cache_with(StaleValuesKVCache)), dtype="float32"),
+        "test_prefilling_all_but_the_last_token_then_feeding_it_gives_the_whole_prompt_logits",
     ),
     "rewind_one_short": (
-        dict(rewind_caches=rewind_one_short),
+        CONVENTIONS, dict(impl=planted(rewind_caches=rewind_one_short)),
         "test_caches_rewound_by_the_rejected_count_equal_caches_built_from_the_accepted_tokens",
     ),
     "draft_never_rewound": (
-        dict(rewind_caches=rewind_target_only),
+        CONVENTIONS, dict(impl=planted(rewind_caches=rewind_target_only)),
         "test_caches_rewound_by_the_rejected_count_equal_caches_built_from_the_accepted_tokens",
     ),
     "prefill_whole_prompt": (
-        dict(apply_prefill=prefill_whole_prompt),
+        CONVENTIONS, dict(impl=planted(apply_prefill=prefill_whole_prompt), dtype="float32"),
         "test_prefilling_all_but_the_last_token_then_feeding_it_gives_the_whole_prompt_logits",
     ),
     "surplus_not_cut": (
-        dict(speculative_generate=generate_without_cut),
-        "test_speculative_decoding_emits_exactly_max_tokens_for_every_positive_budget",
+        CONVENTIONS, dict(impl=planted(speculative_generate=generate_without_cut)),
+        "test_speculative_decoding_emits_exactly_max_tokens_for_every_budget_including_zero",
     ),
-    "non_positive_budget_accepted": (
-        dict(speculative_generate=generate_accepting_any_budget),
-        "test_a_budget_that_is_not_a_positive_integer_or_exceeds_the_context_raises_a_value_error_naming_max_tokens",
+    "negative_budget_accepted": (
+        CONVENTIONS, dict(impl=planted(speculative_generate=generate_accepting_negative_budgets)),
+        "test_a_budget_that_is_negative_not_an_integer_or_beyond_the_context_raises_a_value_error_naming_max_tokens",
+    ),
+    "loop_ignores_a_refused_trim": (
+        LOOP, dict(decoder_name=planted_decoder(speculative_generate_step=speculative_ignoring_refused_trims),
+                   kind="sliding-window llama"),
+        "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding",
+    ),
+    "every_draft_stands": (
+        LOOP, dict(decoder_name=planted_decoder(speculative_generate_step=speculative_accepting_every_draft),
+                   kind="llama"),
+        "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule",
     ),
 }
+SAMPLING = {"test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"}
+"""Properties too costly to rerun at 30 examples here; `make verify` runs them on the correct decoders."""
 
 
-def run_property(name: str, implementation: types.ModuleType, **arguments) -> None:
-    """Run property `name` of the C8 module against `implementation` under `PLANTED_SETTINGS`."""
-    inner = getattr(load_properties(), name).hypothesis.inner_test
-    PLANTED_SETTINGS(given(data=st.data())(inner))(impl=implementation, **arguments)
+def run_property(filename: str, name: str, **arguments) -> None:
+    """Run property `name` of `filename` with `arguments` under `PLANTED_SETTINGS`."""
+    inner = getattr(load_properties(filename), name).hypothesis.inner_test
+    PLANTED_SETTINGS(given(data=st.data())(inner))(**arguments)
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_each_planted_decoding_bug_fails_the_property_aimed_at_it(name):
-    changes, prop = PLANTED[name]
-    arguments = {"dtype": "float32"} if "prefill" in prop else {}
+    filename, arguments, prop = PLANTED[name]
     # A property fails by an assertion, or by pytest.raises seeing no ValueError.
     with pytest.raises((AssertionError, pytest.fail.Exception)):
-        run_property(prop, planted(**changes), **arguments)
+        run_property(filename, prop, **arguments)
 
 
 def test_the_same_properties_pass_on_the_reference_under_these_settings():
-    for changes, prop in {prop: (changes, prop) for changes, prop in PLANTED.values()}.values():
-        run_property(prop, reference, **({"dtype": "float32"} if "prefill" in prop else {}))
+    for filename, arguments, prop in {prop: (f, a, prop) for f, a, prop in PLANTED.values()
+                                      if prop not in SAMPLING}.values():
+        correct = {"impl": reference} if "impl" in arguments else {"decoder_name": "exact verifier"}
+        run_property(filename, prop, **{**arguments, **correct})
 
 
 def test_the_greedy_decoding_property_catches_a_rewind_that_keeps_a_rejected_draft():
     # Stale entries either change a token (AssertionError) or overrun the context the
     # reference refuses to exceed (ValueError on valid input): both fail the property.
     with pytest.raises((AssertionError, ValueError)):
-        run_property("test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding",
-                     planted(speculative_generate=generate_with_stale_rewind))
+        run_property(CONVENTIONS, "test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding",
+                     impl=planted(speculative_generate=generate_with_stale_rewind))
 
 
 def generate_with_stale_rewind(target, draft, prompt, max_tokens, **options):

@@ -157,26 +157,57 @@ def assert_sampler_matches(
     """
     probs = np.asarray(probs, dtype=np.float64)
     if np.count_nonzero(probs) < 2:
-        outcomes = np.asarray(sample(DETERMINISTIC_SAMPLES))
-        certain = int(np.flatnonzero(probs)[0])
-        if not (outcomes == certain).all():
-            wrong = outcomes[outcomes != certain]
-            raise AssertionError(
-                f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
-                f"samples were others (first {int(wrong[0])})\n  call: {call}"
-            )
+        assert_certain(name, sample(DETERMINISTIC_SAMPLES), int(np.flatnonzero(probs)[0]), call=call)
         return None
-    try:
-        plan = stats.make_plan(probs)
-    except stats.UntestableDistribution as reason:
-        note(f"{name}: {reason}")
-        reject()  # excluded from the examples, never counted as passed
-    shortfall = stats.power_shortfall(plan)
-    if shortfall:
-        raise AssertionError(f"{name}: {shortfall}")
+    plan = make_powered_plan(name, probs)
     result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
     assert_fits(result, call=call)
     return result
+
+
+def make_powered_plan(name: str, probs: np.ndarray, target_tv: float = stats.TARGET_TV) -> stats.Plan:
+    """A chi-square plan on `probs` whose power at `target_tv` is asserted; untestable input is rejected."""
+    try:
+        plan = stats.make_plan(probs, target_tv=target_tv)
+    except stats.UntestableDistribution as reason:
+        note(f"{name}: {reason}")
+        reject()  # excluded from the examples, never counted as passed
+    shortfall = stats.power_shortfall(plan, target_tv)
+    if shortfall:
+        raise AssertionError(f"{name}: {shortfall}")
+    return plan
+
+
+def assert_certain(name: str, outcomes, certain: int, *, call: str = "") -> None:
+    """Every sampled outcome is the only possible one."""
+    outcomes = np.asarray(outcomes)
+    wrong = outcomes[outcomes != certain]
+    if len(wrong):
+        raise AssertionError(
+            f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
+            f"samples were others (first {int(wrong[0])})\n  call: {call}"
+        )
+
+
+def assert_joint_sample_fits(
+    laws: dict[str, np.ndarray], sample: Callable[[int], dict[str, np.ndarray]], *, target_tv: float, seed: int,
+    call: str = "",
+) -> None:
+    """Several laws of one sampler, each tested on the same draws: plans and power first, then one sample.
+
+    `sample(n)` returns, per name in `laws`, n outcome indices. A law with a
+    single possible outcome is checked draw by draw instead.
+    """
+    laws = {name: np.asarray(probs, dtype=np.float64) for name, probs in laws.items()}
+    plans = {name: make_powered_plan(name, probs, target_tv)
+             for name, probs in laws.items() if np.count_nonzero(probs) >= 2}
+    draws = sample(max([plan.n for plan in plans.values()], default=DETERMINISTIC_SAMPLES))
+    for name, probs in laws.items():
+        if name in plans:
+            result = stats.chi_square_test(name, np.asarray(draws[name])[: plans[name].n], plans[name], seed=seed)
+            assert_fits(result, call=call)
+        else:
+            assert_certain(name, draws[name], int(np.flatnonzero(probs)[0]), call=call)
 
 
 def top_two_gap(logits) -> float:
@@ -197,3 +228,37 @@ def assert_decodings_equal(actual, expected, *, margin: float, scale: float, dty
     if flipped and margin <= 2 * (tolerance.atol + tolerance.rtol * scale):
         reject()
     assert_equal(np.asarray(actual), np.asarray(expected), label=label, call=call)
+
+
+def assert_trimmed_window_attends_to_kept_entries(cache, sizes: list[int], trim: int, *, call: str = "") -> int | None:
+    """A sliding-window cache (``keep=0``) filled by updates of `sizes` positions, then ``trim(trim)``:
+    the next one-position update returns the newest ``max_size - 1`` positions kept, and the new one.
+
+    A key's only feature is its position, so what a fetch returns names the positions
+    attended to. A refusal (a ValueError naming ``n``) keeps every position. Returns the
+    count trimmed, None when refused.
+    """
+    import mlx.core as mx
+
+    total = sum(sizes)
+    positions = mx.arange(total + 1, dtype=mx.float32).reshape(1, 1, -1, 1)
+    begin = 0
+    for size in sizes:
+        cache.update_and_fetch(positions[:, :, begin:begin + size], positions[:, :, begin:begin + size])
+        begin += size
+    try:
+        trimmed = cache.trim(trim)
+    except ValueError as error:
+        if not str(error).startswith("n:"):
+            raise AssertionError(f"a refused trim should name n: {error}\n  call: {call}") from error
+        trimmed = None
+    kept = total - (trimmed or 0)
+    keys, _ = cache.update_and_fetch(positions[:, :, total:], positions[:, :, total:])
+    attended = sorted(int(x) for x in np.array(keys).ravel())
+    expected = sorted([*range(max(kept + 1 - cache.max_size, 0), kept), total])
+    if attended != expected:
+        raise AssertionError(
+            f"after trim({trim}) {'refused' if trimmed is None else f'reported {trimmed} trimmed'}, the next "
+            f"update attends to positions {attended}; the kept positions' window is {expected}\n  call: {call}"
+        )
+    return trimmed

@@ -71,16 +71,17 @@ NCM_NAMES: tuple[str, ...] = (
     "PrefixCache",  # (max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes
 )
 MLX_LM_NAMES: tuple[str, ...] = (
-    # Autoregressive decoding with a causal-mask model, mlx-lm conventions (claim C8); a cache is one per layer.
-    "KVCache",  # () with update_and_fetch(keys, values), state, offset, size(), is_trimmable(), trim(n) -> n
-    "RotatingKVCache",  # (max_size): the newest max_size positions; trim either exact or refused, never a no-op
+    # Autoregressive decoding with a causal-mask model: mlx-lm conventions (claim C8), the project's stricter
+    # contract (C11); a cache is one per layer, and the model attends to what update_and_fetch returns.
+    "KVCache",  # () with update_and_fetch(keys, values) -> attended K/V, offset, size(), is_trimmable(), trim(n) -> count
+    "RotatingKVCache",  # (max_size, keep=0): mlx-lm's window; a trim either exact or a ValueError naming n
     "make_prompt_cache",  # (model, max_kv_size=None) -> list of per-layer caches
     "can_trim_prompt_cache",  # (cache) -> bool
     "trim_prompt_cache",  # (cache, num_tokens) -> number trimmed (0 when some layer cannot be)
     "apply_model",  # (model, tokens [B, T], cache) -> next-token logits [B, T, V]; updates cache
     "apply_prefill",  # (model, prompt [B, T], cache, prefill_step_size=512) -> prompt[:, -1:]; caches the rest
     "rewind_caches",  # (target_cache, draft_cache, num_draft, num_accepted): drop rejected drafts' K/V
-    "speculative_generate",  # (target, draft, prompt, max_tokens, *, num_draft, key=None, kernels) -> max_tokens ids
+    "speculative_generate",  # (target, draft, prompt, max_tokens >= 0, *, num_draft, key=None, kernels) -> ids
 )
 
 

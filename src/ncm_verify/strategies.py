@@ -192,3 +192,18 @@ smaller network (one layer, d_model 8) sharing vocabulary, codebook and layout."
 draft_models = st.sampled_from(DRAFT_MODELS)
 level_draft_counts = st.integers(1, 3)
 """k: levels drafted per target pass."""
+
+
+# --- tiny mlx-lm models (claims C7, C8 on mlx-lm's own code) -------------------------
+
+def tiny_specs(spec_type, kind: str):
+    """`spec_type(kind=kind, vocab_size, seed, window)` for a tiny mlx-lm model of `kind`."""
+    return st.builds(
+        spec_type, kind=st.just(kind), vocab_size=st.sampled_from([8, 16, 32]),
+        seed=st.integers(0, 2**16), window=st.integers(2, 5),
+    )
+
+
+def token_lists(vocab_size: int, min_size: int, max_size: int):
+    """Token id lists in [0, vocab_size)."""
+    return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)

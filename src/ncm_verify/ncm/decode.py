@@ -61,18 +61,21 @@ def speculative_generate(
 ) -> list[int]:
     """Exactly `max_tokens` new token ids for a 1-D `prompt`, drafted by `draft` and verified for `target`.
 
+    A budget of 0 yields nothing (mlx-lm's convention); mlx-lm's -1 (unbounded) has no
+    meaning under the reference's fixed context and raises, as any budget beyond it does.
+
     Args:
         target: the model whose distribution (or greedy decoding) the output follows; causal mask.
         draft: a causal model over the same vocabulary.
         prompt: at least one token id.
-        max_tokens: a positive integer; the last round's surplus tokens are cut.
+        max_tokens: a non-negative integer; the last round's surplus tokens are cut.
         num_draft: drafts per round (fewer when fewer tokens remain).
         key: an ``mx.random.key`` to sample (``kernels.verify_chain``); None for greedy
             decoding (``kernels.verify_greedy``), mlx-lm's temperature 0.
         kernels: the implementation providing ``verify_chain`` and ``verify_greedy``.
         prefill_step_size: prompt tokens per prefill chunk.
     """
-    max_tokens = check_count("max_tokens", max_tokens, minimum=1)
+    max_tokens = check_count("max_tokens", max_tokens)
     num_draft = check_count("num_draft", num_draft, minimum=1)
     prompt = check_tokens("prompt", prompt, target)
     if prompt.shape != (1, prompt.shape[1]) or prompt.shape[1] < 1:

@@ -1,11 +1,14 @@
 """Rewindable autoregressive K/V caches for the reference model in causal mode, mlx-lm style.
 
-A prompt cache is one cache per layer. Each holds keys and values
-``[B, H, T, hd]`` in temporal order; ``trim(n)`` drops the newest ``n`` and
-returns ``n``, so speculative decoding can rewind rejected drafts. A cache
-that cannot drop them exactly refuses (``is_trimmable()`` False, ``trim``
-raises): keeping a rejected draft's K/V would silently change every later
-token (mlx-lm #1423).
+A prompt cache is one cache per layer. The model attends to what
+``update_and_fetch`` returns; ``state`` is the cache's own storage. Following
+mlx-lm's conventions, ``trim(n)`` drops the newest ``n`` positions, clamped to
+what the cache holds, and returns the count dropped; a ``RotatingKVCache(max_size,
+keep)`` returns its first ``keep`` positions and the newest ``max_size - keep - 1``
+it holds with every update. The project's stricter contract (claim C11): a count
+that is negative or not an integer raises, and a cache that cannot drop positions
+exactly refuses (``is_trimmable()`` False, ``trim`` raises) instead of keeping a
+rejected draft's K/V, which would silently change every later token (mlx-lm #1423).
 """
 
 from __future__ import annotations
@@ -59,44 +62,51 @@ class KVCache:
         return True
 
     def check_trim(self, n) -> int:
-        """`n` as an int in [0, size()]; a ValueError naming `n` otherwise."""
-        n = check_count("n", n)
-        if n > self.size():
-            raise ValueError(f"n: cannot trim {n} positions; the cache holds {self.size()}")
-        return n
+        """`n` clamped to the positions held (mlx-lm's convention); a ValueError naming `n` unless an integer >= 0."""
+        return min(check_count("n", n), self.offset)
 
     def trim(self, n) -> int:
-        """Drop the newest `n` positions; returns `n`."""
+        """Drop the newest `n` positions (at most all of them); returns the count dropped."""
         n = self.check_trim(n)
         if n:
             self.offset -= n
-            self.keys, self.values = self.keys[:, :, : self.offset], self.values[:, :, : self.offset]
+            self.keys, self.values = self.keys[:, :, : -n], self.values[:, :, : -n]
         return n
 
 
 class RotatingKVCache(KVCache):
-    """The newest `max_size` positions only (a sliding window).
+    """A sliding window of `max_size` positions whose first `keep` positions always stay (mlx-lm's).
 
-    Once it has dropped a position it can no longer be trimmed: the positions a
-    trimmed window should hold again are gone, so ``trim(n > 0)`` refuses.
+    An update of S positions returns the first `keep` positions, the newest
+    ``max_size - keep - 1`` held before it and the S new ones (``max_size + S - 1``
+    at most), in temporal order, and holds what it returned. Once it has dropped
+    a position it can no longer be trimmed: the positions a trimmed window should
+    hold again are gone, so ``trim(n > 0)`` refuses.
     """
 
-    def __init__(self, max_size: int):
+    def __init__(self, max_size: int, keep: int = 0):
         super().__init__()
         self.max_size = check_count("max_size", max_size, minimum=1)
+        self.keep = check_count("keep", keep, maximum=self.max_size - 1)
+        self.dropped = 0
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        """Append keys and values; return the window held before plus the new ones, then keep the window."""
-        fetched = super().update_and_fetch(keys, values)
-        self.keys, self.values = self.keys[:, :, -self.max_size:], self.values[:, :, -self.max_size:]
-        return fetched
+        """Drop all but the window's `keep` and newest ``max_size - keep - 1`` held positions, then append."""
+        held = 0 if self.keys is None else self.keys.shape[2]
+        surplus = max(held - (self.max_size - 1), 0)
+        if surplus:
+            window = slice(self.keep + surplus, None)
+            self.keys = mx.concatenate([self.keys[:, :, : self.keep], self.keys[:, :, window]], axis=2)
+            self.values = mx.concatenate([self.values[:, :, : self.keep], self.values[:, :, window]], axis=2)
+            self.dropped += surplus
+        return super().update_and_fetch(keys, values)
 
     def size(self) -> int:
         return min(self.offset, self.max_size)
 
     def is_trimmable(self) -> bool:
         """True while no position has been dropped."""
-        return self.offset <= self.max_size
+        return self.dropped == 0
 
     def trim(self, n) -> int:
         """Drop the newest `n` positions; a ValueError naming `n` once the window has wrapped."""
@@ -104,16 +114,16 @@ class RotatingKVCache(KVCache):
         if n and not self.is_trimmable():
             raise ValueError(
                 f"n: cannot trim {n} positions from a rotating cache that has dropped its oldest "
-                f"{self.offset - self.max_size} (max_size={self.max_size}); its window would miss them"
+                f"{self.dropped} (max_size={self.max_size}); its window would miss them"
             )
         return super().trim(n)
 
 
 def make_prompt_cache(model: NCM, max_kv_size: int | None = None) -> list[KVCache]:
-    """One cache per layer: a `KVCache`, or a `RotatingKVCache` of `max_kv_size` positions."""
+    """One cache per layer: a `KVCache`, or a `RotatingKVCache` of `max_kv_size` positions keeping 4 (mlx-lm's)."""
     if max_kv_size is None:
         return [KVCache() for _ in model.layers]
-    return [RotatingKVCache(max_kv_size) for _ in model.layers]
+    return [RotatingKVCache(max_kv_size, keep=min(4, max_kv_size - 1)) for _ in model.layers]
 
 
 def can_trim_prompt_cache(cache: list[KVCache]) -> bool:
@@ -155,7 +165,7 @@ def apply_model(model: NCM, tokens, cache: list[KVCache]) -> mx.array:
     """Next-token logits ``[B, T, V]`` for `tokens` after the positions `cache` holds; updates `cache`.
 
     The language-model head is the token head without a latent. Every layer
-    reads its cache's K/V and stores the new rows' K/V.
+    hands its new rows' K/V to its cache and attends to what the cache returns.
     """
     require_causal(model)
     tokens = check_tokens("tokens", tokens, model)
@@ -167,8 +177,7 @@ def apply_model(model: NCM, tokens, cache: list[KVCache]) -> mx.array:
     mask = model.mask[start:start + length, :start + length]
     x = model.embed(tokens) + model.positions(mx.arange(start, start + length))
     for block, layer_cache in zip(model.layers, cache):
-        x, (keys, values) = block(x, mask, layer_cache.state)
-        layer_cache.update_and_fetch(keys[:, :, -length:], values[:, :, -length:])
+        x, _ = block(x, mask, kv_cache=layer_cache)
     return model.token_head(model.norm(x))
 
 

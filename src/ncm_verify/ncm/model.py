@@ -37,12 +37,19 @@ class Block(nn.Module):
         batch, length, width = x.shape
         return x.reshape(batch, length, self.num_heads, -1).transpose(0, 2, 1, 3)
 
-    def __call__(self, x: mx.array, mask: mx.array, cache: KV | None = None) -> tuple[mx.array, KV]:
-        """`mask` is ``[rows, cached + rows]``; returns the output and the K/V of all columns."""
+    def __call__(self, x: mx.array, mask: mx.array, cache: KV | None = None, kv_cache=None) -> tuple[mx.array, KV]:
+        """`mask` is ``[rows, cached + rows]``; returns the output and the K/V of all columns.
+
+        Earlier columns come from `cache` (K/V to prepend) or from `kv_cache`, an
+        mlx-lm-style cache given the new rows' K/V: the rows attend to what its
+        ``update_and_fetch`` returns.
+        """
         self.positions_processed += x.shape[0] * x.shape[1]
         q, k, v = map(self._heads, mx.split(self.qkv(self.norm1(x)), 3, axis=-1))
         if cache is not None:
             k, v = mx.concatenate([cache[0], k], axis=2), mx.concatenate([cache[1], v], axis=2)
+        if kv_cache is not None:
+            k, v = kv_cache.update_and_fetch(k, v)
         scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(q.shape[-1]))
         scores = mx.where(mask, scores, mx.array(-mx.inf, dtype=scores.dtype))
         # precise softmax: float16 rows keep their float32 normaliser

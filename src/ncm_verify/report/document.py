@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ncm_verify.bench_ratios import BENCH_CLAIM
 from ncm_verify.bench_ratios import c9_summary as bench_line
+from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
 
@@ -176,6 +177,7 @@ def build_report(
         "claims": claims,
         "unclaimed": sorted(n["nodeid"] for n in nodes if n["nodeid"] not in claimed),
         "mutants": mutant_table,
+        "mlx_lm": mlx_lm_section.summarize(nodes, evidence["environment"] if evidence else None),
         "calibration": calibration_table,
         "bench": bench_summary(bench),
         "sources": ledger["sources"],

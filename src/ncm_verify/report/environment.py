@@ -59,5 +59,6 @@ def describe_environment() -> dict:
         "hypothesis": package_version("hypothesis"),
         "pytest": package_version("pytest"),
         "ncm_verify": package_version("ncm-verify"),
+        "mlx_lm": package_version("mlx-lm"),
         "commit": git_commit(),
     }

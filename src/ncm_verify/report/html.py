@@ -13,6 +13,7 @@ from collections.abc import Callable
 from html import escape
 
 from ncm_verify.report import document as doc
+from ncm_verify.report import mlx_lm_section
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -57,6 +58,7 @@ WORST_BINS = 5
 SECTIONS = (
     ("verdict", "Verdict"), ("not-checked", "What was not checked here"), ("claims", "Claims"),
     ("failures", "Failures"), ("policy", "Statistical policy"), ("statistical", "Statistical properties"),
+    ("mlx-lm", "mlx-lm under test"),
     ("frequencies", "Expected vs observed frequencies"), ("planted-bugs", "Planted bugs"),
     ("calibration", "Calibration"), ("evidence", "Evidence per claim"), ("unclaimed", "Runs under no claim"),
     ("benchmarks", "Benchmarks"), ("environment", "Environment"), ("sources", "Sources"),
@@ -459,6 +461,8 @@ def body_sections(report: dict) -> list[str]:
     body.append(render_table(policy, section="policy") if policy is not None else "")
     if doc.statistical_rows(report):
         body.append(render_table(doc.statistical_table(report), section="statistical", anchors=property_links))
+    mlx_lm = mlx_lm_section.make_table(report)
+    body.append(render_table(mlx_lm, section="mlx-lm") if mlx_lm is not None else "")
     body += [
         frequency_figures(report),
         render_table(doc.mutants_table(report), section="planted-bugs"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ncm_verify.report import document as doc
+from ncm_verify.report import mlx_lm_section
 
 
 def cell(text: str) -> str:
@@ -49,8 +50,8 @@ def render_markdown(report: dict) -> str:
         render_table(doc.claims_table(report)),
         render_failures(report),
     ]
-    for table in (doc.policy_table(report), doc.statistical_table(report), doc.mutants_table(report),
-                  doc.calibration_table(report)):
+    for table in (doc.policy_table(report), doc.statistical_table(report), mlx_lm_section.make_table(report),
+                  doc.mutants_table(report), doc.calibration_table(report)):
         if table is not None:
             parts.append(render_table(table))
     for claim in report["claims"]:

@@ -1,0 +1,278 @@
+"""C7 and C8 on mlx-lm's real code: its caches, `generate_step` and `speculative_generate_step`.
+
+Each property runs on every decoder in `DECODERS` (mlx-lm itself, and the
+exact verifier with mlx-lm's call shape) and on tiny seeded mlx-lm models: a
+llama, and a llama with a sliding-window layer. Caches are judged as the model
+attends to them (logits of a probe continuation), never by their `state`,
+which mlx-lm keeps as opaque serialisation data. A behaviour of mlx-lm that
+fails a property for a reason reported upstream is a strict expected failure
+(`known_upstream_bug`): the report lists it as a known upstream bug.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import event, given, note, settings
+from hypothesis import strategies as st
+
+from ncm_verify import stats, strategies
+from ncm_verify.checks import (
+    as_numpy,
+    assert_close,
+    assert_decodings_equal,
+    assert_joint_sample_fits,
+    assert_trimmed_window_attends_to_kept_entries,
+    top_two_gap,
+)
+from ncm_verify.mlx_lm_real.decoders import DECODERS, expected_failure, known_upstream_bug, load_decoder
+from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
+from ncm_verify.mlx_lm_real.models import (
+    KINDS,
+    TinySpec,
+    first_tokens_law,
+    make_tiny_model,
+    next_token_logprobs,
+    outcome_index,
+)
+
+
+def cases(prop: str, kinds=KINDS):
+    """(decoder, model kind) parameters of `prop`, known upstream bugs marked as strict expected failures."""
+    params = []
+    for decoder, kind in itertools.product(DECODERS, kinds):
+        reason = known_upstream_bug(prop, decoder, kind)
+        marks = [pytest.mark.xfail(strict=True, reason=reason, raises=expected_failure(reason))] if reason else []
+        params.append(pytest.param(decoder, kind, marks=marks, id=f"{decoder}-{kind}"))
+    return params
+
+
+@functools.lru_cache(maxsize=64)
+def tiny_model(spec: TinySpec):
+    """Models are pure functions of their spec (caches live outside), so examples share them."""
+    return make_tiny_model(spec)
+
+
+def draw_pair(data, kind: str):
+    """A target spec and its model, and a draft with the same weights or other ones."""
+    spec = data.draw(strategies.tiny_specs(TinySpec, kind), label="target")
+    relation = data.draw(st.sampled_from(["same weights", "other weights"]), label="draft relation")
+    draft = spec if relation == "same weights" else spec.with_seed(spec.seed + 1)
+    return spec, tiny_model(spec), draft, tiny_model(draft)
+
+
+def tokens_of(steps) -> list[int]:
+    return [int(step[0]) for step in steps]
+
+
+PREFILL = "test_prefilling_all_but_the_last_token_leaves_the_first_step_logits_unchanged"
+
+
+@pytest.mark.claim("C8")
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(PREFILL))
+@given(data=st.data())
+def test_prefilling_all_but_the_last_token_leaves_the_first_step_logits_unchanged(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    spec, target, _, draft = draw_pair(data, kind)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 12), label="prompt")
+    step = data.draw(st.integers(1, 5), label="prefill_step_size")
+    call = f"generate_step / speculative_generate_step({prompt}, {spec}, prefill_step_size={step}, max_tokens=1)"
+    note(call)
+    expected = next_token_logprobs(target, mx.array([prompt], dtype=mx.int32))[0]
+    plain = next(decoder.generate_step(mx.array(prompt), target, max_tokens=1, prefill_step_size=step))
+    speculative = next(decoder.speculative_generate_step(mx.array(prompt), target, draft, max_tokens=1,
+                                                         prefill_step_size=step))
+    for label, (_, logprobs, *_) in (("generate_step", plain), ("speculative_generate_step", speculative)):
+        assert_close(logprobs, expected, dtype=mx.float32,
+                     label=f"{label}: first-step log-probabilities after prefill vs the whole prompt", call=call)
+
+
+def draw_decoding(data, kind: str):
+    """Models, a prompt, a budget, draft length and a sampler seed (None: greedy)."""
+    spec, target, draft_spec, draft = draw_pair(data, kind)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
+    max_tokens = data.draw(st.integers(1, 16), label="max_tokens")
+    num_draft = data.draw(st.integers(1, 4), label="num_draft_tokens")
+    call = (f"speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), make_tiny_model({draft_spec}), "
+            f"num_draft_tokens={num_draft}, max_tokens={max_tokens}")
+    return spec, target, draft, prompt, max_tokens, num_draft, call
+
+
+def probe_logits(model, cache, probe: list[int]) -> mx.array:
+    return model(mx.array([probe], dtype=mx.uint32), cache=cache)[0].astype(mx.float32)
+
+
+CACHES = "test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims"
+
+
+@pytest.mark.claim("C8")
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(CACHES))
+@given(data=st.data())
+def test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    spec, target, draft, prompt, max_tokens, num_draft, call = draw_decoding(data, kind)
+    seed = data.draw(st.none() | strategies.seeds, label="sampler seed (None: greedy)")
+    probe = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="probe")
+    call += f", sampler=make_sampler({0.0 if seed is None else 1.0}), mx.random.seed({seed}), prompt_cache=cache)"
+    note(call)
+    caches = {"target": decoder.make_prompt_cache(target), "draft": decoder.make_prompt_cache(draft)}
+    if seed is not None:
+        mx.random.seed(seed)
+    steps = list(decoder.speculative_generate_step(
+        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=max_tokens,
+        sampler=decoder.make_sampler(0.0 if seed is None else 1.0), prompt_cache=caches["target"] + caches["draft"]))
+    tokens = prompt + tokens_of(steps)
+    event(f"drafts accepted: {sum(bool(step[2]) for step in steps)} of {len(steps)} tokens")
+    for name, model in (("target", target), ("draft", draft)):
+        offsets = [layer.offset for layer in caches[name]]
+        held = offsets[0]
+        assert len(set(offsets)) == 1 and held <= len(tokens), (
+            f"{name} cache: layer offsets {offsets} after {len(tokens)} tokens (prompt {len(prompt)}, "
+            f"{len(steps)} emitted): a cache cannot hold more positions than tokens exist\n  call: {call}")
+        # as the model attends to it: a probe continuation's logits, vs the held tokens in one uncached pass
+        got = probe_logits(model, caches[name], probe)
+        want = model(mx.array([tokens[:held] + probe], dtype=mx.uint32))[0, held:].astype(mx.float32)
+        assert_close(got, want, dtype=mx.float32,
+                     label=f"{name} cache after decoding vs built from the {held} tokens it claims", call=call)
+
+
+GREEDY = "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding"
+
+
+@pytest.mark.claim("C7")
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(GREEDY))
+@given(data=st.data())
+def test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    _, target, draft, prompt, max_tokens, num_draft, call = draw_decoding(data, kind)
+    call += ") vs generate_step(..., max_tokens=...)"
+    note(call)
+    plain = list(decoder.generate_step(mx.array(prompt), target, max_tokens=max_tokens))
+    speculative = tokens_of(decoder.speculative_generate_step(
+        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=max_tokens))
+    margin = min(top_two_gap(logprobs) for _, logprobs in plain)
+    scale = max(float(np.abs(as_numpy(logprobs)).max()) for _, logprobs in plain)
+    assert_decodings_equal(speculative, tokens_of(plain), margin=margin, scale=scale, dtype=mx.float32,
+                           label="greedy speculative tokens vs generate_step's", call=call)
+
+
+ZERO = "test_a_budget_of_zero_tokens_yields_nothing"
+
+
+@pytest.mark.claim("C8")
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(ZERO))
+@given(data=st.data())
+def test_a_budget_of_zero_tokens_yields_nothing(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    spec, target, _, draft = draw_pair(data, kind)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
+    call = f"generate_step / speculative_generate_step(mx.array({prompt}), {spec}, max_tokens=0)"
+    note(call)
+    plain = list(decoder.generate_step(mx.array(prompt), target, max_tokens=0))
+    speculative = list(decoder.speculative_generate_step(mx.array(prompt), target, draft, max_tokens=0))
+    assert (len(plain), len(speculative)) == (0, 0), (
+        f"max_tokens=0 yielded {len(plain)} (generate_step) and {len(speculative)} "
+        f"(speculative_generate_step) tokens, expected none\n  call: {call}")
+
+
+UNBOUNDED = "test_a_budget_of_minus_one_is_unbounded"
+
+
+@pytest.mark.claim("C8")
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(UNBOUNDED))
+@given(data=st.data())
+def test_a_budget_of_minus_one_is_unbounded(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    spec, target, _, draft = draw_pair(data, kind)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
+    wanted = data.draw(st.integers(1, 24), label="tokens taken")
+    num_draft = data.draw(st.integers(1, 4), label="num_draft_tokens")
+    call = (f"islice(speculative_generate_step(mx.array({prompt}), {spec}, draft, num_draft_tokens={num_draft}, "
+            f"max_tokens=-1), {wanted})")
+    note(call)
+    plain = tokens_of(itertools.islice(decoder.generate_step(mx.array(prompt), target, max_tokens=-1), wanted))
+    speculative = tokens_of(itertools.islice(decoder.speculative_generate_step(
+        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=-1), wanted))
+    assert (len(plain), len(speculative)) == (wanted, wanted), (
+        f"max_tokens=-1 stopped after {len(plain)} (generate_step) and {len(speculative)} "
+        f"(speculative_generate_step) of {wanted} tokens taken\n  call: {call}")
+
+
+ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept"
+
+
+@pytest.mark.claim("C8")
+@pytest.mark.parametrize(
+    ("decoder_name", "kind"),
+    [param for name in DECODERS if hasattr(load_decoder(name), "RotatingKVCache")
+     for param in cases(ROTATING, kinds=("cache alone",)) if param.values[0] == name],
+)
+@given(data=st.data())
+def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder_name, kind, data):
+    decoder = load_decoder(decoder_name)
+    max_size = data.draw(st.integers(1, 6), label="max_size")
+    sizes = data.draw(strategies.update_sizes, label="update sizes")
+    trim = data.draw(st.integers(1, sum(sizes)), label="trim")
+    call = f"RotatingKVCache({max_size}) after updates of {sizes} positions; trim({trim}); update_and_fetch(1 more)"
+    note(call)
+    event("wrapped" if sum(sizes) > max_size else "not wrapped")
+    assert_trimmed_window_attends_to_kept_entries(decoder.RotatingKVCache(max_size), sizes, trim, call=call)
+
+
+LAW_EXAMPLES = max(1, settings.default.max_examples // 30)
+"""Each example draws thousands of whole decodings, one Python call each: `ci` runs one per decoder."""
+LAW = "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"
+ACCEPTANCE_RULES = {
+    "sum p*q": lambda p, q: float(np.sum(p * q)),
+    "sum min(p, q)": lambda p, q: float(np.sum(np.minimum(p, q))),
+}
+"""A decoder's `ACCEPTANCE_RULE` -> the first draft's exact acceptance rate given the target's p and the draft's q."""
+
+
+@pytest.mark.claim("C7")
+@pytest.mark.statistical(tests=2)
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(LAW, kinds=("llama",)))
+@settings(max_examples=LAW_EXAMPLES)
+@given(data=st.data())
+def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule(
+    decoder_name, kind, data
+):
+    decoder = load_decoder(decoder_name)
+    spec = data.draw(strategies.tiny_specs(TinySpec, kind).filter(lambda s: s.vocab_size == 8), label="target")
+    target, draft_spec = tiny_model(spec), spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
+    draft = tiny_model(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="prompt")
+    length = data.draw(st.integers(1, 2), label="tokens T")
+    num_draft = data.draw(st.integers(1, 3), label="num_draft_tokens")
+    temp = data.draw(st.sampled_from([0.7, 1.0, 1.5]), label="temp")
+    top_k = data.draw(st.sampled_from([0, 3, 6]), label="top_k")
+    seed = data.draw(strategies.seeds, label="sampler seed")
+    distribution = DistributionSampler(temp, top_k=top_k)
+    law = first_tokens_law(target, prompt, length, distribution.probs)
+    p = first_tokens_law(target, prompt, 1, distribution.probs)
+    q = first_tokens_law(draft, prompt, 1, distribution.probs)
+    rule = decoder.ACCEPTANCE_RULE
+    accept = ACCEPTANCE_RULES[rule](p, q)
+    call = (f"mx.random.seed({seed}); speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), "
+            f"make_tiny_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={length}, "
+            f"sampler=make_sampler(temp={temp}, top_k={top_k}))  # acceptance {rule} = {accept:.4f}")
+    note(call)
+
+    def sample(n: int) -> dict[str, np.ndarray]:
+        mx.random.seed(seed)
+        sampler = decoder.make_sampler(temp=temp, top_k=top_k)
+        outcomes, stood = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        for i in range(n):
+            steps = list(decoder.speculative_generate_step(
+                mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=length, sampler=sampler))
+            outcomes[i] = outcome_index(tokens_of(steps), spec.vocab_size)
+            stood[i] = 0 if steps[0][2] else 1
+        return {"first tokens": outcomes, "first draft stood": stood}
+
+    assert_joint_sample_fits(
+        {"first tokens": law, "first draft stood": np.array([accept, 1.0 - accept])}, sample,
+        target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)

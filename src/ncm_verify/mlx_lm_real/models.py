@@ -1,0 +1,117 @@
+"""Tiny mlx-lm models built from mlx-lm's own classes with seeded random weights; nothing is downloaded.
+
+A `TinySpec` names the architecture (a plain llama, or a llama whose first
+layer attends through a sliding window and so holds a `RotatingKVCache`), the
+vocabulary and a seed. Weights are drawn from the seed so that a failing
+example reproduces from its printed spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.models import llama
+
+KINDS = ("llama", "sliding-window llama")
+"""Architectures the suite builds; the second has one sliding-window layer (mlx-lm #1423's case)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TinySpec:
+    """A tiny mlx-lm model: `kind` in `KINDS`, vocabulary 8–32, `window` for the sliding layer."""
+
+    kind: str = "llama"
+    vocab_size: int = 8
+    seed: int = 0
+    num_layers: int = 2
+    hidden_size: int = 16
+    num_heads: int = 2
+    window: int = 4
+    logit_scale: float = 3.0
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+        if not 8 <= self.vocab_size <= 32:
+            raise ValueError(f"vocab_size: expected an integer in [8, 32], got {self.vocab_size!r}")
+        if self.window < 1:
+            raise ValueError(f"window: expected a positive integer, got {self.window!r}")
+
+    def with_seed(self, seed: int) -> TinySpec:
+        return dataclasses.replace(self, seed=seed)
+
+
+def make_model_args(spec: TinySpec) -> llama.ModelArgs:
+    """mlx-lm's llama arguments for `spec`; the sliding kind makes layer 0 a sliding-window layer."""
+    layer_types = ["full_attention"] * spec.num_layers
+    if spec.kind == "sliding-window llama":
+        layer_types[0] = "sliding_attention"
+    return llama.ModelArgs(
+        model_type="llama", hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+        intermediate_size=2 * spec.hidden_size, num_attention_heads=spec.num_heads, rms_norm_eps=1e-5,
+        vocab_size=spec.vocab_size, tie_word_embeddings=False, layer_types=layer_types,
+        sliding_window=spec.window if spec.kind == "sliding-window llama" else None,
+    )
+
+
+def _initial_value(name: str, shape: tuple[int, ...], key: mx.array, logit_scale: float) -> mx.array:
+    if "norm" in name:
+        return mx.ones(shape)
+    # unit-variance embeddings, 1/sqrt(fan_in) projections; a scaled head keeps logits far from uniform
+    scale = 1.0 if "embed" in name else 1.0 / math.sqrt(shape[-1])
+    if name.startswith("lm_head"):
+        scale *= logit_scale
+    return scale * mx.random.normal(shape, key=key)
+
+
+def make_tiny_model(spec: TinySpec) -> nn.Module:
+    """An mlx-lm `llama.Model` in evaluation mode whose float32 weights depend only on `spec`."""
+    model = llama.Model(make_model_args(spec))
+    shapes = {name: value.shape for name, value in tree_flatten(model.parameters())}
+    names = sorted(shapes)
+    keys = mx.random.split(mx.random.key(spec.seed), len(names))
+    model.update(tree_unflatten([(n, _initial_value(n, shapes[n], keys[i], spec.logit_scale))
+                                 for i, n in enumerate(names)]))
+    model.eval()
+    mx.eval(model.parameters())
+    return model
+
+
+def next_token_logprobs(model: nn.Module, sequences: mx.array) -> mx.array:
+    """Log-probabilities ``[B, V]`` of the token after each sequence ``[B, T]``, in one uncached pass."""
+    logits = model(sequences)[:, -1, :].astype(mx.float32)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribution) -> np.ndarray:
+    """The exact float64 law of the first `length` tokens after `prompt`, enumerated from the model.
+
+    `distribution(logprobs [B, V]) -> probs [B, V]` is the sampling transform
+    (temperature, top-p, top-k). Entry ``x_1 * V^(T-1) + ... + x_T`` is the
+    probability of emitting ``x_1 .. x_T``.
+    """
+    vocab = model.args.vocab_size
+    law = np.ones(1)
+    continuations = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(length):
+        sequences = np.concatenate([np.tile(prompt, (len(continuations), 1)), continuations], axis=1)
+        logprobs = next_token_logprobs(model, mx.array(sequences, dtype=mx.int32))
+        probs = np.array(distribution(logprobs)).astype(np.float64)
+        probs /= probs.sum(axis=1, keepdims=True)
+        law = (law[:, None] * probs).ravel()
+        continuations = np.concatenate([np.repeat(continuations, vocab, axis=0),
+                                        np.tile(np.arange(vocab), len(continuations))[:, None]], axis=1)
+    return law
+
+
+def outcome_index(tokens: list[int], vocab: int) -> int:
+    """The index of a token sequence in `first_tokens_law`'s order."""
+    index = 0
+    for token in tokens:
+        index = index * vocab + int(token)
+    return index

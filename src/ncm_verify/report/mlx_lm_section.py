@@ -1,0 +1,67 @@
+"""The report's section "mlx-lm <version> under test": each mlx-lm property run, on each decoder and
+model, as pass / known upstream bug / fail.
+
+A known upstream bug is a strict expected failure (`pytest.mark.xfail(strict=True)`)
+that failed as expected: a finding about mlx-lm, neither a pass nor a failure of
+this run. If mlx-lm fixes it, the strict mark turns it into a failure (XPASS).
+"""
+
+from __future__ import annotations
+
+PROPERTY_FILE = "properties/test_mlx_lm_loop.py"
+VERDICTS = {
+    "passed": "pass",
+    "xfailed": "known upstream bug",
+    "failed": "fail",
+    "error": "fail",
+    "skipped": "not run",
+}
+
+
+def parametrisation(nodeid: str) -> str:
+    """'mlx-lm-sliding-window llama' from '...::test_x[mlx-lm-sliding-window llama]'."""
+    return nodeid.split("[", 1)[1].rstrip("]") if "[" in nodeid else ""
+
+
+def make_rows(nodes: list[dict]) -> list[dict]:
+    """One row per run of an mlx-lm property, in the order of the evidence."""
+    rows = []
+    for node in nodes:
+        if not node["nodeid"].startswith(PROPERTY_FILE):
+            continue
+        failure = node.get("failure") or {}
+        rows.append({
+            "property": node["property"].split("::", 1)[1],
+            "case": parametrisation(node["nodeid"]),
+            "verdict": VERDICTS.get(node["outcome"], node["outcome"]),
+            "reason": node.get("xfail_reason") or failure.get("message") or node.get("skip_reason") or "",
+            "examples": (node.get("hypothesis") or {}).get("examples"),
+        })
+    return rows
+
+
+def summarize(nodes: list[dict], environment: dict | None) -> dict | None:
+    """The section's data for verify.json; None when no mlx-lm property ran."""
+    rows = make_rows(nodes)
+    if not rows:
+        return None
+    counts = {verdict: sum(row["verdict"] == verdict for row in rows) for verdict in dict.fromkeys(VERDICTS.values())}
+    return {"version": (environment or {}).get("mlx_lm"), "rows": rows, "counts": counts}
+
+
+def make_table(report: dict):
+    """The section as a `document.Table` for the markdown and HTML writers; None when it has no rows."""
+    from ncm_verify.report.document import Table  # document builds the section's data from this module
+
+    section = report.get("mlx_lm")
+    if not section:
+        return None
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in section["counts"].items() if count)
+    return Table(
+        f"mlx-lm {section['version'] or '(version not recorded)'} under test",
+        ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
+        [(r["property"], r["case"], r["verdict"], str(r["examples"] if r["examples"] is not None else "-"),
+          r["reason"]) for r in section["rows"]],
+        f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
+        "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
+    )

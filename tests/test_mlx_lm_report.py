@@ -1,0 +1,77 @@
+"""The report's mlx-lm section: a strict xfail that fails is a known upstream bug, never a pass or a failure
+of the run; a strict xfail that passes (mlx-lm fixed it) fails the run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from ncm_verify.report import markdown, mlx_lm_section
+from ncm_verify.report.document import build_report
+
+SUITE = '''
+import pytest
+
+@pytest.mark.claim("C8")
+@pytest.mark.xfail(strict=True, reason="mlx-lm #1 (repro: f())")
+def test_known_bug():
+    assert 1 == 2
+
+@pytest.mark.claim("C8")
+@pytest.mark.xfail(strict=True, reason="mlx-lm #2 fixed upstream")
+def test_fixed_bug():
+    assert 1 == 1
+
+@pytest.mark.claim("C8")
+def test_pass():
+    assert True
+'''
+
+
+def run_suite(tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    folder = tmp_path / "properties"
+    folder.mkdir()
+    (folder / "test_mlx_lm_loop.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "properties",
+         f"--ncm-report-dir={tmp_path / 'reports'}"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    return result, json.loads((tmp_path / "reports" / "evidence.json").read_text())
+
+
+def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_the_run(tmp_path):
+    result, evidence = run_suite(tmp_path)
+    outcomes = {n["nodeid"].rsplit("::", 1)[1]: n["outcome"] for n in evidence["properties"]}
+    assert outcomes == {"test_known_bug": "xfailed", "test_fixed_bug": "failed", "test_pass": "passed"}
+    assert result.returncode == 1, result.stdout  # the XPASS(strict) alone fails the run
+    section = mlx_lm_section.summarize(evidence["properties"], evidence["environment"])
+    verdicts = {row["property"]: (row["verdict"], row["reason"]) for row in section["rows"]}
+    assert verdicts["test_known_bug"] == ("known upstream bug", "mlx-lm #1 (repro: f())")
+    assert verdicts["test_fixed_bug"][0] == "fail" and "XPASS(strict)" in verdicts["test_fixed_bug"][1]
+    assert verdicts["test_pass"] == ("pass", "")
+    assert section["version"] == evidence["environment"]["mlx_lm"] and section["version"]
+
+
+def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path):
+    _, evidence = run_suite(tmp_path)
+    ledger = {"sources": [], "claims": []}
+    text = markdown.render_markdown(build_report(ledger, evidence))
+    assert f"## mlx-lm {evidence['environment']['mlx_lm']} under test" in text
+    assert "| test_known_bug |  | known upstream bug |" in text
+    assert "1 pass, 1 known upstream bug, 1 fail" in text
+    run = build_report(ledger, evidence)["run"]
+    assert run["verdict"] == "failed" and run["outcomes"] == {"failed": 1, "passed": 1, "xfailed": 1}
+
+
+def test_a_claim_whose_property_ran_only_as_a_known_upstream_bug_is_not_shown_and_says_why():
+    from ncm_verify.report.status import NOT_RUN, derive_status, property_summary
+
+    claim = {"id": "C8", "properties": ["p.py::test_a", "p.py::test_b"]}
+    nodes = [{"nodeid": "p.py::test_a", "property": "p.py::test_a", "outcome": "passed"},
+             {"nodeid": "p.py::test_b[mlx-lm]", "property": "p.py::test_b", "outcome": "xfailed"}]
+    status, reason = derive_status(claim, [property_summary(n, {"impl": "ncm_verify.reference"}, "C8") for n in nodes])
+    assert status == NOT_RUN and reason.startswith("1 listed property ran only as known upstream bugs"), reason
