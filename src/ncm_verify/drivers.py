@@ -117,12 +117,13 @@ def run_chain(
     return ChainRun(contexts, first_accepted, first_draft)
 
 
-def first_round_inputs(
-    fixture: AutoregressiveFixture, *, batch: int, max_draft: int, mixed: bool, rng, dtype=mx.float32
-) -> tuple:
-    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft)."""
-    num_draft = np.minimum(draft_caps(batch, max_draft, mixed), fixture.length - 1)
-    num_draft = np.maximum(num_draft, 0)
+def first_round_inputs(fixture: AutoregressiveFixture, *, caps: np.ndarray, max_draft: int, rng, dtype=mx.float32) -> tuple:
+    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft).
+
+    Sequence b drafts ``caps[b]`` tokens, fewer when the fixture is too short.
+    """
+    batch = len(caps)
+    num_draft = np.maximum(np.minimum(caps, fixture.length - 1), 0)
     target, draft, drafts = chain_round_inputs(
         fixture, np.zeros((batch, 0), dtype=np.int64), np.zeros(batch, dtype=np.int64), num_draft, max_draft, rng
     )
@@ -132,16 +133,26 @@ def first_round_inputs(
     )
 
 
-def run_first_round(
-    impl, fixture: AutoregressiveFixture, *, batch: int, num_draft: int, seed: int
-) -> np.ndarray:
-    """Accepted counts of one round of `num_draft` drafts at the empty context."""
-    target, draft, drafts, lengths = first_round_inputs(
-        fixture, batch=batch, max_draft=num_draft, mixed=False, rng=np.random.default_rng(seed)
-    )
-    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=lengths)
-    assert_chain_outcome_well_formed(outcome, np.array(drafts), np.array(lengths), fixture.vocab)
-    return np.array(outcome.num_accepted).astype(np.int64)
+@dataclasses.dataclass
+class FirstRound:
+    """One chain round at the empty context: per sequence its drafts, accepted count and emitted token."""
+
+    num_draft: np.ndarray
+    num_accepted: np.ndarray
+    emitted: np.ndarray
+
+
+def run_first_round(impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, seed: int) -> FirstRound:
+    """One round in which each sequence drafts a uniformly drawn 0..`max_draft` tokens (mixed lengths)."""
+    rng = np.random.default_rng(seed)
+    caps = rng.integers(0, max_draft + 1, size=batch)
+    target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
+    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=num_draft)
+    drafts, num_draft = np.array(drafts), np.array(num_draft).astype(np.int64)
+    assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
+    tokens = np.array(outcome.tokens).astype(np.int64)
+    accepted = np.array(outcome.num_accepted).astype(np.int64)
+    return FirstRound(num_draft, accepted, np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0])
 
 
 @dataclasses.dataclass
@@ -167,12 +178,12 @@ def latent_chain_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.flo
     )
 
 
-def factorized_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple:
-    """The target samples z ~ p(z); both models condition on it: the three kernel arguments."""
+def factorized_draw(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple[np.ndarray, tuple]:
+    """The target samples z ~ p(z); both models condition on it: z and the three kernel arguments."""
     latent = sample_categorical(rng, np.broadcast_to(fixture.target_latent, (batch, len(fixture.target_latent))))
     target, draft = fixture.target_tokens[latent], fixture.draft_tokens[latent]
     draft_tokens = sample_categorical(rng, draft)
-    return mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32)
+    return latent, (mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32))
 
 
 def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
@@ -182,10 +193,26 @@ def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dty
     return LatentRun(np.array(outcome.latent).astype(np.int64), np.array(outcome.tokens).astype(np.int64))
 
 
-def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> np.ndarray:
-    """Factorised verification of a batch of drafts; returns the emitted tokens."""
-    inputs = factorized_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
-    return np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
+    """Factorised verification of a batch of drafts; returns the latent each was drafted under and the tokens."""
+    latent, inputs = factorized_draw(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    tokens = np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+    return LatentRun(latent.astype(np.int64), tokens)
+
+
+TOKEN_ARGUMENTS = {"chain": ((0, 1), (2,)), "factorized": ((0, 1), (2,)), "latent_chain": ((3, 4), (5,))}
+"""Per kernel: the positions of its token probability arguments and of its token id arguments."""
+SIXTEEN_BITS = 2**16
+
+
+def make_wide_columns(narrow: int, vocab: int, *, seed: int) -> np.ndarray:
+    """`narrow` distinct ids in [0, `vocab`): V - 1 first, then ids above 65 535 each beside its 16-bit alias."""
+    rng = np.random.default_rng(seed)
+    high = np.concatenate([[vocab - 1], rng.integers(SIXTEEN_BITS, vocab, size=narrow)])
+    # Random ids after the pairs: a vocabulary just past 2^16 has few distinct pairs.
+    candidates = np.concatenate([np.stack([high, high - SIXTEEN_BITS], axis=1).ravel(), rng.choice(vocab, 2 * narrow)])
+    _, first = np.unique(candidates, return_index=True)
+    return rng.permutation(candidates[np.sort(first)][:narrow])
 
 
 @dataclasses.dataclass
@@ -214,6 +241,25 @@ class KernelCase:
         """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
         columns = {"chain": self.args[0].shape[1], "factorized": self.args[0].shape[1]}
         return (self.batch, 2, columns.get(self.kernel, self.args[-1].shape[1] + 1))
+
+    @property
+    def vocab(self) -> int:
+        """The token vocabulary V (latent codes are not tokens)."""
+        return self.args[TOKEN_ARGUMENTS[self.kernel][0][0]].shape[-1]
+
+    def widen(self, columns: np.ndarray, vocab: int) -> "KernelCase":
+        """The same case over `vocab` ids: token column j becomes id ``columns[j]``, the rest have mass 0."""
+        probabilities, ids = TOKEN_ARGUMENTS[self.kernel]
+        args = list(self.args)
+        for i in probabilities:
+            narrow = np.array(args[i].astype(mx.float32))
+            wide = np.zeros(narrow.shape[:-1] + (vocab,), dtype=np.float32)
+            wide[..., columns] = narrow
+            args[i] = mx.array(wide, dtype=args[i].dtype)
+        for i in ids:
+            narrow = np.array(args[i]).astype(np.int64)
+            args[i] = mx.array(np.where(narrow >= 0, columns[np.maximum(narrow, 0)], narrow), dtype=args[i].dtype)
+        return dataclasses.replace(self, args=tuple(args))
 
     def cast(self, dtype) -> "KernelCase":
         """The same case with its probabilities in `dtype` (ids untouched)."""
@@ -246,12 +292,11 @@ def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: 
     """Inputs for `kernel` from an autoregressive (chain) or latent (other kernels) fixture."""
     rng = np.random.default_rng(seed)
     if kernel == "chain":
-        target, draft, drafts, num_draft = first_round_inputs(
-            fixture, batch=batch, max_draft=max_draft, mixed=True, rng=rng
-        )
+        caps = draft_caps(batch, max_draft, mixed=True)
+        target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
         return KernelCase("chain", (target, draft, drafts), num_draft)
     if kernel == "factorized":
-        return KernelCase("factorized", factorized_inputs(fixture, batch=batch, rng=rng))
+        return KernelCase("factorized", factorized_draw(fixture, batch=batch, rng=rng)[1])
     if kernel == "latent_chain":
         return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
     raise ValueError(f"kernel: unknown kernel {kernel!r}")
