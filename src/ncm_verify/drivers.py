@@ -300,3 +300,25 @@ def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: 
     if kernel == "latent_chain":
         return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
     raise ValueError(f"kernel: unknown kernel {kernel!r}")
+
+
+def make_nearly_equal_rejection(
+    kernel: str, *, batch: int, positions: int, vocab: int, mass: float, seed: int
+) -> tuple[KernelCase, np.ndarray]:
+    """Drafts q(x) = p(x) + `mass` at the drafted x, the mass taken from one other id `s`.
+
+    Every draft has p(x) < q(x), so at a uniform just below 1 each is rejected, and
+    the residual max(p - q, 0) is `mass` at `s` alone: the only correction allowed.
+    Returns the case (chain or factorized; chain sequences draft all `positions`) and ``s [B, positions]``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = positions + (kernel == "chain")
+    target = 0.5 * rng.dirichlet(np.ones(vocab), size=(batch, rows)) + 0.5 / vocab  # every id above mass
+    drafts = rng.integers(0, vocab, size=(batch, positions))
+    source = (drafts + rng.integers(1, vocab, size=drafts.shape)) % vocab
+    draft = target[:, :positions].copy()
+    np.put_along_axis(draft, drafts[..., None], np.take_along_axis(draft, drafts[..., None], -1) + mass, -1)
+    np.put_along_axis(draft, source[..., None], np.take_along_axis(draft, source[..., None], -1) - mass, -1)
+    args = (mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32), mx.array(drafts, dtype=mx.int32))
+    num_draft = mx.full((batch,), positions, dtype=mx.int32) if kernel == "chain" else None
+    return KernelCase(kernel, args, num_draft), source
