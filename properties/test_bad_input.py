@@ -84,7 +84,9 @@ CORRUPTIONS = {
         "probs": {"nan": lambda a, c: set_entry(a, 0, np.nan)},
         "scores": {"nan": lambda a, c: set_entry(a, 0, np.nan)},
     },
-    "infinite": {"probs": {"+inf": lambda a, c: set_entry(a, 0, np.inf), "-inf": lambda a, c: set_entry(a, 0, -np.inf)}},
+    "infinite": {
+        "probs": {"+inf": lambda a, c: set_entry(a, 0, np.inf), "-inf": lambda a, c: set_entry(a, 0, -np.inf)},
+    },
     "negative": {"probs": {"negative entry, row sums to 1": move_mass_negative}},
     "unnormalised": {"probs": {"rows times 1.5": lambda a, c: a * 1.5, "a zero-mass row": zero_row}},
     "shape mismatch": {

@@ -50,17 +50,16 @@ def test_chain_verification_enumerates_to_the_target_joint(fixture, max_draft):
 
 @pytest.mark.statistical(tests=1)
 @fresh_law_settings()
-@given(
+@given(max_draft=drafting_lengths, mixed=st.booleans(), seed=seeds, data=st.data())
+def test_chain_verification_samples_the_target_joint(impl, max_draft, mixed, seed, data):
     # One-hot targets make the joint a single outcome: the enumeration and greedy properties cover them.
-    fixture=autoregressive_fixtures(
-        max_outcomes=SAMPLED_OUTCOMES, min_length=2, one_hot_targets=st.just(False),
-        relations=st.sampled_from(REJECTING_RELATIONS),
-    ),
-    max_draft=drafting_lengths,
-    mixed=st.booleans(),
-    seed=seeds,
-)
-def test_chain_verification_samples_the_target_joint(impl, fixture, max_draft, mixed, seed):
+    fixture = data.draw(
+        autoregressive_fixtures(
+            max_outcomes=SAMPLED_OUTCOMES, min_length=2, one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, mixed, seed),
+        ),
+        label="fixture",
+    )
     shape = (fixture.vocab,) * fixture.length
     probs = exact.as_vector(exact.target_joint(fixture), shape)
     call = f"run_chain(V={fixture.vocab}, T={fixture.length}, G={max_draft}, mixed={mixed}, seed={seed})"
@@ -77,17 +76,17 @@ def test_chain_verification_samples_the_target_joint(impl, fixture, max_draft, m
 
 @pytest.mark.statistical(tests=1)
 @fresh_law_settings()
-@given(
-    # Only the first round is sampled, so the fixture may be long: up to 4 drafts and a bonus row.
-    fixture=autoregressive_fixtures(
-        min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
-        relations=st.sampled_from(REJECTING_RELATIONS),
-    ),
-    max_draft=drafting_lengths,
-    seed=seeds,
-)
-def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, fixture, max_draft, seed):
+@given(max_draft=drafting_lengths, seed=seeds, data=st.data())
+def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, max_draft, seed, data):
     """Per sequence a uniform 0..G drafts (mixed lengths); the outcome is (drafts, accepted, emitted token)."""
+    # Only the first round is sampled, so the fixture may be long: up to 4 drafts and a bonus row.
+    fixture = data.draw(
+        autoregressive_fixtures(
+            min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, seed),
+        ),
+        label="fixture",
+    )
     max_draft = min(max_draft, fixture.length - 1)
     law = first_round_law(fixture, max_draft)
     call = f"run_first_round(V={fixture.vocab}, G={max_draft}, seed={seed})"

@@ -72,8 +72,9 @@ def test_tokens_verified_under_the_wrong_latent_miss_the_latent_marginal():
     )
 
 
-sampled_fixtures = latent_fixtures(relations=st.sampled_from(REJECTING_RELATIONS))
-"""Levels whose drafts reject by construction, so the residual draws are exercised."""
+def sampled_fixtures(seed: int):
+    """Levels whose drafts reject by construction (the residual draws are exercised), salted by the seed."""
+    return latent_fixtures(relations=st.sampled_from(REJECTING_RELATIONS), salt=(seed,))
 
 
 def assert_level_sampled(name: str, run, fixture, seed: int) -> None:
@@ -94,8 +95,10 @@ def assert_level_sampled(name: str, run, fixture, seed: int) -> None:
 
 @pytest.mark.statistical(tests=1)
 @fresh_law_settings()
-@given(fixture=sampled_fixtures, seed=seeds)
-def test_latent_chain_samples_the_target_level_joint(impl, fixture, seed):
+@given(seed=seeds, data=st.data())
+def test_latent_chain_samples_the_target_level_joint(impl, seed, data):
+    fixture = data.draw(sampled_fixtures(seed), label="fixture")
+
     def run_latent_chain(n):
         return drivers.run_latent_chain(impl, fixture, batch=n, seed=seed)
 
@@ -104,9 +107,10 @@ def test_latent_chain_samples_the_target_level_joint(impl, fixture, seed):
 
 @pytest.mark.statistical(tests=1)
 @fresh_law_settings()
-@given(fixture=sampled_fixtures, seed=seeds)
-def test_factorized_verification_samples_the_target_level_joint(impl, fixture, seed):
+@given(seed=seeds, data=st.data())
+def test_factorized_verification_samples_the_target_level_joint(impl, seed, data):
     """The latent each batch row was drafted under is part of the outcome."""
+    fixture = data.draw(sampled_fixtures(seed), label="fixture")
 
     def run_factorized(n):
         return drivers.run_factorized(impl, fixture, batch=n, seed=seed)

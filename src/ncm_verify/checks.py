@@ -68,7 +68,8 @@ def summarise_result(result) -> str:
         if isinstance(value, mx.array):
             values = as_numpy(value)
             nan = int(np.isnan(values).sum()) if values.dtype.kind == "f" else 0
-            parts.append(f"{field} {tuple(values.shape)}" + (f" with {nan} NaN" if nan else f" {values.ravel()[:6].tolist()}"))
+            shown = f" with {nan} NaN" if nan else f" {values.ravel()[:6].tolist()}"
+            parts.append(f"{field} {tuple(values.shape)}{shown}")
         else:
             parts.append(f"{field} {type(value).__name__}")
     return ", ".join(parts)
@@ -95,7 +96,8 @@ def assert_raises_naming(call: Callable, names: list[str], *, description: str) 
             f"{description}: raised {type(error).__name__}({error}); expected a ValueError starting {expected}"
         ) from None
     raise AssertionError(
-        f"{description}: returned a silent answer ({summarise_result(result)}); expected a ValueError starting {expected}"
+        f"{description}: returned a silent answer ({summarise_result(result)}); "
+        f"expected a ValueError starting {expected}"
     )
 
 

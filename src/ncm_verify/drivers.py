@@ -117,7 +117,9 @@ def run_chain(
     return ChainRun(contexts, first_accepted, first_draft)
 
 
-def first_round_inputs(fixture: AutoregressiveFixture, *, caps: np.ndarray, max_draft: int, rng, dtype=mx.float32) -> tuple:
+def first_round_inputs(
+    fixture: AutoregressiveFixture, *, caps: np.ndarray, max_draft: int, rng, dtype=mx.float32
+) -> tuple:
     """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft).
 
     Sequence b drafts ``caps[b]`` tokens, fewer when the fixture is too short.

@@ -128,8 +128,10 @@ def mean_total_variation(target: np.ndarray, draft: np.ndarray) -> float:
 def table_generator(table_seed: int, *shape_and_relations) -> np.random.Generator:
     """The tables' generator, seeded by every draw that shapes the fixture, not the seed alone.
 
-    Hypothesis often draws one seed (0 first) beside different sizes or relations; mixing them
-    in makes those examples different laws instead of one law re-tested.
+    Hypothesis often draws one seed (0 first) beside different sizes or relations, and its
+    mutator copies one draw over another (the sampler seed, G) leaving the tables alone.
+    Mixing the sizes, relations and a property's other draws (its salt) in makes each of
+    those examples a new law instead of one law re-tested.
     """
     words = [RELATION_WORDS.get(x, x) if isinstance(x, str) else int(x) for x in shape_and_relations]
     return np.random.default_rng([table_seed, *words])
@@ -138,11 +140,13 @@ def table_generator(table_seed: int, *shape_and_relations) -> np.random.Generato
 RELATION_WORDS = {relation: i for i, relation in enumerate(DRAFT_RELATIONS)}
 
 
-def make_autoregressive_fixture(vocab: int, length: int, relation: str, one_hot_target: bool, table_seed: int):
+def make_autoregressive_fixture(
+    vocab: int, length: int, relation: str, one_hot_target: bool, table_seed: int, salt: tuple[int, ...] = ()
+):
     """Tables whose rows differ by context; the call Hypothesis prints to rebuild a drawn fixture."""
     from ncm_verify.exact import AutoregressiveFixture
 
-    rng = table_generator(table_seed, vocab, length, relation, one_hot_target)
+    rng = table_generator(table_seed, vocab, length, relation, one_hot_target, *salt)
     contexts = sum(vocab**t for t in range(length))
     target = make_rows(rng, contexts, vocab, one_hot=one_hot_target and relation != "equal")
     draft = make_draft_rows(rng, target, relation)
@@ -152,9 +156,12 @@ def make_autoregressive_fixture(vocab: int, length: int, relation: str, one_hot_
 @st.composite
 def autoregressive_fixtures(
     draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1,
-    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS),
+    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
 ):
-    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context."""
+    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context.
+
+    A `salt` (the example's other draws) is mixed into the tables: see `table_generator`.
+    """
     vocab = draw(
         st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab"
     )
@@ -162,18 +169,19 @@ def autoregressive_fixtures(
     length = draw(st.integers(min_length, longest), label="length")
     built = st.builds(
         make_autoregressive_fixture, vocab=st.just(vocab), length=st.just(length), relation=relations,
-        one_hot_target=one_hot_targets, table_seed=table_seeds,
+        one_hot_target=one_hot_targets, table_seed=table_seeds, salt=st.just(tuple(int(x) for x in salt)),
     )
     return draw(built, label="fixture")
 
 
 def make_latent_fixture(
-    codes: int, positions: int, vocab: int, latent_relation: str, token_relation: str, table_seed: int
+    codes: int, positions: int, vocab: int, latent_relation: str, token_relation: str, table_seed: int,
+    salt: tuple[int, ...] = (),
 ):
     """One NCM level from its sizes, relations and seed; the call Hypothesis prints to rebuild it."""
     from ncm_verify.exact import LatentFixture
 
-    rng = table_generator(table_seed, codes, positions, vocab, latent_relation, token_relation)
+    rng = table_generator(table_seed, codes, positions, vocab, latent_relation, token_relation, *salt)
     target_latent = make_rows(rng, 1, codes)
     target_tokens = make_rows(rng, codes * positions, vocab)
     return LatentFixture(
@@ -187,9 +195,9 @@ def make_latent_fixture(
 @st.composite
 def latent_fixtures(
     draw, max_codes: int = 4, max_positions: int = 3, max_vocab: int = 6, max_outcomes: int = 256,
-    relations=st.sampled_from(DRAFT_RELATIONS),
+    relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
 ):
-    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts."""
+    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts, salted as `autoregressive_fixtures`."""
     codes = draw(st.integers(1, max_codes), label="codebook size")
     vocab = draw(st.integers(2, max_vocab), label="vocab")
     longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
@@ -197,6 +205,7 @@ def latent_fixtures(
     built = st.builds(
         make_latent_fixture, codes=st.just(codes), positions=st.just(positions), vocab=st.just(vocab),
         latent_relation=relations, token_relation=relations, table_seed=table_seeds,
+        salt=st.just(tuple(int(x) for x in salt)),
     )
     return draw(built, label="fixture")
 
@@ -213,34 +222,43 @@ LARGE_VOCAB_BATCH = 8
 """Sequences of a large-vocabulary case: its rows are dense, so the batch stays small."""
 
 
+def make_case(
+    kernel: str, fixture, *, batch: int, max_draft: int, draft_seed: int, wide_vocab: int | None = None,
+    column_seed: int = 0, dtype: str = "float32",
+):
+    """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
+    from ncm_verify.drivers import make_kernel_case, make_wide_columns
+
+    case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
+    if wide_vocab is not None:
+        case = case.widen(make_wide_columns(case.vocab, wide_vocab, seed=column_seed), wide_vocab)
+    return case.cast(getattr(mx, dtype))
+
+
 @st.composite
 def kernel_cases(
     draw, batch: int = 64, kernels=KERNELS, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
 ):
     """A batch of valid inputs for one of the sampling kernels, drafts sampled from q.
 
-    With `drafting`, a chain case drafts at least one token in some sequence.
-
     A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
     id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
+    With `drafting`, a chain case drafts at least one token in some sequence.
     """
-    from ncm_verify.drivers import make_kernel_case, make_wide_columns
-
     kernel = draw(st.sampled_from(kernels), label="kernel")
     if kernel == "chain":
-        fixture = draw(autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1), label="fixture")
+        fixtures = autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1)
     else:
-        fixture = draw(latent_fixtures(), label="fixture")
-    max_draft = draw(st.integers(1, 4) if drafting else draft_lengths, label="max drafts")
+        fixtures = latent_fixtures()
     wide = draw(large_vocab, label="vocabulary above 65 536")
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
-    case = make_kernel_case(kernel, fixture, batch=rows, seed=draw(seeds, label="draft seed"), max_draft=max_draft)
-    if wide:
-        vocab = draw(LARGE_VOCABULARIES, label="large vocabulary")
-        columns = make_wide_columns(case.vocab, vocab, seed=draw(seeds, label="column seed"))
-        case = case.widen(columns, vocab)
-    dtype = draw(st.sampled_from(dtypes), label="dtype")
-    return case.cast(getattr(mx, dtype))
+    built = st.builds(
+        make_case, kernel=st.just(kernel), fixture=fixtures, batch=st.just(rows),
+        max_draft=st.integers(1, 4) if drafting else draft_lengths, draft_seed=seeds,
+        wide_vocab=LARGE_VOCABULARIES if wide else st.none(), column_seed=seeds if wide else st.just(0),
+        dtype=st.sampled_from(dtypes),
+    )
+    return draw(built, label="case")
 
 
 # --- autoregressive decoding, mlx-lm conventions (claim C8) -----------------------

@@ -17,12 +17,12 @@ def holds_nan(*arrays) -> bool:
 
 
 def verify_chain(target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True, **options):
-    if validate and holds_nan(target_probs, draft_probs):
-        validate = False
+    validate = validate and not holds_nan(target_probs, draft_probs)
     return speculative.verify_chain(
         target_probs, draft_probs, draft_tokens, key=key, num_draft=num_draft, validate=validate, **options
     )
 
 
 def verify_greedy(target, draft_tokens, *, num_draft=None, validate=True):
-    return speculative.verify_greedy(target, draft_tokens, num_draft=num_draft, validate=validate and not holds_nan(target))
+    validate = validate and not holds_nan(target)
+    return speculative.verify_greedy(target, draft_tokens, num_draft=num_draft, validate=validate)
