@@ -175,7 +175,7 @@ def assert_fits(result: stats.ChiSquareResult, *, call: str = "") -> None:
         return
     rows = [
         f"    {row['outcome']:<40} expected {row['expected']:12.1f}  observed {row['observed']:10.0f}  "
-        f"({row['contribution']:+.1f})"
+        f"(chi-square part {row['contribution']:.1f})"
         for row in result.context.get("worst_bins", [])
     ]
     rows += [
@@ -187,7 +187,8 @@ def assert_fits(result: stats.ChiSquareResult, *, call: str = "") -> None:
         f"{result.name}: chi-square rejects the exact distribution: p = {result.p_value:.3g} < alpha = "
         f"{result.alpha:.3g} (statistic {result.statistic:.2f} on {result.df} df, n = {result.n}, "
         f"{result.impossible_count} samples of impossible outcomes)\n"
-        f"  worst of {len(result.expected)} bins (outcome: expected vs observed, contribution to the statistic):\n"
+        f"  the {len(result.context.get('worst_bins', []))} worst of {len(result.expected)} bins "
+        "(outcome: expected vs observed, contribution to the statistic):\n"
         + "\n".join(rows)
         + f"\n  call: {call}"
     )
@@ -280,7 +281,9 @@ def assert_sampler_matches(
         raise AssertionError(f"{name}: n = {plan.n} on {plan.df} df has power {power:.4f} < {stats.POWER} at TV {stats.TARGET_TV}")
     outcomes = np.asarray(sample(plan.n), dtype=np.int64).ravel()
     result = stats.chi_square_test(name, outcomes, plan, seed=seed)
-    result.context["worst_bins"] = worst_bins(result, bin_labels(plan.bin_of, label_outcome))
+    labels = bin_labels(plan.bin_of, label_outcome)
+    # The report labels its frequency figure's bars and lists the worst bins from these.
+    result.context.update(bin_labels=labels, worst_bins=worst_bins(result, labels))
     if result.impossible_count:
         result.context["impossible_outcomes"] = impossible_outcomes(outcomes, plan.bin_of, label_outcome)
     assert_fits(result, call=call)
