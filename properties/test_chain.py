@@ -10,6 +10,7 @@ from ncm_verify.strategies import (
     REJECTING_RELATIONS,
     autoregressive_fixtures,
     draft_lengths,
+    drafting_lengths,
     fresh_law_settings,
     mean_total_variation,
     seeds,
@@ -19,8 +20,6 @@ pytestmark = pytest.mark.claim("C5")
 
 SAMPLED_OUTCOMES = 512
 """Largest V^T a sampling property tests: keeps n near 1e5 at TV 0.02."""
-drafting_lengths = st.integers(1, 4)
-"""G for properties that judge acceptance: at least one draft in every example."""
 
 
 def draft_length_rule(max_draft: int, length: int):

@@ -212,6 +212,8 @@ def latent_fixtures(
 
 draft_lengths = st.integers(min_value=0, max_value=4)
 """G: drafts per round, zero included (then only the target's own token is emitted)."""
+drafting_lengths = st.integers(min_value=1, max_value=4)
+"""G for examples that judge acceptance: at least one draft in every example."""
 
 
 KERNELS = ("chain", "factorized", "latent_chain")
@@ -254,7 +256,7 @@ def kernel_cases(
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
     built = st.builds(
         make_case, kernel=st.just(kernel), fixture=fixtures, batch=st.just(rows),
-        max_draft=st.integers(1, 4) if drafting else draft_lengths, draft_seed=seeds,
+        max_draft=drafting_lengths if drafting else draft_lengths, draft_seed=seeds,
         wide_vocab=LARGE_VOCABULARIES if wide else st.none(), column_seed=seeds if wide else st.just(0),
         dtype=st.sampled_from(dtypes),
     )
