@@ -29,11 +29,8 @@ SIGNATURES = {
 KEYWORDS = ("key", "num_draft")
 ROLES = {"target": "scores", "draft_tokens": "ids", "draft_latent": "ids", "num_draft": "lengths", "key": "key"}
 """What each argument holds; every other argument holds probability rows."""
-SHAPE_PARTNERS = {
-    "target_probs": "draft_probs", "target": "draft_tokens", "target_latent_probs": "draft_latent_probs",
-    "target_token_probs": "draft_token_probs", "p": "q",
-}
-"""Arguments whose shape is checked against the first: a mismatch there names the second."""
+SHAPE_PARTNERS = {"target_token_probs": ("draft_token_probs",)}
+"""Beyond a kernel's first argument, arguments whose shape others are checked against."""
 DRAFTING = {"chain", "greedy"}
 """Kernels with per-sequence draft lengths: ids beyond them are padding (-1) and not checked."""
 
@@ -148,6 +145,19 @@ RELATIONAL = {"shape mismatch", "vocabulary mismatch"}
 """Classes that break a relation between arguments: the argument or its shape partner is named."""
 
 
+def accepted_names(kernel: str, name: str, corruption: str) -> list[str]:
+    """Who the ValueError may name: the corrupted argument, or for a broken relation also its partners.
+
+    A kernel's first argument sets B, G and V: whichever argument is checked against it next
+    (draft_probs, num_draft, ...) is where a mismatch shows, so any of them may be named.
+    """
+    if corruption not in RELATIONAL:
+        return [name]
+    if name == SIGNATURES[kernel][0]:
+        return list(SIGNATURES[kernel])
+    return [name, *SHAPE_PARTNERS.get(name, ())]
+
+
 def applicable(kernel: str, corruption: str) -> list[str]:
     """The kernel's arguments that `corruption` can reach."""
     return [name for name in SIGNATURES[kernel] if role_of(name) in CORRUPTIONS[corruption]]
@@ -199,7 +209,7 @@ def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel,
     how = data.draw(st.sampled_from(sorted(variants)), label="variant")
     arguments = valid_arguments(kernel, case)
     arguments[name] = variants[how](arguments[name], corruption_context(kernel, name, case))
-    named = [name] + ([SHAPE_PARTNERS[name]] if corruption in RELATIONAL and name in SHAPE_PARTNERS else [])
+    named = accepted_names(kernel, name, corruption)
     description = f"{kernel} with {name} corrupted ({corruption}: {how}), V={case.vocab}, {case.args[0].dtype}"
     note(description)
     checks.assert_raises_naming(lambda: call_kernel(impl, kernel, arguments), named, description=description)
