@@ -1,4 +1,9 @@
-"""Invalid input raises a ValueError whose message starts with the argument's name."""
+"""Invalid input raises a ValueError whose message starts with the argument's name.
+
+Every kernel meets every class of corruption that applies to one of its
+arguments (parametrized, so no kernel can go unvisited); Hypothesis draws the
+valid call, the argument and the variant of the corruption.
+"""
 
 import mlx.core as mx
 import numpy as np
@@ -6,11 +11,12 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify.strategies import kernel_cases
+from ncm_verify import checks
+from ncm_verify.strategies import FLOAT_DTYPES, kernel_cases
 
 pytestmark = pytest.mark.claim("C5", "C6", "C7")
 
-ARGUMENTS = {
+SIGNATURES = {
     "chain": ("target_probs", "draft_probs", "draft_tokens", "num_draft", "key"),
     "greedy": ("target", "draft_tokens", "num_draft"),
     "factorized": ("target_probs", "draft_probs", "draft_tokens", "key"),
@@ -20,139 +26,191 @@ ARGUMENTS = {
     ),
     "residual_distribution": ("p", "q"),
 }
-SHAPE_PARTNERS = {
-    "target_probs": "draft_probs", "target": "draft_tokens", "target_latent_probs": "draft_latent_probs",
-    "target_token_probs": "draft_token_probs", "p": "q",
-}
-"""Arguments whose shape is checked against the first: a mismatch there names the second."""
+KEYWORDS = ("key", "num_draft")
+ROLES = {"target": "scores", "draft_tokens": "ids", "draft_latent": "ids", "num_draft": "lengths", "key": "key"}
+"""What each argument holds; every other argument holds probability rows."""
+SHAPE_PARTNERS = {"target_token_probs": ("draft_token_probs",)}
+"""Beyond a kernel's first argument, arguments whose shape others are checked against."""
+DRAFTING = {"chain", "greedy"}
+"""Kernels with per-sequence draft lengths: ids beyond them are padding (-1) and not checked."""
 
 
-def set_first(array: mx.array, value) -> mx.array:
-    flat = np.array(array).astype(np.float64 if mx.issubdtype(array.dtype, mx.floating) else np.int64).ravel()
-    flat[0] = value
-    return mx.array(flat.reshape(array.shape), dtype=array.dtype)
+def role_of(name: str) -> str:
+    return ROLES.get(name, "probs")
 
 
-def move_mass_negative(array: mx.array) -> mx.array:
+def editable(array: mx.array) -> np.ndarray:
+    """A C-ordered float64 or int64 copy (MLX may hand NumPy broadcast strides: reshape would copy)."""
+    wide = np.float64 if mx.issubdtype(array.dtype, mx.floating) else np.int64
+    return np.ascontiguousarray(checks.as_numpy(array), dtype=wide)
+
+
+def set_entry(array: mx.array, row: int, value) -> mx.array:
+    """`array` with the first entry of sequence `row` set to `value` (in its own dtype)."""
+    values = editable(array)
+    values.reshape(len(values), -1)[row, 0] = value
+    return mx.array(values, dtype=array.dtype)
+
+
+def move_mass_negative(array: mx.array, context: dict) -> mx.array:
     """One entry set to -0.25, its row still summing to 1 (vocabularies hold two ids at least)."""
-    values = np.array(array).astype(np.float64)
-    row = values.reshape(-1, values.shape[-1])
-    row[0, -1] += row[0, 0] + 0.25
-    row[0, 0] = -0.25
-    return mx.array(row.reshape(values.shape), dtype=array.dtype)
+    values = editable(array)
+    rows = values.reshape(-1, values.shape[-1])
+    rows[0, -1] += rows[0, 0] + 0.25
+    rows[0, 0] = -0.25
+    return mx.array(values, dtype=array.dtype)
 
 
-PROBABILITY_CORRUPTIONS = {
-    "nan": lambda a: set_first(a, np.nan),
-    "infinite": lambda a: set_first(a, np.inf),
-    "negative": move_mass_negative,
-    "unnormalised": lambda a: a * 1.5,
-    "extra dimension": lambda a: a[None],
-    "missing dimension": lambda a: a[0],
-    "integer dtype": lambda a: a.astype(mx.int32),
-    "numpy array": lambda a: np.array(a),
-    "extra vocabulary column": lambda a: mx.concatenate([a, mx.zeros_like(a[..., :1])], axis=-1),
-    "extra batch row": lambda a: mx.concatenate([a, a[:1]], axis=0),
-    "empty batch": lambda a: a[:0],
-    "scalar": lambda a: a.reshape(-1)[0],
+def zero_row(array: mx.array, context: dict) -> mx.array:
+    values = editable(array)
+    values.reshape(-1, values.shape[-1])[0] = 0.0
+    return mx.array(values, dtype=array.dtype)
+
+
+def extra_batch_row(array: mx.array, context: dict) -> mx.array:
+    return mx.concatenate([array, array[:1]], axis=0)
+
+
+def id_at_drafted_position(value):
+    """An id corruption written where a draft is judged (a drafted sequence, first position)."""
+    return lambda ids, context: set_entry(ids, context["drafted_row"], value(context))
+
+
+CORRUPTIONS = {
+    "nan": {
+        "probs": {"nan": lambda a, c: set_entry(a, 0, np.nan)},
+        "scores": {"nan": lambda a, c: set_entry(a, 0, np.nan)},
+    },
+    "infinite": {
+        "probs": {"+inf": lambda a, c: set_entry(a, 0, np.inf), "-inf": lambda a, c: set_entry(a, 0, -np.inf)},
+    },
+    "negative": {"probs": {"negative entry, row sums to 1": move_mass_negative}},
+    "unnormalised": {"probs": {"rows times 1.5": lambda a, c: a * 1.5, "a zero-mass row": zero_row}},
+    "shape mismatch": {
+        "probs": {
+            "extra dimension": lambda a, c: a[None],
+            "missing dimension": lambda a, c: a[0],
+            "extra batch row": extra_batch_row,
+            "empty batch": lambda a, c: a[:0],
+            "scalar": lambda a, c: a.reshape(-1)[0],
+        },
+        "scores": {
+            "extra dimension": lambda a, c: a[None],
+            "missing dimension": lambda a, c: a[0],
+            "extra batch row": extra_batch_row,
+            "empty batch": lambda a, c: a[:0],
+            "no rows (not even the bonus row)": lambda a, c: a[:, :0],
+        },
+        "ids": {
+            "missing column": lambda ids, c: ids[..., :-1] if ids.ndim > 1 else ids[:-1],
+            "extra batch row": extra_batch_row,
+        },
+        "lengths": {"missing sequence": lambda n, c: n[:-1], "extra dimension": lambda n, c: n[None]},
+    },
+    "vocabulary mismatch": {
+        "probs": {
+            "extra vocabulary column": lambda a, c: mx.concatenate([a, mx.zeros_like(a[..., :1])], axis=-1),
+            "missing vocabulary column": lambda a, c: a[..., :-1],
+        },
+    },
+    "id out of range": {
+        "ids": {
+            "id equal to V": id_at_drafted_position(lambda c: c["vocab"]),
+            "id far above V": id_at_drafted_position(lambda c: c["vocab"] + 2**16 + 3),
+            "negative id below padding": id_at_drafted_position(lambda c: -2),
+        },
+        "lengths": {
+            "a draft length above G": lambda n, c: n + c["max_draft"] + 1,
+            "a negative draft length": lambda n, c: set_entry(n, 0, -1),
+        },
+    },
+    "empty draft": {"ids": {"padding (-1) where a draft is judged": id_at_drafted_position(lambda c: -1)}},
+    "wrong dtype": {
+        "probs": {"integer dtype": lambda a, c: a.astype(mx.int32), "numpy array": lambda a, c: checks.as_numpy(a)},
+        "scores": {"integer dtype": lambda a, c: a.astype(mx.int32), "numpy array": lambda a, c: checks.as_numpy(a)},
+        "ids": {"float dtype": lambda ids, c: ids.astype(mx.float32), "numpy array": lambda ids, c: np.array(ids)},
+        "lengths": {"float dtype": lambda n, c: n.astype(mx.float32), "numpy array": lambda n, c: np.array(n)},
+        "key": {"float key": lambda k, c: k.astype(mx.float32), "numpy key": lambda k, c: np.array(k)},
+    },
+    "bad key shape": {
+        "key": {
+            "one key too many": lambda k, c: mx.random.split(k, c["batch"] + 1),
+            "three words": lambda k, c: mx.concatenate([k, k[:1]]),
+            "a batch of key batches": lambda k, c: mx.random.split(k, c["batch"])[None],
+        },
+    },
 }
-SCORE_CORRUPTIONS = {
-    k: PROBABILITY_CORRUPTIONS[k] for k in ("nan", "extra dimension", "integer dtype", "numpy array", "empty batch")
-}
-ROW_CORRUPTIONS = {"no rows": lambda a: a[:, :0]}
-"""Chain and greedy targets need the bonus row at least."""
-ID_CORRUPTIONS = {
-    "id equal to the vocabulary": "vocab",
-    "negative id below padding": -2,
-    "float dtype": "float",
-    "missing column": "shape",
-    "numpy array": "numpy",
-}
-NUM_DRAFT_CORRUPTIONS = {"above G": "above", "negative": -1, "wrong shape": "shape", "float dtype": "float"}
-MISMATCHES = {
-    "extra vocabulary column", "extra batch row", "missing column", "wrong shape", "extra dimension",
-    "missing dimension",
-}
-"""Corruptions that break a relation between arguments: the argument or its shape partner is named."""
-KEY_CORRUPTIONS = {
-    "float key": lambda k: k.astype(mx.float32),
-    "wrong shape": lambda k: mx.concatenate([k, k[:1]]),
-}
+"""Corruption class -> argument role -> variant -> ``corrupt(value, context) -> value``."""
+RELATIONAL = {"shape mismatch", "vocabulary mismatch"}
+"""Classes that break a relation between arguments: the argument or its shape partner is named."""
 
 
-def corrupt_ids(ids: mx.array, how, vocab: int, row: int) -> object:
-    if how == "float":
-        return ids.astype(mx.float32)
-    if how == "shape":
-        return ids[..., :-1] if ids.ndim > 1 else ids[:-1]
-    if how == "numpy":
-        return np.array(ids)
-    values = np.array(ids).astype(np.int64)
-    values.reshape(len(values), -1)[row, 0] = vocab if how == "vocab" else how
-    return mx.array(values, dtype=ids.dtype)
+def accepted_names(kernel: str, name: str, corruption: str) -> list[str]:
+    """Who the ValueError may name: the corrupted argument, or for a broken relation also its partners.
+
+    A kernel's first argument sets B, G and V: whichever argument is checked against it next
+    (draft_probs, num_draft, ...) is where a mismatch shows, so any of them may be named.
+    """
+    if corruption not in RELATIONAL:
+        return [name]
+    if name == SIGNATURES[kernel][0]:
+        return list(SIGNATURES[kernel])
+    return [name, *SHAPE_PARTNERS.get(name, ())]
 
 
-def vocabulary_of(kernel: str, name: str, arguments: dict) -> int:
-    if kernel == "latent_chain" and name == "draft_latent":
-        return arguments["target_latent_probs"].shape[-1]
-    source = {"chain": "target_probs", "greedy": "target", "factorized": "target_probs"}.get(kernel, "target_token_probs")
-    return arguments[source].shape[-1]
+def applicable(kernel: str, corruption: str) -> list[str]:
+    """The kernel's arguments that `corruption` can reach."""
+    return [name for name in SIGNATURES[kernel] if role_of(name) in CORRUPTIONS[corruption]]
 
 
-@st.composite
-def invalid_calls(draw):
-    """A valid kernel call with exactly one argument corrupted: (kernel, argument, how, arguments)."""
-    kernel = draw(st.sampled_from(sorted(ARGUMENTS)), label="kernel")
-    source = {"greedy": "chain", "residual_distribution": "factorized"}.get(kernel, kernel)
-    case = draw(
-        kernel_cases(batch=4, kernels=(source,)).filter(
-            lambda c: c.num_draft is None or int(mx.max(c.num_draft).item()) > 0
-        ),
-        label="valid case",
-    )
-    names = ARGUMENTS[kernel]
-    values = list(case.args) + ([case.num_draft] if case.num_draft is not None else [])
+KERNEL_CORRUPTIONS = [
+    (kernel, corruption) for kernel in SIGNATURES for corruption in CORRUPTIONS if applicable(kernel, corruption)
+]
+
+
+def valid_arguments(kernel: str, case) -> dict:
+    """The named arguments of a valid call to `kernel`, taken from a sampling kernel's case."""
     if kernel == "greedy":
         values = [case.args[0], case.args[2], case.num_draft]
-    if kernel == "residual_distribution":
+    elif kernel == "residual_distribution":
         values = [case.args[0], case.args[1]]
-    arguments = dict(zip([n for n in names if n != "key"], values))
-    arguments["key"] = mx.random.key(0)
-    name = draw(st.sampled_from(names), label="argument")
-    value = arguments[name]
-    if name == "key":
-        how = draw(st.sampled_from(sorted(KEY_CORRUPTIONS)), label="corruption")
-        arguments[name] = KEY_CORRUPTIONS[how](value)
-    elif name == "num_draft":
-        how = draw(st.sampled_from(sorted(NUM_DRAFT_CORRUPTIONS)), label="corruption")
-        change = NUM_DRAFT_CORRUPTIONS[how]
-        arguments[name] = (
-            value.astype(mx.float32) if change == "float" else value[:-1] if change == "shape"
-            else value + arguments["draft_tokens"].shape[1] + 1 if change == "above" else mx.full(value.shape, change, mx.int32)
-        )
-    elif mx.issubdtype(value.dtype, mx.integer):
-        how = draw(st.sampled_from(sorted(ID_CORRUPTIONS)), label="corruption")
-        drafted = 0 if case.num_draft is None else int(np.argmax(np.array(case.num_draft)))
-        arguments[name] = corrupt_ids(value, ID_CORRUPTIONS[how], vocabulary_of(kernel, name, arguments), drafted)
     else:
-        table = SCORE_CORRUPTIONS if kernel == "greedy" else PROBABILITY_CORRUPTIONS
-        if name in ("target_probs", "target") and kernel in ("chain", "greedy"):
-            table = {**table, **ROW_CORRUPTIONS}
-        how = draw(st.sampled_from(sorted(table)), label="corruption")
-        arguments[name] = table[how](value)
-    return kernel, name, how, arguments
+        values = list(case.args) + ([case.num_draft] if case.num_draft is not None else [])
+    arguments = dict(zip([n for n in SIGNATURES[kernel] if n != "key"], values))
+    if "key" in SIGNATURES[kernel]:
+        arguments["key"] = mx.random.key(0)
+    return arguments
+
+
+def corruption_context(kernel: str, name: str, case) -> dict:
+    """What a corruption needs: the vocabulary the ids index, G, the batch and a drafted sequence."""
+    vocab = case.args[0].shape[-1] if name == "draft_latent" else case.vocab
+    drafted = 0 if case.num_draft is None else int(np.argmax(np.array(case.num_draft)))
+    max_draft = case.args[2].shape[1] if kernel in DRAFTING else 0
+    return {"vocab": vocab, "drafted_row": drafted, "max_draft": max_draft, "batch": case.batch}
+
+
+def call_kernel(impl, kernel: str, arguments: dict):
+    function_name = kernel if kernel == "residual_distribution" else f"verify_{kernel}"
+    positional = [arguments[n] for n in SIGNATURES[kernel] if n not in KEYWORDS]
+    keywords = {n: arguments[n] for n in KEYWORDS if n in SIGNATURES[kernel]}
+    return getattr(impl, function_name)(*positional, **keywords)
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
-@given(call=invalid_calls())
-def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, call):
-    kernel, name, how, arguments = call
-    function_name = kernel if kernel == "residual_distribution" else f"verify_{kernel}"
-    note(f"{function_name} with {name} corrupted: {how}")
-    positional = [arguments[n] for n in ARGUMENTS[kernel] if n not in ("key", "num_draft")]
-    keywords = {n: arguments[n] for n in ("key", "num_draft") if n in ARGUMENTS[kernel]}
-    named = name
-    if how in MISMATCHES and name in SHAPE_PARTNERS:
-        named = f"{name}|{SHAPE_PARTNERS[name]}"
-    with pytest.raises(ValueError, match=rf"^({named}):"):
-        getattr(impl, function_name)(*positional, **keywords)
+@pytest.mark.parametrize("kernel, corruption", KERNEL_CORRUPTIONS)
+@given(data=st.data())
+def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel, corruption, data):
+    source = {"greedy": "chain", "residual_distribution": "factorized"}.get(kernel, kernel)
+    case = data.draw(
+        kernel_cases(batch=4, kernels=(source,), dtypes=FLOAT_DTYPES, drafting=True), label="valid call"
+    )
+    name = data.draw(st.sampled_from(applicable(kernel, corruption)), label="argument")
+    variants = CORRUPTIONS[corruption][role_of(name)]
+    how = data.draw(st.sampled_from(sorted(variants)), label="variant")
+    arguments = valid_arguments(kernel, case)
+    arguments[name] = variants[how](arguments[name], corruption_context(kernel, name, case))
+    named = accepted_names(kernel, name, corruption)
+    description = f"{kernel} with {name} corrupted ({corruption}: {how}), V={case.vocab}, {case.args[0].dtype}"
+    note(description)
+    checks.assert_raises_naming(lambda: call_kernel(impl, kernel, arguments), named, description=description)

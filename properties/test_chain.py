@@ -7,8 +7,11 @@ from hypothesis import strategies as st
 
 from ncm_verify import checks, drivers, exact
 from ncm_verify.strategies import (
+    REJECTING_RELATIONS,
     autoregressive_fixtures,
     draft_lengths,
+    drafting_lengths,
+    fresh_law_settings,
     mean_total_variation,
     seeds,
 )
@@ -21,6 +24,15 @@ SAMPLED_OUTCOMES = 512
 
 def draft_length_rule(max_draft: int, length: int):
     return lambda context: min(max_draft, length - len(context) - 1)
+
+
+def first_round_law(fixture, max_draft: int) -> np.ndarray:
+    """Exact law of (drafts g, accepted count, emitted token) when g is uniform on 0..G: ``[G+1, G+1, V]``."""
+    law = np.zeros((max_draft + 1, max_draft + 1, fixture.vocab))
+    for drafts in range(max_draft + 1):
+        for tokens, probability in exact.chain_round(fixture, (), drafts).items():
+            law[drafts, len(tokens) - 1, tokens[-1]] += probability / (max_draft + 1)
+    return law
 
 
 @given(fixture=autoregressive_fixtures(), max_draft=draft_lengths)
@@ -36,14 +48,17 @@ def test_chain_verification_enumerates_to_the_target_joint(fixture, max_draft):
 
 
 @pytest.mark.statistical(tests=1)
-@given(
-    fixture=autoregressive_fixtures(max_outcomes=SAMPLED_OUTCOMES),
-    max_draft=draft_lengths,
-    mixed=st.booleans(),
-    seed=seeds,
-)
-def test_chain_verification_samples_the_target_joint(impl, fixture, max_draft, mixed, seed):
-    target(mean_total_variation(fixture.target, fixture.draft), label="mean TV(p, q)")
+@fresh_law_settings()
+@given(max_draft=drafting_lengths, mixed=st.booleans(), seed=seeds, data=st.data())
+def test_chain_verification_samples_the_target_joint(impl, max_draft, mixed, seed, data):
+    # One-hot targets make the joint a single outcome: the enumeration and greedy properties cover them.
+    fixture = data.draw(
+        autoregressive_fixtures(
+            max_outcomes=SAMPLED_OUTCOMES, min_length=2, one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, mixed, seed),
+        ),
+        label="fixture",
+    )
     shape = (fixture.vocab,) * fixture.length
     probs = exact.as_vector(exact.target_joint(fixture), shape)
     call = f"run_chain(V={fixture.vocab}, T={fixture.length}, G={max_draft}, mixed={mixed}, seed={seed})"
@@ -53,32 +68,34 @@ def test_chain_verification_samples_the_target_joint(impl, fixture, max_draft, m
         run = drivers.run_chain(impl, fixture, batch=n, max_draft=max_draft, mixed=mixed, seed=seed)
         return np.ravel_multi_index(tuple(run.sequences.T), shape)
 
-    checks.assert_sampler_matches("chain output", probs, sample, seed=seed, call=call)
+    checks.assert_sampler_matches(
+        "chain output", probs, sample, seed=seed, call=call, label_outcome=checks.outcome_labels(shape, "tokens")
+    )
 
 
 @pytest.mark.statistical(tests=1)
-@given(
+@fresh_law_settings()
+@given(max_draft=drafting_lengths, seed=seeds, data=st.data())
+def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, max_draft, seed, data):
+    """Per sequence a uniform 0..G drafts (mixed lengths); the outcome is (drafts, accepted, emitted token)."""
     # Only the first round is sampled, so the fixture may be long: up to 4 drafts and a bonus row.
-    # Equal, greedy or one-hot drafts make the law a single count: other properties cover those.
-    fixture=autoregressive_fixtures(
-        min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
-        relations=st.sampled_from(["independent", "some_rows_equal", "disjoint_support"]),
-    ),
-    max_draft=st.integers(1, 4),
-    seed=seeds,
-)
-def test_accepted_draft_counts_follow_their_exact_law(impl, fixture, max_draft, seed):
-    num_draft = min(max_draft, fixture.length - 1)
-    law = exact.acceptance_law(fixture, (), num_draft)
-    # Steer towards laws spread over many counts (large rejection mass makes them degenerate).
-    target(float(num_draft), label="drafts judged")
-    target(1.0 - float(law.max()), label="mass off the likeliest count")
-    call = f"run_first_round(V={fixture.vocab}, G={num_draft}, seed={seed}); exact law {law.round(4).tolist()}"
+    fixture = data.draw(
+        autoregressive_fixtures(
+            min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, seed),
+        ),
+        label="fixture",
+    )
+    max_draft = min(max_draft, fixture.length - 1)
+    law = first_round_law(fixture, max_draft)
+    call = f"run_first_round(V={fixture.vocab}, G={max_draft}, seed={seed})"
     note(call)
+
+    def sample(n):
+        run = drivers.run_first_round(impl, fixture, batch=n, max_draft=max_draft, seed=seed)
+        return np.ravel_multi_index((run.num_draft, run.num_accepted, run.emitted), law.shape)
+
     checks.assert_sampler_matches(
-        "accepted draft count",
-        law,
-        lambda n: drivers.run_first_round(impl, fixture, batch=n, num_draft=num_draft, seed=seed),
-        seed=seed,
-        call=call,
+        "drafts, accepted count and emitted token", law.ravel(), sample, seed=seed, call=call,
+        label_outcome=checks.outcome_labels(law.shape, "drafts", "accepted", "emitted"),
     )

@@ -7,13 +7,15 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from ncm_verify import checks, drivers, exact
-from ncm_verify.strategies import autoregressive_fixtures, kernel_cases, seeds
+from ncm_verify.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
 from ncm_verify.tolerances import tolerance_for
 
 pytestmark = pytest.mark.claim("C5", "C6")
 
 HALF_DTYPES = st.sampled_from([mx.float16, mx.bfloat16])
-EXTREME_UNIFORMS = (0.0, 2.0**-24, 0.5, 1.0 - 2.0**-24)
+LARGEST_UNIFORM = 1.0 - 2.0**-24
+"""The largest uniform the kernels draw (the last centre of the 2^-23 grid)."""
+EXTREME_UNIFORMS = (0.0, 2.0**-24, 0.5, LARGEST_UNIFORM)
 """Zero is outside the generator's range, but float32 generators have produced it (vLLM)."""
 
 
@@ -29,8 +31,14 @@ def test_half_precision_inputs_give_the_result_of_their_float32_values(impl, cas
         checks.assert_equal(getattr(first, field), getattr(second, field), label=f"{field}", call=call)
 
 
-@given(case=kernel_cases(batch=2048), dtype=st.sampled_from([mx.float32, mx.float16, mx.bfloat16]), seed=seeds)
-def test_a_token_the_target_rules_out_is_never_emitted(impl, case, dtype, seed):
+VOCABULARIES = {"small": st.just(False), "above 65 536": st.just(True)}
+"""Both sizes in every run: a large-vocabulary case costs little at a batch of 8."""
+
+
+@pytest.mark.parametrize("vocabulary", sorted(VOCABULARIES))
+@given(data=st.data(), dtype=st.sampled_from([mx.float32, mx.float16, mx.bfloat16]), seed=seeds)
+def test_a_token_the_target_rules_out_is_never_emitted(impl, vocabulary, data, dtype, seed):
+    case = data.draw(kernel_cases(batch=2048, large_vocab=VOCABULARIES[vocabulary]), label="case")
     cased = case.cast(dtype)
     outcome = cased.call(impl, mx.random.key(seed))
     probability = cased.emitted_target_probability(outcome)
@@ -39,18 +47,55 @@ def test_a_token_the_target_rules_out_is_never_emitted(impl, case, dtype, seed):
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
-@given(case=kernel_cases(), uniform=st.sampled_from(EXTREME_UNIFORMS))
-def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, case, uniform):
+@pytest.mark.parametrize("vocabulary", sorted(VOCABULARIES))
+@given(data=st.data(), uniform=st.sampled_from(EXTREME_UNIFORMS))
+def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary, data, uniform):
     """Drafts with p(x) = 0 are rejected and drafts with p(x) >= q(x) accepted, whatever u."""
+    case = data.draw(kernel_cases(large_vocab=VOCABULARIES[vocabulary]), label="case")
     uniforms = mx.full(case.uniform_shape(), uniform, dtype=mx.float32)
     outcome = case.apply(impl, uniforms)
     call = f"apply_{case.kernel}(uniforms = {uniform!r})"
     note(call)
+    if case.kernel == "chain":
+        checks.assert_chain_outcome_well_formed(outcome, np.array(case.args[2]), np.array(case.num_draft), case.vocab)
     p_x, q_x, eligible, accepted = acceptance_view(case, outcome)
     must_reject = eligible & (p_x <= 0)
     must_accept = eligible & (p_x > 0) & (p_x >= q_x)
     assert not (accepted & must_reject).any(), f"{call}: accepted a draft with p(x) = 0"
     assert accepted[must_accept].all(), f"{call}: rejected a draft with p(x) >= q(x)"
+
+
+@given(
+    kernel=st.sampled_from(["chain", "factorized"]),
+    batch=st.integers(1, 8),
+    positions=st.integers(1, 4),
+    vocab=st.sampled_from([2, 3, 8, 1000, 2**16 + 5]),
+    mass=st.sampled_from(RESIDUAL_MASSES),
+    seed=seeds,
+    data=st.data(),
+)
+def test_a_rejected_draft_is_corrected_from_the_residual_even_when_its_mass_is_tiny(
+    impl, kernel, batch, positions, vocab, mass, seed, data
+):
+    """With p and q nearly equal the residual max(p - q, 0) is tiny but not zero: it, not p or q, is sampled."""
+    case, source = drivers.make_nearly_equal_rejection(
+        kernel, batch=batch, positions=positions, vocab=vocab, mass=mass, seed=seed
+    )
+    shape = case.uniform_shape()
+    corrections = data.draw(
+        st.lists(st.integers(0, 2**23 - 1), min_size=batch * shape[2], max_size=batch * shape[2]),
+        label="correction uniforms on the 2^-23 grid",
+    )
+    uniforms = np.full(shape, LARGEST_UNIFORM, dtype=np.float32)
+    uniforms[:, 1] = (np.array(corrections, dtype=np.float32).reshape(batch, shape[2]) + 0.5) / 2**23
+    outcome = case.apply(impl, mx.array(uniforms))
+    call = f"apply_{kernel}(B={batch}, N={positions}, V={vocab}, residual mass {mass}, seed={seed})"
+    note(call)
+    if kernel == "chain":
+        checks.assert_equal(outcome.num_accepted, np.zeros(batch), label="accepted drafts at u = 1 - 2^-24", call=call)
+        checks.assert_equal(outcome.tokens[:, 0], source[:, 0], label="correction vs the residual's only id", call=call)
+    else:
+        checks.assert_equal(outcome.tokens, source, label="corrections vs the residual's only id", call=call)
 
 
 def acceptance_view(case, outcome):

@@ -58,6 +58,49 @@ def assert_close(actual, expected, *, dtype, label: str, call: str = "") -> None
         )
 
 
+def summarise_result(result) -> str:
+    """A short account of what a call returned: fields, shapes and how many entries are NaN."""
+    import mlx.core as mx
+
+    fields = result._asdict() if hasattr(result, "_asdict") else {"result": result}
+    parts = []
+    for field, value in fields.items():
+        if isinstance(value, mx.array):
+            values = as_numpy(value)
+            nan = int(np.isnan(values).sum()) if values.dtype.kind == "f" else 0
+            shown = f" with {nan} NaN" if nan else f" {values.ravel()[:6].tolist()}"
+            parts.append(f"{field} {tuple(values.shape)}{shown}")
+        else:
+            parts.append(f"{field} {type(value).__name__}")
+    return ", ".join(parts)
+
+
+def assert_raises_naming(call: Callable, names: list[str], *, description: str) -> None:
+    """`call()` raises a ValueError whose message starts with one of `names` and a colon.
+
+    A result (even a NaN one), another exception type or a message naming another
+    argument is a failed assertion, not an error: the contract was broken.
+    """
+    import mlx.core as mx
+
+    expected = " or ".join(f"'{name}:'" for name in names)
+    try:
+        result = call()
+        mx.eval([v for v in (result if isinstance(result, tuple) else (result,)) if isinstance(v, mx.array)])
+    except ValueError as error:
+        if not any(str(error).startswith(f"{name}:") for name in names):
+            raise AssertionError(f"{description}: ValueError {str(error)!r} does not start with {expected}") from None
+        return
+    except Exception as error:  # noqa: BLE001 - any other exception breaks the contract
+        raise AssertionError(
+            f"{description}: raised {type(error).__name__}({error}); expected a ValueError starting {expected}"
+        ) from None
+    raise AssertionError(
+        f"{description}: returned a silent answer ({summarise_result(result)}); "
+        f"expected a ValueError starting {expected}"
+    )
+
+
 def assert_distributions_equal(actual: dict, expected: dict, *, label: str, call: str = "") -> None:
     """Two enumerated distributions (outcome -> probability) agree within `EXACT_IDENTITY`."""
     outcomes = set(actual) | set(expected)
@@ -74,20 +117,80 @@ def assert_distributions_equal(actual: dict, expected: dict, *, label: str, call
         )
 
 
+WORST_BINS = 5
+"""Bins a chi-square record keeps and a failure prints: the largest contributions to the statistic."""
+
+
+def outcome_labels(shape: tuple[int, ...], *names: str) -> Callable[[int], str]:
+    """Label flat outcome indices of `shape`: one name per leading axis, the last name for the rest.
+
+    ``outcome_labels((3, 4, 4), "latent", "tokens")(21)`` is ``"latent 1, tokens (1, 1)"``.
+    """
+
+    def label(index: int) -> str:
+        ids = [int(i) for i in np.unravel_index(int(index), shape)]
+        rest = ids[len(names) - 1 :]
+        parts = [f"{name} {i}" for name, i in zip(names[:-1], ids)]
+        return ", ".join(parts + [f"{names[-1]} {rest[0] if len(rest) == 1 else tuple(rest)}"])
+
+    return label
+
+
+def bin_labels(bin_of: np.ndarray, label_outcome: Callable[[int], str]) -> list[str]:
+    """A label per chi-square bin: its outcome, or the outcomes pooled into it."""
+    labels = []
+    for members in (np.flatnonzero(bin_of == b) for b in range(int(bin_of.max(initial=-1)) + 1)):
+        if len(members) == 1:
+            labels.append(label_outcome(members[0]))
+        else:
+            labels.append(f"{len(members)} pooled outcomes ({label_outcome(members[0])}, ...)")
+    return labels
+
+
+def worst_bins(result: stats.ChiSquareResult, labels: list[str]) -> list[dict]:
+    """The `WORST_BINS` bins contributing most to the statistic, labelled by outcome."""
+    expected, observed = np.asarray(result.expected), np.asarray(result.observed)
+    contribution = (observed - expected) ** 2 / expected
+    return [
+        {"outcome": labels[b], "expected": float(expected[b]), "observed": float(observed[b]),
+         "contribution": float(contribution[b])}
+        for b in np.argsort(-contribution, kind="stable")[:WORST_BINS]
+    ]
+
+
+def impossible_outcomes(outcomes: np.ndarray, bin_of: np.ndarray, label_outcome: Callable[[int], str]) -> list[dict]:
+    """Sampled outcomes of probability 0, most frequent first (a few)."""
+    values, counts = np.unique(outcomes[bin_of[outcomes] < 0], return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:WORST_BINS]
+    return [{"outcome": label_outcome(values[i]), "observed": int(counts[i])} for i in order]
+
+
 def assert_fits(result: stats.ChiSquareResult, *, call: str = "") -> None:
-    """Record a chi-square result and fail, with the bin table, when it rejects."""
+    """Record a chi-square result and fail, with its worst labelled bins, when it rejects.
+
+    The bins come from ``result.context["worst_bins"]`` (and ``"impossible_outcomes"``) when the caller labelled them.
+    """
     stats.record(result)
     if result.passed:
         return
-    rows = "\n".join(
-        f"    bin {i:3d}: expected {e:12.1f}  observed {o:10.0f}"
-        for i, (e, o) in enumerate(zip(result.expected, result.observed))
-    )
+    rows = [
+        f"    {row['outcome']:<40} expected {row['expected']:12.1f}  observed {row['observed']:10.0f}  "
+        f"(chi-square part {row['contribution']:.1f})"
+        for row in result.context.get("worst_bins", [])
+    ]
+    rows += [
+        f"    {row['outcome']:<40} expected {0.0:12.1f}  observed {row['observed']:10.0f}  (impossible)"
+        for row in result.context.get("impossible_outcomes", [])
+    ]
+    rows.append(f"    {'total':<40} expected {sum(result.expected):12.1f}  observed {sum(result.observed):10.0f}")
     raise AssertionError(
-        f"{result.name}: chi-square rejects the exact distribution: statistic {result.statistic:.2f} "
-        f"on {result.df} df, p = {result.p_value:.3g} < alpha = {result.alpha:.3g} "
-        f"(n = {result.n}, samples of impossible outcomes: {result.impossible_count})\n"
-        f"{rows}\n  context: {result.context}\n  call: {call}"
+        f"{result.name}: chi-square rejects the exact distribution: p = {result.p_value:.3g} < alpha = "
+        f"{result.alpha:.3g} (statistic {result.statistic:.2f} on {result.df} df, n = {result.n}, "
+        f"{result.impossible_count} samples of impossible outcomes)\n"
+        f"  the {len(result.context.get('worst_bins', []))} worst of {len(result.expected)} bins "
+        "(outcome: expected vs observed, contribution to the statistic):\n"
+        + "\n".join(rows)
+        + f"\n  call: {call}"
     )
 
 
@@ -148,19 +251,28 @@ DETERMINISTIC_SAMPLES = 1024
 
 
 def assert_sampler_matches(
-    name: str, probs: np.ndarray, sample: Callable[[int], np.ndarray], *, seed: int, call: str = ""
+    name: str, probs: np.ndarray, sample: Callable[[int], np.ndarray], *, seed: int, call: str = "",
+    label_outcome: Callable[[int], str] = str,
 ) -> stats.ChiSquareResult | None:
     """Plan a chi-square test on the exact `probs`, assert its power, then sample and test.
 
-    `sample(n)` returns n outcome indices into `probs`. The power assertion is
-    deterministic and comes before any sample is drawn.
+    `sample(n)` returns n outcome indices into `probs`; `label_outcome(index)` names one
+    for the failure message and the report. The power check (seeded by the plan)
+    comes before any sample is drawn.
     """
     probs = np.asarray(probs, dtype=np.float64)
     if np.count_nonzero(probs) < 2:
-        assert_certain(name, sample(DETERMINISTIC_SAMPLES), int(np.flatnonzero(probs)[0]), call=call)
+        certain = int(np.flatnonzero(probs)[0])
+        assert_certain(name, sample(DETERMINISTIC_SAMPLES), certain, call=call, label_outcome=label_outcome)
         return None
     plan = make_powered_plan(name, probs)
-    result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
+    outcomes = np.asarray(sample(plan.n), dtype=np.int64).ravel()
+    result = stats.chi_square_test(name, outcomes, plan, seed=seed)
+    labels = bin_labels(plan.bin_of, label_outcome)
+    # The report labels its frequency figure's bars and lists the worst bins from these.
+    result.context.update(bin_labels=labels, worst_bins=worst_bins(result, labels))
+    if result.impossible_count:
+        result.context["impossible_outcomes"] = impossible_outcomes(outcomes, plan.bin_of, label_outcome)
     assert_fits(result, call=call)
     return result
 
@@ -178,14 +290,16 @@ def make_powered_plan(name: str, probs: np.ndarray, target_tv: float = stats.TAR
     return plan
 
 
-def assert_certain(name: str, outcomes, certain: int, *, call: str = "") -> None:
+def assert_certain(
+    name: str, outcomes, certain: int, *, call: str = "", label_outcome: Callable[[int], str] = str
+) -> None:
     """Every sampled outcome is the only possible one."""
-    outcomes = np.asarray(outcomes)
+    outcomes = np.asarray(outcomes).ravel()
     wrong = outcomes[outcomes != certain]
     if len(wrong):
         raise AssertionError(
-            f"{name}: the only possible outcome is {certain}, but {len(wrong)} of {len(outcomes)} "
-            f"samples were others (first {int(wrong[0])})\n  call: {call}"
+            f"{name}: the only possible outcome is {label_outcome(certain)}, but {len(wrong)} of {len(outcomes)} "
+            f"samples were others (first {label_outcome(int(wrong[0]))})\n  call: {call}"
         )
 
 

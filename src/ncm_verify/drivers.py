@@ -8,6 +8,7 @@ different target row at every position, chosen by the tokens so far.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import mlx.core as mx
 import numpy as np
@@ -21,6 +22,18 @@ def sample_categorical(rng: np.random.Generator, rows: np.ndarray) -> np.ndarray
     cdf = np.cumsum(rows, axis=-1)
     draws = rng.random(rows.shape[:-1])[..., None] * cdf[..., -1:]
     return np.minimum((cdf <= draws).sum(axis=-1), rows.shape[-1] - 1)
+
+
+def sampler_seed(seed: int, fixture) -> int:
+    """The example's seed mixed with the fixture's tables.
+
+    Hypothesis draws seed 0 first in every property: mixed, those examples still sample
+    independent streams, so their chi-square tests are not correlated through the seed.
+    """
+    tables = [getattr(fixture, field.name) for field in dataclasses.fields(fixture)]
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(t).tobytes() for t in tables if isinstance(t, np.ndarray)))
+    words = np.frombuffer(digest.digest()[:16], dtype=np.uint32).tolist()
+    return int(np.random.SeedSequence([seed, *words]).generate_state(1)[0])
 
 
 def round_seeds(seed: int, count: int) -> list[int]:
@@ -84,7 +97,7 @@ def run_chain(
     contexts = np.zeros((batch, length), dtype=np.int64)
     lengths = np.zeros(batch, dtype=np.int64)
     first_accepted = first_draft = None
-    for round_seed in round_seeds(seed, length):
+    for round_seed in round_seeds(sampler_seed(seed, fixture), length):
         active = np.flatnonzero(lengths < length)
         if not len(active):
             break
@@ -118,11 +131,14 @@ def run_chain(
 
 
 def first_round_inputs(
-    fixture: AutoregressiveFixture, *, batch: int, max_draft: int, mixed: bool, rng, dtype=mx.float32
+    fixture: AutoregressiveFixture, *, caps: np.ndarray, max_draft: int, rng, dtype=mx.float32
 ) -> tuple:
-    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft)."""
-    num_draft = np.minimum(draft_caps(batch, max_draft, mixed), fixture.length - 1)
-    num_draft = np.maximum(num_draft, 0)
+    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft).
+
+    Sequence b drafts ``caps[b]`` tokens, fewer when the fixture is too short.
+    """
+    batch = len(caps)
+    num_draft = np.maximum(np.minimum(caps, fixture.length - 1), 0)
     target, draft, drafts = chain_round_inputs(
         fixture, np.zeros((batch, 0), dtype=np.int64), np.zeros(batch, dtype=np.int64), num_draft, max_draft, rng
     )
@@ -132,16 +148,27 @@ def first_round_inputs(
     )
 
 
-def run_first_round(
-    impl, fixture: AutoregressiveFixture, *, batch: int, num_draft: int, seed: int
-) -> np.ndarray:
-    """Accepted counts of one round of `num_draft` drafts at the empty context."""
-    target, draft, drafts, lengths = first_round_inputs(
-        fixture, batch=batch, max_draft=num_draft, mixed=False, rng=np.random.default_rng(seed)
-    )
-    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=lengths)
-    assert_chain_outcome_well_formed(outcome, np.array(drafts), np.array(lengths), fixture.vocab)
-    return np.array(outcome.num_accepted).astype(np.int64)
+@dataclasses.dataclass
+class FirstRound:
+    """One chain round at the empty context: per sequence its drafts, accepted count and emitted token."""
+
+    num_draft: np.ndarray
+    num_accepted: np.ndarray
+    emitted: np.ndarray
+
+
+def run_first_round(impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, seed: int) -> FirstRound:
+    """One round in which each sequence drafts a uniformly drawn 0..`max_draft` tokens (mixed lengths)."""
+    seed = sampler_seed(seed, fixture)
+    rng = np.random.default_rng(seed)
+    caps = rng.integers(0, max_draft + 1, size=batch)
+    target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
+    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=num_draft)
+    drafts, num_draft = np.array(drafts), np.array(num_draft).astype(np.int64)
+    assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
+    tokens = np.array(outcome.tokens).astype(np.int64)
+    accepted = np.array(outcome.num_accepted).astype(np.int64)
+    return FirstRound(num_draft, accepted, np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0])
 
 
 @dataclasses.dataclass
@@ -167,25 +194,43 @@ def latent_chain_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.flo
     )
 
 
-def factorized_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple:
-    """The target samples z ~ p(z); both models condition on it: the three kernel arguments."""
+def factorized_draw(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple[np.ndarray, tuple]:
+    """The target samples z ~ p(z); both models condition on it: z and the three kernel arguments."""
     latent = sample_categorical(rng, np.broadcast_to(fixture.target_latent, (batch, len(fixture.target_latent))))
     target, draft = fixture.target_tokens[latent], fixture.draft_tokens[latent]
     draft_tokens = sample_categorical(rng, draft)
-    return mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32)
+    return latent, (mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32))
 
 
 def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
     """Latent-chain verification of a batch of drafts; returns what it emitted."""
+    seed = sampler_seed(seed, fixture)
     inputs = latent_chain_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
     outcome = impl.verify_latent_chain(*inputs, key=mx.random.key(seed))
     return LatentRun(np.array(outcome.latent).astype(np.int64), np.array(outcome.tokens).astype(np.int64))
 
 
-def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> np.ndarray:
-    """Factorised verification of a batch of drafts; returns the emitted tokens."""
-    inputs = factorized_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
-    return np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
+    """Factorised verification of a batch of drafts; returns the latent each was drafted under and the tokens."""
+    seed = sampler_seed(seed, fixture)
+    latent, inputs = factorized_draw(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    tokens = np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+    return LatentRun(latent.astype(np.int64), tokens)
+
+
+TOKEN_ARGUMENTS = {"chain": ((0, 1), (2,)), "factorized": ((0, 1), (2,)), "latent_chain": ((3, 4), (5,))}
+"""Per kernel: the positions of its token probability arguments and of its token id arguments."""
+SIXTEEN_BITS = 2**16
+
+
+def make_wide_columns(narrow: int, vocab: int, *, seed: int) -> np.ndarray:
+    """`narrow` distinct ids in [0, `vocab`): V - 1 first, then ids above 65 535 each beside its 16-bit alias."""
+    rng = np.random.default_rng(seed)
+    high = np.concatenate([[vocab - 1], rng.integers(SIXTEEN_BITS, vocab, size=narrow)])
+    # Random ids after the pairs: a vocabulary just past 2^16 has few distinct pairs.
+    candidates = np.concatenate([np.stack([high, high - SIXTEEN_BITS], axis=1).ravel(), rng.choice(vocab, 2 * narrow)])
+    _, first = np.unique(candidates, return_index=True)
+    return rng.permutation(candidates[np.sort(first)][:narrow])
 
 
 @dataclasses.dataclass
@@ -214,6 +259,25 @@ class KernelCase:
         """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
         columns = {"chain": self.args[0].shape[1], "factorized": self.args[0].shape[1]}
         return (self.batch, 2, columns.get(self.kernel, self.args[-1].shape[1] + 1))
+
+    @property
+    def vocab(self) -> int:
+        """The token vocabulary V (latent codes are not tokens)."""
+        return self.args[TOKEN_ARGUMENTS[self.kernel][0][0]].shape[-1]
+
+    def widen(self, columns: np.ndarray, vocab: int) -> "KernelCase":
+        """The same case over `vocab` ids: token column j becomes id ``columns[j]``, the rest have mass 0."""
+        probabilities, ids = TOKEN_ARGUMENTS[self.kernel]
+        args = list(self.args)
+        for i in probabilities:
+            narrow = np.array(args[i].astype(mx.float32))
+            wide = np.zeros(narrow.shape[:-1] + (vocab,), dtype=np.float32)
+            wide[..., columns] = narrow
+            args[i] = mx.array(wide, dtype=args[i].dtype)
+        for i in ids:
+            narrow = np.array(args[i]).astype(np.int64)
+            args[i] = mx.array(np.where(narrow >= 0, columns[np.maximum(narrow, 0)], narrow), dtype=args[i].dtype)
+        return dataclasses.replace(self, args=tuple(args))
 
     def cast(self, dtype) -> "KernelCase":
         """The same case with its probabilities in `dtype` (ids untouched)."""
@@ -246,12 +310,33 @@ def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: 
     """Inputs for `kernel` from an autoregressive (chain) or latent (other kernels) fixture."""
     rng = np.random.default_rng(seed)
     if kernel == "chain":
-        target, draft, drafts, num_draft = first_round_inputs(
-            fixture, batch=batch, max_draft=max_draft, mixed=True, rng=rng
-        )
+        caps = draft_caps(batch, max_draft, mixed=True)
+        target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
         return KernelCase("chain", (target, draft, drafts), num_draft)
     if kernel == "factorized":
-        return KernelCase("factorized", factorized_inputs(fixture, batch=batch, rng=rng))
+        return KernelCase("factorized", factorized_draw(fixture, batch=batch, rng=rng)[1])
     if kernel == "latent_chain":
         return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
     raise ValueError(f"kernel: unknown kernel {kernel!r}")
+
+
+def make_nearly_equal_rejection(
+    kernel: str, *, batch: int, positions: int, vocab: int, mass: float, seed: int
+) -> tuple[KernelCase, np.ndarray]:
+    """Drafts q(x) = p(x) + `mass` at the drafted x, the mass taken from one other id `s`.
+
+    Every draft has p(x) < q(x), so at a uniform just below 1 each is rejected, and
+    the residual max(p - q, 0) is `mass` at `s` alone: the only correction allowed.
+    Returns the case (chain or factorized; chain sequences draft all `positions`) and ``s [B, positions]``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = positions + (kernel == "chain")
+    target = 0.5 * rng.dirichlet(np.ones(vocab), size=(batch, rows)) + 0.5 / vocab  # every id above mass
+    drafts = rng.integers(0, vocab, size=(batch, positions))
+    source = (drafts + rng.integers(1, vocab, size=drafts.shape)) % vocab
+    draft = target[:, :positions].copy()
+    np.put_along_axis(draft, drafts[..., None], np.take_along_axis(draft, drafts[..., None], -1) + mass, -1)
+    np.put_along_axis(draft, source[..., None], np.take_along_axis(draft, source[..., None], -1) - mass, -1)
+    args = (mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32), mx.array(drafts, dtype=mx.int32))
+    num_draft = mx.full((batch,), positions, dtype=mx.int32) if kernel == "chain" else None
+    return KernelCase(kernel, args, num_draft), source

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 """Sampler seeds: drawn by Hypothesis so that every failure reproduces from its example."""
+
+
+table_seeds = st.integers(min_value=0, max_value=2**32 - 1).map(int)
+"""Fixture table seeds: a strategy apart from `seeds`, so Hypothesis never copies one into the other."""
+
+
+def fresh_law_settings() -> settings:
+    """The loaded profile without its target phase: for properties that test a law per example.
+
+    Targeting can only vary an example's last draws (the sampler seed), so it re-tests one
+    law; informative laws are drawn by construction instead (see `REJECTING_RELATIONS`).
+    """
+    return settings(phases=[phase for phase in settings.default.phases if phase is not Phase.target])
 
 
 # --- NCM configs and sequences (prefix caching, claims C1-C4) ---
@@ -48,8 +63,14 @@ def level_fillings(config):
 ROW_WEIGHTS = np.array([0, 0, 1, 1, 2, 3, 5, 8])
 """Small integer weights: zeros, ties and exactly representable ratios are common."""
 
-DRAFT_RELATIONS = ("independent", "equal", "some_rows_equal", "argmax_of_target", "disjoint_support")
+DRAFT_RELATIONS = (
+    "independent", "equal", "some_rows_equal", "argmax_of_target", "disjoint_support", "nearly_equal",
+)
 """How a draft relates to its target: each reaches a corner published tests miss."""
+REJECTING_RELATIONS = ("independent", "some_rows_equal", "disjoint_support")
+"""Relations with rejection mass by construction: the sampled laws exercise the residual."""
+RESIDUAL_MASSES = (1e-6, 1e-5, 1e-4, 1e-3)
+"""Total variation of a `nearly_equal` draft: the residual's mass, down to where float32 still sees it."""
 
 
 def make_rows(rng: np.random.Generator, count: int, vocab: int, *, one_hot: bool = False) -> np.ndarray:
@@ -60,6 +81,25 @@ def make_rows(rng: np.random.Generator, count: int, vocab: int, *, one_hot: bool
     empty = weights.sum(axis=1) == 0
     weights[empty, rng.integers(0, vocab, size=int(empty.sum()))] = 1.0
     return weights / weights.sum(axis=1, keepdims=True)
+
+
+def make_nearly_equal_rows(rng: np.random.Generator, target: np.ndarray) -> np.ndarray:
+    """`target` with a mass from `RESIDUAL_MASSES` moved, per row, from a likely id to another id.
+
+    The other id may lie outside the target's support (q > 0 = p), and the residual
+    max(p - q, 0) then holds exactly the moved mass.
+    """
+    count, vocab = target.shape
+    if vocab < 2:  # a codebook of one code: nowhere to move mass
+        return target.copy()
+    rows = np.arange(count)
+    source = np.argmax(target, axis=1)
+    sink = (source + rng.integers(1, vocab, size=count)) % vocab
+    mass = rng.choice(RESIDUAL_MASSES, size=count)
+    draft = target.copy()
+    draft[rows, source] -= mass
+    draft[rows, sink] += mass
+    return draft
 
 
 def make_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
@@ -75,30 +115,38 @@ def make_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str)
     if relation == "disjoint_support":  # draft mass mostly where the target has none
         flipped = np.where(target > 0, 0.0, 1.0) + 1e-3 * independent
         return flipped / flipped.sum(axis=1, keepdims=True)
+    if relation == "nearly_equal":
+        return make_nearly_equal_rows(rng, target)
     return independent
 
 
 def mean_total_variation(target: np.ndarray, draft: np.ndarray) -> float:
-    """Mean TV(p, q) over rows: the rejection mass `target()` steers towards."""
+    """Mean TV(p, q) over rows: the rejection mass of a draft."""
     return float(0.5 * np.abs(target - draft).sum(axis=-1).mean())
 
 
-@st.composite
-def autoregressive_fixtures(
-    draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1,
-    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS),
+def table_generator(table_seed: int, *shape_and_relations) -> np.random.Generator:
+    """The tables' generator, seeded by every draw that shapes the fixture, not the seed alone.
+
+    Hypothesis often draws one seed (0 first) beside different sizes or relations, and its
+    mutator copies one draw over another (the sampler seed, G) leaving the tables alone.
+    Mixing the sizes, relations and a property's other draws (its salt) in makes each of
+    those examples a new law instead of one law re-tested.
+    """
+    words = [RELATION_WORDS.get(x, x) if isinstance(x, str) else int(x) for x in shape_and_relations]
+    return np.random.default_rng([table_seed, *words])
+
+
+RELATION_WORDS = {relation: i for i, relation in enumerate(DRAFT_RELATIONS)}
+
+
+def make_autoregressive_fixture(
+    vocab: int, length: int, relation: str, one_hot_target: bool, table_seed: int, salt: tuple[int, ...] = ()
 ):
-    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context."""
+    """Tables whose rows differ by context; the call Hypothesis prints to rebuild a drawn fixture."""
     from ncm_verify.exact import AutoregressiveFixture
 
-    vocab = draw(
-        st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab"
-    )
-    longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
-    length = draw(st.integers(min_length, longest), label="length")
-    relation = draw(relations, label="draft relation")
-    one_hot_target = draw(one_hot_targets, label="one-hot target rows")
-    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    rng = table_generator(table_seed, vocab, length, relation, one_hot_target, *salt)
     contexts = sum(vocab**t for t in range(length))
     target = make_rows(rng, contexts, vocab, one_hot=one_hot_target and relation != "equal")
     draft = make_draft_rows(rng, target, relation)
@@ -106,17 +154,34 @@ def autoregressive_fixtures(
 
 
 @st.composite
-def latent_fixtures(draw, max_codes: int = 4, max_positions: int = 3, max_vocab: int = 6, max_outcomes: int = 256):
-    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts."""
+def autoregressive_fixtures(
+    draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1,
+    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
+):
+    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context.
+
+    A `salt` (the example's other draws) is mixed into the tables: see `table_generator`.
+    """
+    vocab = draw(
+        st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab"
+    )
+    longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
+    length = draw(st.integers(min_length, longest), label="length")
+    built = st.builds(
+        make_autoregressive_fixture, vocab=st.just(vocab), length=st.just(length), relation=relations,
+        one_hot_target=one_hot_targets, table_seed=table_seeds, salt=st.just(tuple(int(x) for x in salt)),
+    )
+    return draw(built, label="fixture")
+
+
+def make_latent_fixture(
+    codes: int, positions: int, vocab: int, latent_relation: str, token_relation: str, table_seed: int,
+    salt: tuple[int, ...] = (),
+):
+    """One NCM level from its sizes, relations and seed; the call Hypothesis prints to rebuild it."""
     from ncm_verify.exact import LatentFixture
 
-    codes = draw(st.integers(1, max_codes), label="codebook size")
-    vocab = draw(st.integers(2, max_vocab), label="vocab")
-    longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
-    positions = draw(st.integers(1, longest), label="positions")
-    latent_relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft latent relation")
-    token_relation = draw(st.sampled_from(DRAFT_RELATIONS), label="draft token relation")
-    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    rng = table_generator(table_seed, codes, positions, vocab, latent_relation, token_relation, *salt)
     target_latent = make_rows(rng, 1, codes)
     target_tokens = make_rows(rng, codes * positions, vocab)
     return LatentFixture(
@@ -127,25 +192,75 @@ def latent_fixtures(draw, max_codes: int = 4, max_positions: int = 3, max_vocab:
     )
 
 
+@st.composite
+def latent_fixtures(
+    draw, max_codes: int = 4, max_positions: int = 3, max_vocab: int = 6, max_outcomes: int = 256,
+    relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
+):
+    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts, salted as `autoregressive_fixtures`."""
+    codes = draw(st.integers(1, max_codes), label="codebook size")
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
+    positions = draw(st.integers(1, longest), label="positions")
+    built = st.builds(
+        make_latent_fixture, codes=st.just(codes), positions=st.just(positions), vocab=st.just(vocab),
+        latent_relation=relations, token_relation=relations, table_seed=table_seeds,
+        salt=st.just(tuple(int(x) for x in salt)),
+    )
+    return draw(built, label="fixture")
+
+
 draft_lengths = st.integers(min_value=0, max_value=4)
 """G: drafts per round, zero included (then only the target's own token is emitted)."""
+drafting_lengths = st.integers(min_value=1, max_value=4)
+"""G for examples that judge acceptance: at least one draft in every example."""
 
 
 KERNELS = ("chain", "factorized", "latent_chain")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+LARGE_VOCABULARIES = st.integers(2**16 + 1, 2**17 + 7)
+"""Vocabularies past 16-bit ids (65 536): real tokenizers (128 256) have them."""
+LARGE_VOCAB_BATCH = 8
+"""Sequences of a large-vocabulary case: its rows are dense, so the batch stays small."""
+
+
+def make_case(
+    kernel: str, fixture, *, batch: int, max_draft: int, draft_seed: int, wide_vocab: int | None = None,
+    column_seed: int = 0, dtype: str = "float32",
+):
+    """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
+    from ncm_verify.drivers import make_kernel_case, make_wide_columns
+
+    case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
+    if wide_vocab is not None:
+        case = case.widen(make_wide_columns(case.vocab, wide_vocab, seed=column_seed), wide_vocab)
+    return case.cast(getattr(mx, dtype))
 
 
 @st.composite
-def kernel_cases(draw, batch: int = 64, kernels=KERNELS):
-    """A batch of valid inputs for one of the sampling kernels, drafts sampled from q."""
-    from ncm_verify.drivers import make_kernel_case
+def kernel_cases(
+    draw, batch: int = 64, kernels=KERNELS, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
+):
+    """A batch of valid inputs for one of the sampling kernels, drafts sampled from q.
 
+    A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
+    id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
+    With `drafting`, a chain case drafts at least one token in some sequence.
+    """
     kernel = draw(st.sampled_from(kernels), label="kernel")
     if kernel == "chain":
-        fixture = draw(autoregressive_fixtures(max_outcomes=512), label="fixture")
+        fixtures = autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1)
     else:
-        fixture = draw(latent_fixtures(), label="fixture")
-    max_draft = draw(draft_lengths, label="max drafts")
-    return make_kernel_case(kernel, fixture, batch=batch, seed=draw(seeds, label="draft seed"), max_draft=max_draft)
+        fixtures = latent_fixtures()
+    wide = draw(large_vocab, label="vocabulary above 65 536")
+    rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
+    built = st.builds(
+        make_case, kernel=st.just(kernel), fixture=fixtures, batch=st.just(rows),
+        max_draft=drafting_lengths if drafting else draft_lengths, draft_seed=seeds,
+        wide_vocab=LARGE_VOCABULARIES if wide else st.none(), column_seed=seeds if wide else st.just(0),
+        dtype=st.sampled_from(dtypes),
+    )
+    return draw(built, label="case")
 
 
 # --- autoregressive decoding, mlx-lm conventions (claim C8) -----------------------
