@@ -255,3 +255,39 @@ def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: 
     if kernel == "latent_chain":
         return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
     raise ValueError(f"kernel: unknown kernel {kernel!r}")
+
+
+@dataclasses.dataclass
+class StepCase:
+    """One step of a kernel: its inputs in their dtype, the same values in float64, and uniforms.
+
+    ``exact_args`` hold exactly the numbers the kernel reads (half rows widened), the
+    chain's with ``num_draft`` last; ``uniforms`` are float32 ``[B, 2, columns]``.
+    """
+
+    case: KernelCase
+    exact_args: tuple
+    uniforms: np.ndarray
+    dtype: str
+
+    def describe(self) -> str:
+        """A short account of the inputs for failure messages."""
+        shapes = ", ".join(str(tuple(a.shape)) for a in self.case.args)
+        lengths = "" if self.case.num_draft is None else f", num_draft={np.array(self.case.num_draft).tolist()}"
+        return f"apply_{self.case.kernel}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
+
+
+def make_step_case(kernel: str, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
+    """A `StepCase` from float64 probabilities and integer ids (the chain's `num_draft` last), rounded to `dtype`."""
+    rounded = []
+    for array in arrays:
+        if np.issubdtype(array.dtype, np.floating):
+            rounded.append(mx.array(array.astype(np.float32)).astype(getattr(mx, dtype)))
+        else:
+            rounded.append(mx.array(array.astype(np.int32)))
+    exact_args = tuple(
+        np.array(a.astype(mx.float32)).astype(np.float64) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
+        for a in rounded
+    )
+    num_draft = rounded.pop() if kernel == "chain" else None
+    return StepCase(KernelCase(kernel, tuple(rounded), num_draft), exact_args, uniforms, dtype)

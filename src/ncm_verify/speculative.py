@@ -23,6 +23,8 @@ UNIFORM_GRID_BITS = 23
 RESIDUAL_FLOOR = 1e-30
 """A residual mass below this is numerically zero (p == q); then the target row is used."""
 PAD_TOKEN = -1
+SMALLEST_NORMAL = 2.0**-126
+"""The smallest normal float32: an inverse-CDF threshold never goes below it (nor flushes to zero)."""
 
 
 class Rules(NamedTuple):
@@ -91,10 +93,22 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
         raise ValueError(f"{name}: contains NaN or infinite values")
     if not _is_true(as_float >= 0):
         raise ValueError(f"{name}: contains negative probabilities")
-    gap = mx.abs(as_float.sum(axis=-1) - 1.0)
+    gap = mx.abs(row_sums(as_float) - 1.0)
     if not _is_true(gap <= tolerance):
         raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max().item():.3g})")
     return probs
+
+
+def row_sums(rows: mx.array, block: int = 256) -> mx.array:
+    """Sums over the last axis, by blocks then over the blocks.
+
+    One float32 pass over 65 536 entries errs by 3e-4 here (beyond the 1e-4 a row may
+    stray); blocks of 256 keep it near 1e-6 at any vocabulary.
+    """
+    pad = (-rows.shape[-1]) % block
+    if pad:
+        rows = mx.pad(rows, [(0, 0)] * (rows.ndim - 1) + [(0, pad)])
+    return rows.reshape(*rows.shape[:-1], -1, block).sum(axis=-1).sum(axis=-1)
 
 
 def check_scores(name: str, scores, ndim: int) -> mx.array:
@@ -170,6 +184,11 @@ def make_uniforms(keys: mx.array, shape: tuple[int, ...]) -> mx.array:
     return (mx.floor(raw * scale) + 0.5) / scale
 
 
+def draw_uniforms(key, batch: int, shape: tuple[int, ...], *, rules: Rules | None = None) -> mx.array:
+    """The uniforms ``[B, *shape]`` a ``verify_*`` call with `key` hands its ``apply_*`` (a protocol name)."""
+    return (rules or REFERENCE_RULES).uniforms(per_sequence_keys(key, batch), shape)
+
+
 def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[..., ids]`` along the last axis; padded ids (-1) read index 0."""
     safe = mx.maximum(ids, 0).astype(mx.int32)
@@ -200,8 +219,9 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     mass = residual.sum(axis=-1, keepdims=True)
     weights = mx.where(mass > RESIDUAL_FLOOR, residual, p)
     cdf = mx.cumsum(weights, axis=-1)
-    # The threshold is below the last cdf entry, so the index is < V and has weight > 0.
-    threshold = uniforms[..., None] * cdf[..., -1:]
+    # The threshold is below the last cdf entry, so the index is < V and has weight > 0; kept
+    # at least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
+    threshold = mx.maximum(uniforms[..., None] * cdf[..., -1:], SMALLEST_NORMAL)
     return (cdf < threshold).sum(axis=-1).astype(mx.int32)
 
 
@@ -351,7 +371,7 @@ def verify_chain(
     elif num_draft is None:
         num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
     batch, rows = target_probs.shape[:2]
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, rows))
+    uniforms = draw_uniforms(key, batch, (2, rows), rules=rules)
     return apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules)
 
 
@@ -399,7 +419,7 @@ def verify_factorized(
     if validate:
         check_factorized_inputs(target_probs, draft_probs, draft_tokens)
     batch, positions = target_probs.shape[:2]
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions))
+    uniforms = draw_uniforms(key, batch, (2, positions), rules=rules)
     return apply(target_probs, draft_probs, draft_tokens, uniforms, rules=rules)
 
 
@@ -444,5 +464,5 @@ def verify_latent_chain(
     if validate:
         check_latent_chain_inputs(*inputs)
     batch, positions = draft_tokens.shape
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions + 1))
+    uniforms = draw_uniforms(key, batch, (2, positions + 1), rules=rules)
     return apply(*inputs, uniforms, rules=rules)
