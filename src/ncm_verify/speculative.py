@@ -108,7 +108,7 @@ def row_sums(rows: mx.array, block: int = 256) -> mx.array:
     pad = (-rows.shape[-1]) % block
     if pad:
         rows = mx.pad(rows, [(0, 0)] * (rows.ndim - 1) + [(0, pad)])
-    return rows.reshape(*rows.shape[:-1], -1, block).sum(axis=-1).sum(axis=-1)
+    return rows.reshape(*rows.shape[:-1], rows.shape[-1] // block, block).sum(axis=-1).sum(axis=-1)
 
 
 def check_scores(name: str, scores, ndim: int) -> mx.array:
