@@ -23,6 +23,12 @@ MUTANTS = {
     "rows_off_by_one": "judges draft i against target row i + 1",
     "u_zero_accepts": "uniforms in [0, 1) and acceptance u <= p/q: u = 0 accepts p(x) = 0",
     "latent_mismatch": "after a changed latent, verifies the old drafts as if drafted under the new one",
+    "ratio_in_half": "rounds the acceptance ratio p/q to float16 (P(accept) off by up to 2.4e-4 relative)",
+    "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
+    "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
+    "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
+    "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
+    "verify_chain_swaps_uniform_rows": "verify_chain alone hands apply_chain its uniform rows swapped",
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
@@ -49,6 +55,7 @@ def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, ap
         "verify_chain": partial(speculative.verify_chain, rules=rules, apply=apply_chain),
         "verify_factorized": partial(speculative.verify_factorized, rules=rules, apply=apply_factorized),
         "verify_latent_chain": partial(speculative.verify_latent_chain, rules=rules, apply=apply_latent),
+        "draw_uniforms": partial(speculative.draw_uniforms, rules=rules),
     }
 
 
