@@ -17,13 +17,15 @@ from hypothesis import strategies as st
 
 from ncm_verify import checks, exact
 from ncm_verify.impl import require_names
-from ncm_verify.strategies import step_cases, seeds
+from ncm_verify.strategies import seeds, step_cases
 
 KERNELS = ("chain", "factorized", "latent_chain")
 OUTCOME_SHAPES = {
     "chain": lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
     "factorized": lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
-    "latent_chain": lambda b, c: {"latent": (b,), "latent_accepted": (b,), "tokens": (b, c - 1), "accepted": (b, c - 1)},
+    "latent_chain": lambda b, c: {
+        "latent": (b,), "latent_accepted": (b,), "tokens": (b, c - 1), "accepted": (b, c - 1)
+    },
 }
 """Each outcome field's shape for a batch b and c uniform columns."""
 
@@ -108,4 +110,5 @@ def test_verify_equals_apply_on_the_uniforms_it_draws(impl, kernel, data, seed):
     verified = step.case.call(impl, key, validate=False)
     applied = step.case.apply(impl, uniforms)
     for field in applied._fields:
-        checks.assert_equal(getattr(verified, field), getattr(applied, field), label=f"verify vs apply: {field}", call=call)
+        label = f"verify vs apply: {field}"
+        checks.assert_equal(getattr(verified, field), getattr(applied, field), label=label, call=call)

@@ -325,7 +325,10 @@ class StepComparison:
         if bool(kernel) == exact_accept:
             return
         gap = u * q_x - p_x
-        line = f"{where}: accepted={bool(kernel)}, float64 says {exact_accept} (u={u!r}, p={p_x!r}, q={q_x!r}, uq-p={gap:.3g})"
+        line = (
+            f"{where}: accepted={bool(kernel)}, float64 says {exact_accept} "
+            f"(u={u!r}, p={p_x!r}, q={q_x!r}, uq-p={gap:.3g})"
+        )
         near = abs(gap) <= accept_boundary_slack(u * q_x, p_x)
         (self.excused if near else self.mismatches).append(line)
 
@@ -337,7 +340,7 @@ class StepComparison:
         if int(kernel_id) == exact_id:
             return
         weight = weights[kernel_id] if 0 <= kernel_id < len(weights) else float("nan")
-        line = f"{where}: drew id {int(kernel_id)} (weight {weight:.3g}), float64 inverse CDF gives {exact_id} (u={u!r})"
+        line = f"{where}: drew id {kernel_id} (weight {weight:.3g}), float64 inverse CDF gives {exact_id} (u={u!r})"
         excused = draw_is_excused(weights, u, int(kernel_id), exact_id)
         (self.excused if excused else self.mismatches).append(line)
 
@@ -367,7 +370,8 @@ def compare_chain_step(target, draft, drafts, num_draft, uniforms, tokens, num_a
             continue
         for i in range(min(k + 1, n)):
             x = int(drafts[b, i])
-            comparison.acceptance(f"sequence {b} draft {i} (id {x})", i < k, target[b, i, x], draft[b, i, x], uniforms[b, 0, i])
+            where = f"sequence {b} draft {i} (id {x})"
+            comparison.acceptance(where, i < k, target[b, i, x], draft[b, i, x], uniforms[b, 0, i])
         comparison.same(f"sequence {b} kept drafts", tokens[b, :k], drafts[b, :k])
         comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(len(tokens[b]) - k - 1, -1))
         weights = residual_rows(target[b, k], draft[b, k]) if k < n else target[b, k]

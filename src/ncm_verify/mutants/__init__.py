@@ -29,6 +29,9 @@ MUTANTS = {
     "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
     "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
     "verify_chain_swaps_uniform_rows": "verify_chain alone hands apply_chain its uniform rows swapped",
+    "residual_floor_too_high": "treats a residual of mass below 1e-6 as zero and corrects from p",
+    "apply_latent_chain_shares_the_latent_uniform":
+        "apply_latent_chain alone draws the latent and its tokens with one uniform",
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
