@@ -286,7 +286,7 @@ def step_cases(draw, kernel: str):
 
     vocab = draw(step_vocabs, label="vocab")
     small = vocab <= LARGE_VOCAB
-    batch = draw(st.integers(1, 8 if small else 2), label="batch")
+    batch = draw(st.integers(1, 16 if small else 2), label="batch")
     kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
     relation = draw(step_relations, label="draft relation")
     scale = draw(st.sampled_from(NEAR_EQUAL_SCALES), label="near-equal scale") if relation == "nearly_equal" else 0.0
