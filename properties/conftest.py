@@ -24,3 +24,10 @@ settings.register_profile(
     **_common,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_configure(config):
+    """`make verify SEED=123` (`--hypothesis-seed=123`): a derandomized profile draws that seed's examples instead."""
+    if config.getoption("--hypothesis-seed", None) is not None and settings.default.derandomize:
+        settings.register_profile("seeded", settings.default, derandomize=False)
+        settings.load_profile("seeded")

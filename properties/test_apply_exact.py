@@ -12,12 +12,12 @@ cannot hide behind the other.
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import event, given, note
+from hypothesis import event, given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify import checks, exact
-from ncm_verify.impl import require_names
 from ncm_verify.strategies import seeds, step_cases
+from ncm_verify.tolerances import normalisation_for
 
 KERNELS = ("chain", "factorized", "latent_chain")
 OUTCOME_SHAPES = {
@@ -89,21 +89,27 @@ def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_r
     """Half, one-hot, nearly equal (mass down to 1e-6) and equal rows, vocabularies past 2^16."""
     target, draft = step.case.args[:2]
     p, q = (draft, target) if swapped else (target, draft)
+    exact_p, exact_q = (step.exact_args[1], step.exact_args[0]) if swapped else step.exact_args[:2]
+    gap = max(np.abs(exact_p.sum(axis=-1) - 1).max(), np.abs(exact_q.sum(axis=-1) - 1).max())
+    if gap > normalisation_for("p", p.dtype):
+        # Flat rows of 70 001 float16 subnormals round ~0.1% high together: invalid input, rightly refused.
+        with pytest.raises(ValueError, match=r"^[pq]: "):
+            impl.residual_distribution(p, q)
+        reject()
     got = np.array(impl.residual_distribution(p, q).astype(mx.float32))
-    expected = exact.residual_rows(*(step.exact_args[1], step.exact_args[0]) if swapped else step.exact_args[:2])
+    expected = exact.residual_rows(exact_p, exact_q)
     assert np.isfinite(got).all(), f"residual_distribution gave NaN or inf\n  call: {step.describe()}"
     checks.assert_close(got, expected, dtype=mx.float32, label="residual_distribution vs float64", call=step.describe())
 
 
-@pytest.mark.claim("C5", "C6")
+@pytest.mark.claim("C11")
 @pytest.mark.parametrize("kernel", KERNELS)
 @given(data=st.data(), seed=seeds)
 def test_verify_equals_apply_on_the_uniforms_it_draws(impl, kernel, data, seed):
     """A bug in one entry point alone shows: verify_*(key) == apply_*(draw_uniforms(key))."""
-    api = require_names(impl, ("draw_uniforms",), "uniform drawing", "the verify == apply property")
     step = data.draw(step_cases(kernel), label="step")
     key = mx.random.key(seed)
-    uniforms = api.draw_uniforms(key, step.case.batch, step.uniforms.shape[1:])
+    uniforms = impl.draw_uniforms(key, step.case.batch, step.uniforms.shape[1:])
     call = f"verify_{kernel}(key=mx.random.key({seed})) vs apply_{kernel}(draw_uniforms(key, ...)) on {step.describe()}"
     note(call)
     # Half and near-equal rows need not pass float32's input checks: this property is about the uniforms.

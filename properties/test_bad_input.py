@@ -143,6 +143,7 @@ def invalid_calls(draw):
     return kernel, name, how, arguments
 
 
+@pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
 @given(call=invalid_calls())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, call):
     kernel, name, how, arguments = call

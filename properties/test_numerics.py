@@ -38,6 +38,7 @@ def test_a_token_the_target_rules_out_is_never_emitted(impl, case, dtype, seed):
     assert (probability > 0).all(), f"{int((probability <= 0).sum())} emitted ids have target probability 0"
 
 
+@pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
 @given(case=kernel_cases(), uniform=st.sampled_from(EXTREME_UNIFORMS))
 def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, case, uniform):
     """Drafts with p(x) = 0 are rejected and drafts with p(x) >= q(x) accepted, whatever u."""

@@ -1,4 +1,4 @@
-"""Self-test helpers: where the teeth tests leave their evidence."""
+"""Self-test helpers: where the teeth tests leave their evidence (`ncm_verify.run` reads it)."""
 
 import json
 import os
@@ -41,7 +41,7 @@ def pytest_sessionfinish(session):
         planted = [part for stem, part in calibration.items() if stem.startswith("planted")]
         # The report shows one planted deviation in its summary: the one with the most outcomes.
         merged = {**calibration.get("nominal", {}), "planted": max(planted, key=lambda p: p["df"], default=None),
-                  "power_cases": planted}
+                  "power_cases": planted, "size": calibration.get("size")}
         (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
 
 

@@ -1,50 +1,140 @@
-"""Planted bugs must make the suite fail: each mutant is caught by some property."""
+"""Planted bugs must make the suite fail: each mutant is caught by some property failing by assertion.
+
+An exception other than a failed check is never a catch. One raised by the mutant's own code inside a
+property (say, its cache refusing a file it wrote) is listed beside the bug; an error in a fixture's
+setup or teardown, an import error, a pytest exit status other than 0 or 1, or a timeout means the
+suite itself is broken: the sweep fails and says so.
+"""
 
 import json
 import subprocess
 import sys
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
-from ncm_verify.mutants import MUTANTS, PREFIX_CACHE_MUTANTS
+from ncm_verify.mutants import EVIDENCE_MUTANTS, LEVEL_DRAFTING_MUTANTS, MUTANTS, PREFIX_CACHE_MUTANTS
+from ncm_verify.report import document as doc
+from ncm_verify.report import status
+from ncm_verify.report.ledger import read_ledger
 
 pytestmark = pytest.mark.teeth
 
 ROOT = Path(__file__).resolve().parent.parent
 PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
 PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
-KERNEL_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" not in path]
+LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
+KERNEL_PROPERTIES = [
+    path for path in PROPERTY_FILES if "test_prefix" not in path and path not in LEVEL_DRAFTING_PROPERTIES
+]
+FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 SWEEP_TIMEOUT = 600
+VERDICT_EXITS = {0: "every property passed", 1: "some property failed"}
+BROKEN_KINDS = ("ImportError", "ModuleNotFoundError", "ImplementationError", "UsageError")
+"""Exceptions that say the suite or its set-up is broken, wherever they are raised."""
 
 
-def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> tuple[list[str], list[str]]:
-    """Run the properties in `files` against `module`; return (failed, passed) node ids."""
-    junit = scratch / "junit.xml"
-    subprocess.run(
-        [sys.executable, "-m", "pytest", *files, f"--impl={module}", "-q", "-p", "no:xdist",
-         f"--junitxml={junit}", f"--ncm-report-dir={scratch}"],
-        cwd=ROOT, env=env, capture_output=True, timeout=SWEEP_TIMEOUT, check=False,
-    )
-    failed, passed = [], []
-    for case in ElementTree.parse(junit).iter("testcase"):
-        node = case.get("classname").replace(".", "/") + ".py::" + case.get("name")
-        broken = case.find("failure") is not None or case.find("error") is not None
-        (failed if broken else passed).append(node)
-    return failed, passed
+def breaks_the_sweep(node: dict) -> bool:
+    failure = node.get("failure") or {}
+    kind = failure.get("kind") or ""
+    return failure.get("phase") != "call" or any(broken in kind for broken in BROKEN_KINDS)
+
+
+def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> tuple[dict, str | None]:
+    """Run the properties in `files` against `module`: (evidence.json, why the sweep broke or None)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *files, f"--impl={module}", "-q", "-p", "no:xdist",
+             f"--ncm-report-dir={scratch}"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {}, f"timed out after {SWEEP_TIMEOUT} s"
+    evidence = doc.read_json(scratch / doc.EVIDENCE_FILE) or {}
+    if done.returncode not in VERDICT_EXITS:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        return evidence, f"pytest exited {done.returncode} (not a verdict): {' | '.join(tail)}"
+    return evidence, None
+
+
+def sweep_verdict(name: str, module: str, evidence: dict, broken: str | None) -> dict:
+    """What one planted bug did to the properties: caught only by a property failing by assertion."""
+    nodes = evidence.get("properties", [])
+    failed = sorted(n["nodeid"] for n in nodes if n["outcome"] == "failed")
+    erred = sorted((n for n in nodes if n["outcome"] == "error"), key=lambda n: n["nodeid"])
+    errors = [f"{n['nodeid']} ({(n.get('failure') or {}).get('kind')})" for n in erred]
+    broken_runs = [label for label, n in zip(errors, erred) if breaks_the_sweep(n)]
+    if broken is None and broken_runs:
+        broken = f"{len(broken_runs)} property runs broke in set-up or import: {', '.join(broken_runs)}"
+    if broken is None and not nodes:
+        broken = "no property ran"
+    return {
+        "name": name, "module": module, "description": MUTANTS.get(name) or EVIDENCE_MUTANTS.get(name),
+        "caught": bool(failed) and broken is None, "caught_by": failed, "failed": failed, "errors": errors,
+        "passed": sorted(n["nodeid"] for n in nodes if n["outcome"] == "passed"), "sweep_error": broken,
+    }
+
+
+def keep(reports: Path, verdict: dict) -> None:
+    (reports / "mutants").mkdir(exist_ok=True)
+    (reports / "mutants" / f"{verdict['name']}.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
     module = f"ncm_verify.mutants.{name}"
-    files = PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS else KERNEL_PROPERTIES
-    failed, passed = run_properties(module, files, tmp_path, nested_environment("selftest"))
-    verdict = {
-        "name": name, "module": module, "description": MUTANTS[name],
-        "caught": bool(failed), "caught_by": failed, "failed": failed, "passed": passed,
-    }
-    (reports / "mutants").mkdir(exist_ok=True)
-    (reports / "mutants" / f"{name}.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
-    assert passed or failed, f"no property ran against {module}"
-    assert failed, f"planted bug {name} ({MUTANTS[name]}) passed every property: {passed}"
+    files = (PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS
+             else LEVEL_DRAFTING_PROPERTIES if name in LEVEL_DRAFTING_MUTANTS else KERNEL_PROPERTIES)
+    evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))
+    verdict = sweep_verdict(name, module, evidence, broken)
+    keep(reports, verdict)
+    assert verdict["sweep_error"] is None, f"the sweep against {module} broke: {verdict['sweep_error']}"
+    assert verdict["caught"], f"planted bug {name} ({MUTANTS[name]}) passed every property: {verdict['passed']}"
+
+
+def test_filtered_evidence_is_never_called_shown(tmp_path, reports, nested_environment):
+    """Properties that pass on the few examples a kernel lets through are not evidence for their claims."""
+    name = "filtered_evidence"
+    module = f"ncm_verify.mutants.{name}"
+    evidence, broken = run_properties(module, FILTERED_PROPERTIES, tmp_path, nested_environment("selftest"))
+    assert broken is None, f"the run against {module} broke: {broken}"
+    ledger, _ = read_ledger(ROOT / "ledger.json")
+    ran = {node["property"] for node in evidence["properties"]}
+    for claim in ledger["claims"]:  # judge the claims on these properties alone, so only filtering can fail them
+        claim["properties"] = [node for node in claim["properties"] if node in ran]
+    report = doc.build_report(ledger, evidence)
+    touched = {claim for node in evidence["properties"] for claim in node["claims"]}
+    statuses = {c["id"]: (c["status"], c["reason"]) for c in report["claims"] if c["id"] in touched}
+    refused = {claim: s == status.NOT_SHOWN and "filtered" in why for claim, (s, why) in statuses.items()}
+    verdict = {**sweep_verdict(name, module, evidence, None), "caught_by_verdict": statuses}
+    verdict["caught"] = bool(refused) and all(refused.values()) and report["run"]["verdict"] != "passed"
+    keep(reports, verdict)
+    assert not verdict["failed"] and not verdict["errors"], "the filtering mutant should pass vacuously, not fail"
+    assert verdict["caught"], f"vacuous passes were called evidence: claim statuses {statuses}"
+
+
+def run_of(nodeid: str, outcome: str, phase: str = "call", kind: str = "assertion") -> dict:
+    return {"nodeid": nodeid, "outcome": outcome, "failure": {"phase": phase, "kind": kind}}
+
+
+@pytest.mark.parametrize(
+    "runs, caught, broken",
+    [
+        ([run_of("a", "failed")], True, None),
+        ([run_of("a", "error", kind="TypeError")], False, None),  # the mutant raised: listed, not a catch
+        ([run_of("a", "failed"), run_of("b", "error", kind="CacheFileError")], True, None),
+        ([run_of("a", "failed"), run_of("b", "error", phase="setup", kind="error in setup")], False, "set-up"),
+        ([run_of("a", "failed"), run_of("b", "error", kind="ModuleNotFoundError")], False, "import"),
+        ([], False, "no property ran"),
+    ],
+)
+def test_only_a_failure_by_assertion_catches_a_bug_and_a_broken_set_up_breaks_the_sweep(runs, caught, broken):
+    verdict = sweep_verdict("ratio_inverted", "m", {"properties": runs}, None)
+    assert verdict["caught"] is caught
+    assert (verdict["sweep_error"] is None) if broken is None else (broken in verdict["sweep_error"])
+
+
+def test_a_pytest_exit_status_without_a_verdict_breaks_the_sweep(tmp_path, nested_environment):
+    evidence, broken = run_properties("ncm_verify.reference", ["properties/test_missing.py"], tmp_path,
+                                      nested_environment("selftest"))
+    assert broken is not None and broken.startswith("pytest exited 4")

@@ -24,8 +24,8 @@ POLICY = {
 }
 
 
-def chi_square_record(test: str, p_value: float, passed: bool = True) -> dict:
-    return {
+def chi_square_record(test: str, p_value: float, passed: bool = True, law: str = "a") -> dict:
+    return {"law_digest": law,
         "name": "chain output", "n": 8192, "df": 3, "statistic": 2.5, "p_value": p_value,
         "alpha": POLICY["alpha"], "min_detectable_tv": 0.019, "pooled_mass": 0.01, "impossible_count": 0,
         "expected": [4096.0, 2048.0, 1024.0, 1024.0], "observed": [4100.0, 2040.0, 1030.0, 1022.0],
@@ -39,6 +39,7 @@ def node(nodeid: str, claims: list[str], outcome: str = "passed", **extra) -> di
         "claims": claims, "stats": [], "differences": [], "failure": None, "skip_reason": None,
         "hypothesis": {"examples": 30, "failing_examples": 0, "invalid_examples": 0,
                        "stopped_because": "settings.max_examples=30"},
+        "calls": {"verify_chain": {"calls": 30, "own": True, "origin": "ncm_verify.speculative"}},
     }
     entry.update(extra)
     return entry
@@ -83,7 +84,9 @@ def evidence() -> dict:
             node("properties/test_prefix.py::test_isolated", ["C1"],
                  differences=[{"test": "t", "check": "states", "difference": 1e-7, "tolerance": 1e-5}]),
             node("properties/test_prefix.py::test_cached", ["C2"], outcome="failed", failure=failure),
-            node(samples, ["C5"], stats=[chi_square_record(samples, 0.4), chi_square_record(samples, 0.03)]),
+            node(samples, ["C5"], statistical_tests_per_example=1,
+                 stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(11)]
+                 + [chi_square_record(samples, 0.03, law="law0")]),
         ],
     }
 
@@ -97,9 +100,10 @@ def test_statuses_are_derived_from_the_evidence(ledger, evidence):
     assert {key: claim["status"] for key, claim in claims.items()} == {
         "C1": "shown", "C2": "failed", "C5": "shown", "C7": "not run", "C10": "not checkable",
     }
-    assert claims["C5"]["examples"] == 30 and claims["C5"]["property_count"] == 1
+    assert claims["C5"]["distinct_examples"] == 11 and claims["C5"]["property_count"] == 1
     statistics = claims["C5"]["properties"][0]["statistics"]
-    assert statistics["tests"] == 2 and statistics["p_min"] == 0.03 and statistics["worst"]["p_value"] == 0.03
+    assert statistics["tests"] == 12 and statistics["distinct_laws"] == 11
+    assert statistics["p_min"] == 0.03 and statistics["worst"]["p_value"] == 0.03
 
 
 def test_a_property_with_one_parametrisation_skipped_leaves_its_claim_not_run(ledger, evidence):
@@ -118,7 +122,8 @@ def test_a_failed_property_fails_its_claim_with_the_reproduction_line(ledger, ev
     failure = claims_by_id(report)["C2"]["properties"][0]["failure"]
     assert failure["reproduce_failure"] == REPRODUCE
     assert failure["command"] == (
-        "HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest 'properties/test_prefix.py::test_cached' --impl=ncm_verify.reference"
+        "HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest 'properties/test_prefix.py::test_cached' -p no:xdist "
+        "--impl=ncm_verify.reference --ncm-planned-tests=60"
     )
     assert report["run"]["verdict"] == "failed"
     for text in (render_markdown(report), render_html(report)):
@@ -133,7 +138,7 @@ def test_same_evidence_gives_identical_report_bytes(ledger, evidence, tmp_path):
         folder.mkdir()
         (folder / "evidence.json").write_text(json.dumps(evidence))
         (tmp_path / "ledger.json").write_text(json.dumps(ledger))
-        assert main(["report", "--reports", str(folder), "--ledger", str(tmp_path / "ledger.json")]) == 0
+        assert main(["report", "--reports", str(folder), "--ledger", str(tmp_path / "ledger.json")]) == 1
         outputs.append([(folder / name).read_bytes() for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML)])
     assert outputs[0] == outputs[1]
     assert b"Device(gpu, 0)" in outputs[0][2]  # every figure names the MLX device
@@ -141,7 +146,8 @@ def test_same_evidence_gives_identical_report_bytes(ledger, evidence, tmp_path):
 
 def test_no_evidence_reports_every_claim_not_run(ledger):
     report = doc.build_report(ledger, None)
-    assert report["run"]["verdict"] == "not run"
+    assert report["run"]["verdict"] == "failed" and report["run"]["exit_status"] == 1
+    assert "properties: no evidence: the properties were not run" in report["run"]["reasons"]
     assert {c["status"] for c in report["claims"]} == {"not run", "not checkable"}
     assert "not run" in render_terminal(report)
 
@@ -168,7 +174,7 @@ def test_planted_bug_table_names_the_claims_that_caught_each_bug(ledger, evidenc
     rows = {row["name"]: row for row in report["mutants"]["mutants"]}
     assert rows["ratio_inverted"]["claims"] == ["C5"]
     assert report["mutants"]["survived"] == ["off_by_one"]
-    assert "planted bugs not caught: off_by_one" in report["run"]["reasons"]
+    assert "planted bugs: planted bugs not caught: off_by_one" in report["run"]["reasons"]
     assert "SURVIVED" in render_markdown(report)
 
 
@@ -176,7 +182,8 @@ def test_an_overspent_budget_fails_the_run(ledger, evidence):
     evidence = copy.deepcopy(evidence)
     evidence["properties"] = [p for p in evidence["properties"] if p["outcome"] == "passed"]
     evidence["budget"].update(within_plan=False, run_failed_by_budget=True, note="budget overspent")
-    assert doc.build_report(ledger, evidence)["run"]["reasons"] == ["budget overspent"]
+    reasons = doc.build_report(ledger, evidence, **PASSING_SELFTESTS)["run"]["reasons"]
+    assert "budget: budget overspent" in reasons
 
 
 def test_bench_summary_is_linked_when_present(ledger, evidence):
@@ -260,3 +267,344 @@ def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path
     assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
     assert budget["chi_square_tests_run"] == 4 and budget["planned_tests"] == 2
     assert budget["run_failed_by_budget"]
+
+
+# --- one verdict: every way a part can fail gives a failing verdict, the same in the report and the exit status ---
+
+PASSING_SELFTESTS = {
+    "mutants": {"profile": "selftest", "mutants": [
+        {"name": name, "module": f"m.{name}", "description": "a bug", "caught": True,
+         "caught_by": ["properties/test_chain.py::test_samples[float32]"], "failed": ["x"], "passed": [],
+         "sweep_error": None} for name in doc.registered_mutants()]},
+    "calibration": {
+        "alpha": 0.05, "runs": 400, "rejections": 20, "binomial_p_value": 0.9, "ks_uniform_p_value": 0.5,
+        "check_budget": 3.3e-5, "p_values": [],
+        "power_cases": [{"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216,
+                         "alpha": 3.3e-6} for i in range(4)],
+        "size": {"passed": True, "largest_ratio": 0.9999},
+    },
+}
+
+
+@pytest.fixture
+def passing(evidence) -> dict:
+    """Evidence on which every claim with properties is shown."""
+    samples = "properties/test_chain.py::test_samples[float32]"
+    evidence["properties"] = [
+        node("properties/test_prefix.py::test_isolated", ["C1"]),
+        node("properties/test_prefix.py::test_cached", ["C2"]),
+        node(samples, ["C5"], statistical_tests_per_example=1,
+             stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(12)]),
+        node("properties/test_greedy.py::test_greedy", ["C7"]),
+    ]
+    return evidence
+
+
+def verdict_through_files(ledger: dict, evidence: dict, folder: Path, **selftests) -> tuple[int, dict]:
+    """Write the run's JSON, rebuild the report with the CLI: (exit status, verify.json)."""
+    folder.mkdir()
+    (folder / "evidence.json").write_text(json.dumps(evidence))
+    for name, data in selftests.items():
+        (folder / f"{name}.json").write_text(json.dumps(data))
+    (folder / "ledger.json").write_text(json.dumps(ledger))
+    exit_status = main(["report", "--reports", str(folder), "--ledger", str(folder / "ledger.json")])
+    return exit_status, json.loads((folder / doc.VERIFY_JSON).read_text())
+
+
+def test_a_run_with_every_part_passing_passes_and_exits_zero(ledger, passing, tmp_path):
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
+    assert report["run"]["reasons"] == [] and report["run"]["verdict"] == "passed"
+    assert exit_status == 0 == report["run"]["exit_status"]
+    assert {c["id"]: c["status"] for c in report["claims"]} == {
+        "C1": "shown", "C2": "shown", "C5": "shown", "C7": "shown", "C10": "not checkable"}
+
+
+def set_path(data: dict, path: str, value) -> None:
+    *keys, last = path.split(".")
+    for key in keys:
+        data = data[int(key)] if isinstance(data, list) else data[key]
+    data[int(last) if isinstance(data, list) else last] = value
+
+
+NODE_BREAKS = {
+    # (path into evidence["properties"][i], value) -> (claim, status, words of the reason)
+    "an errored property": ("3.outcome", "error", "C7", "failed", "failed"),
+    "a skipped property": ("3.outcome", "skipped", "C7", "not run", "skipped"),
+    "zero examples": ("3.hypothesis.examples", 0, "C7", "not shown", "0 distinct examples < 10"),
+    "a mostly filtered property": (
+        "3.hypothesis.invalid_examples", 299, "C7", "not shown", "299 of 329 examples filtered"),
+    "zero chi-square tests": ("2.stats", [], "C5", "not shown", "statistical but ran no chi-square test"),
+    "a statistical property testing few laws": (
+        "2.stats", [chi_square_record("s", 0.4, law="same")] * 30, "C5", "not shown", "1 distinct law < 10"),
+    "no call into the implementation": ("3.calls", {}, "C7", "not shown", "suite's own check"),
+    "calls only into inherited names": (
+        "3.calls", {"verify_greedy": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}},
+        "C7", "not provided", "only inherited names"),
+}
+
+
+@pytest.mark.parametrize("break_name", sorted(NODE_BREAKS))
+def test_each_way_a_property_lacks_evidence_gives_its_claim_a_status_and_the_run_a_failing_verdict(
+        break_name, ledger, passing, tmp_path):
+    path, value, claim_id, expected_status, words = NODE_BREAKS[break_name]
+    set_path(passing["properties"], path, value)
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
+    claim = claims_by_id(report)[claim_id]
+    assert claim["status"] == expected_status and words in claim["reason"], claim["reason"]
+    others = {c["id"]: c["status"] for c in report["claims"] if c["id"] != claim_id}
+    assert set(others.values()) <= {"shown", "not checkable"}, others
+    if expected_status == "not provided":  # what the module does not provide is not its failure
+        assert report["run"]["verdict"] == "passed" and exit_status == 0
+    else:
+        assert report["run"]["verdict"] == "failed" and exit_status == 1 == report["run"]["exit_status"]
+
+
+PART_BREAKS = {
+    "a failing KS check": ("calibration", "ks_uniform_p_value", 1e-9, "calibration", "KS uniformity check failed"),
+    "a failing binomial check": ("calibration", "binomial_p_value", 1e-9, "calibration", "binomial check failed"),
+    "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", "case 2: 120 of 200"),
+    "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
+    "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
+    "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
+    "a surviving planted bug": ("mutants", "mutants.0.caught", False, "planted bugs", "not caught: bonus_wrong_row"),
+    "a broken sweep": ("mutants", "mutants.0.sweep_error", "pytest exited 4", "planted bugs", "sweep broken"),
+}
+
+
+@pytest.mark.parametrize("break_name", sorted(PART_BREAKS))
+def test_each_failing_self_test_part_fails_the_run_in_report_and_exit_status(break_name, ledger, passing, tmp_path):
+    file, path, value, part, words = PART_BREAKS[break_name]
+    selftests = copy.deepcopy(PASSING_SELFTESTS)
+    set_path(selftests[file], path, value)
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **selftests)
+    assert not report["run"]["parts"][part]["passed"]
+    assert any(words in reason for reason in report["run"]["parts"][part]["reasons"]), report["run"]["parts"][part]
+    assert report["run"]["verdict"] == "failed" and exit_status == 1 == report["run"]["exit_status"]
+
+
+def test_a_registered_planted_bug_without_a_sweep_result_fails_the_run(ledger, passing):
+    expected = [*doc.registered_mutants(), "lost_one"]
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, expected_mutants=expected)
+    assert report["run"]["reasons"] == ["planted bugs: planted bugs with no sweep result: lost_one"]
+
+
+@pytest.mark.parametrize("missing", ["mutants", "calibration"])
+def test_a_self_test_file_that_is_missing_fails_the_run(missing, ledger, passing, tmp_path):
+    selftests = {name: data for name, data in PASSING_SELFTESTS.items() if name != missing}
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **selftests)
+    assert exit_status == 1 and report["run"]["verdict"] == "failed"
+
+
+def test_a_claim_marker_that_names_no_ledger_entry_fails_the_ledger_part(ledger, passing, tmp_path):
+    passing["properties"][0]["claims"] = ["C1", "C99"]
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
+    assert report["run"]["parts"]["ledger"]["reasons"] == [
+        "properties/test_prefix.py::test_isolated: claim marker C99 names no ledger entry"]
+    assert exit_status == 1
+
+
+def test_evidence_of_another_run_is_refused(ledger, passing):
+    passing["run_id"] = "old"
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run={"run_id": "new", "phases": []})
+    assert "phases: evidence.json belongs to run old, not this run new" in report["run"]["reasons"]
+
+
+def test_a_phase_that_exits_without_a_verdict_fails_the_run(ledger, passing):
+    phases = [{"name": "properties", "exit_status": 4, "problem": "pytest exited 4"}]
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run={"phases": phases})
+    assert report["run"]["reasons"] == ["phases: phase properties: pytest exited 4"]
+
+
+def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(ledger, passing):
+    """A property under C5 and C7 that failed on a greedy example fails C7 only; C5 is left not shown."""
+    shared = passing["properties"][3]
+    shared.update(claims=["C5", "C7"], outcome="failed",
+                  failure={"phase": "call", "kind": "assertion", "claims": ["C7"], "kernels": ["verify_greedy"],
+                           "message": "AssertionError"})
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C7"]["status"] == "failed"
+    assert claims["C5"]["status"] == "not shown" and "another claim's kernel" in claims["C5"]["reason"]
+
+
+PORT = '''
+"""A partial port: its own greedy verifier, the reference's residual, no model or cache."""
+from ncm_verify.speculative import residual_distribution
+
+def verify_greedy(target, draft_tokens, *, num_draft=None):
+    return "mine"
+'''
+
+PORT_SUITE = '''
+import mlx.core as mx
+import pytest
+
+@pytest.mark.claim("C7")
+def test_calls_its_own_kernel(impl):
+    assert impl.verify_greedy(None, None) == "mine"
+
+@pytest.mark.claim("C5")
+def test_calls_an_inherited_kernel(impl):
+    impl.residual_distribution(mx.array([0.5, 0.5]), mx.array([0.25, 0.75]))
+
+@pytest.mark.claim("C2")
+def test_needs_the_cache(impl):
+    impl.PrefixCache()
+
+@pytest.mark.claim("C5")
+def test_enumerates_without_the_implementation():
+    assert 1 + 1 == 2
+
+@pytest.mark.claim("C5")
+def test_raises_an_error_that_is_not_a_check(impl):
+    raise TypeError("not a verdict")
+
+@pytest.mark.claim("C7")
+def test_fails_a_check(impl):
+    with pytest.raises(ValueError):
+        impl.verify_greedy(None, None)
+'''
+
+
+def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path):
+    (tmp_path / "my_port.py").write_text(PORT)
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
+         f"--impl={tmp_path / 'my_port.py'}", "--ncm-planned-tests=7", f"--ncm-report-dir={tmp_path / 'r'}",
+         "--ncm-run-id=run-1"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
+    assert evidence["run_id"] == "run-1" and evidence["policy"]["planned_tests"] == 7
+    assert evidence["implementation"]["defines"] == ["verify_greedy"]
+    assert evidence["implementation"]["inherits"] == ["residual_distribution (from ncm_verify.speculative)"]
+    assert len(evidence["implementation"]["sha256"]) == 64
+    nodes = {n["nodeid"].split("::")[1]: n for n in evidence["properties"]}
+    assert nodes["test_calls_its_own_kernel"]["calls"]["verify_greedy"] == {
+        "calls": 1, "own": True, "origin": "my_port"}
+    assert nodes["test_calls_an_inherited_kernel"]["calls"]["residual_distribution"]["own"] is False
+    assert nodes["test_needs_the_cache"]["outcome"] == "not provided"
+    assert nodes["test_enumerates_without_the_implementation"]["calls"] == {}
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["outcome"] == "error"
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["failure"]["kind"] == "TypeError"
+    assert nodes["test_fails_a_check"]["outcome"] == "failed"
+    assert nodes["test_fails_a_check"]["failure"]["kind"] == "assertion"
+    assert nodes["test_fails_a_check"]["failure"]["kernels"] == ["verify_greedy"]
+
+
+def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path):
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
+         "--impl=ncm_verify.mutants.ratio_invrted"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert result.returncode == 4
+    output = result.stdout + result.stderr
+    assert output.count("cannot import implementation module") == 1
+    assert "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in output
+
+
+# --- the orchestrator: stops early on bad input, stamps the run, caches the self-tests ---
+
+
+def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_report(tmp_path, capsys):
+    from ncm_verify import run
+
+    (tmp_path / doc.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
+    assert run.verify("ncm_verify.mutants.ratio_invrted", "ci", tmp_path, 1) == 2
+    error = capsys.readouterr().err
+    assert error.count("cannot import") == 1 and "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in error
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
+    from ncm_verify import run
+
+    assert run.verify("ncm_verify.reference", "nonsense", tmp_path, 1) == 2
+    assert "profile: no Hypothesis profile 'nonsense'; choose one of" in capsys.readouterr().err
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+@pytest.fixture
+def fake_phases(monkeypatch, passing, ledger):
+    """Phases that leave passing evidence and self-test files instead of running pytest; counts self-test runs."""
+    from ncm_verify import run
+
+    ran = []
+
+    def fake(name, step, command, env):
+        if name == "properties":
+            folder = Path(next(a for a in command if a.startswith("--ncm-report-dir=")).split("=", 1)[1])
+            run_id = next(a for a in command if a.startswith("--ncm-run-id=")).split("=", 1)[1]
+            (folder / doc.EVIDENCE_FILE).write_text(json.dumps({**passing, "run_id": run_id}))
+        else:
+            ran.append(name)
+            folder = Path(env["NCM_VERIFY_SELFTEST_DIR"])
+            for part, data in PASSING_SELFTESTS.items():
+                (folder / f"{part}.json").write_text(json.dumps(data))
+        return {"name": name, "exit_status": 0, "seconds": 0.0, "problem": None}
+
+    monkeypatch.setattr(run, "run_phase", fake)
+    monkeypatch.setattr(run, "suite_key", lambda: "k1")
+    monkeypatch.setattr(run, "ledger_against_run", lambda reports: [])  # the synthetic ledger is not this repository's
+    monkeypatch.setattr(doc, "read_ledger", lambda path=None: (ledger, []))
+    return ran
+
+
+def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_phases, tmp_path, monkeypatch):
+    from ncm_verify import run
+
+    monkeypatch.delenv("CI", raising=False)
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    first = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert first["run_facts"]["selftests"]["reused"] is False and len(fake_phases) == 2
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    second = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert second["run_facts"]["selftests"] == {**first["run_facts"]["selftests"], "reused": True}
+    assert second["run_facts"]["run_id"] != first["run_facts"]["run_id"] and len(fake_phases) == 2
+    monkeypatch.setenv("CI", "true")
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    assert len(fake_phases) == 4
+
+
+def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_claims_own_kernels(ledger, passing):
+    """A port of verify_chain alone: the relation property shows C5 but leaves C7 not provided."""
+    relation = passing["properties"][3]
+    relation["claims"] = ["C5", "C7"]
+    relation["calls"] = {"verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
+                         "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"}}
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C5"]["status"] == "shown"
+    assert claims["C7"]["status"] == "not provided" and "(verify_greedy)" in claims["C7"]["reason"]
+
+
+def test_an_implementation_file_named_like_another_module_is_refused_not_imported_over_it(tmp_path):
+    from ncm_verify.impl import ImplementationError, load_implementation
+
+    (tmp_path / "json.py").write_text(PORT)
+    with pytest.raises(ImplementationError, match="impl: .* would be imported as 'json', which names another module"):
+        load_implementation(str(tmp_path / "json.py"))
+    (tmp_path / "my_port.py").write_text(PORT)
+    assert load_implementation(str(tmp_path / "my_port.py")) is load_implementation(str(tmp_path / "my_port.py"))
+
+
+def test_a_property_the_ledger_does_not_list_fails_the_run_that_collected_it(ledger, passing):
+    """The orchestrator checks the ledger against what the run collected and passes the problems on."""
+    from ncm_verify.report.ledger import repository_problems
+
+    passing["properties"].append(node("properties/test_chain.py::test_new", ["C5"]))
+    problems = repository_problems(doc.normalized_claims_ledger(ledger), Path("/nonexistent"), passing["properties"])
+    assert "properties/test_chain.py::test_new: collected but listed under no claim" in problems
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run={"ledger_problems": problems})
+    assert not report["run"]["parts"]["ledger"]["passed"] and report["run"]["exit_status"] == 1
+
+
+def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_not(ledger, passing):
+    passing["properties"][2]["stats"] = [chi_square_record("s", 0.4, law="one")] * 12  # provided, one law
+    passing["properties"].append(node("properties/test_chain.py::test_numerics", ["C5"], calls={
+        "apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.speculative"}}))
+    claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
+    assert claim["status"] == "not shown" and "1 distinct law < 10" in claim["reason"]

@@ -171,9 +171,9 @@ def assert_sampler_matches(
     except stats.UntestableDistribution as reason:
         note(f"{name}: {reason}")
         reject()  # excluded from the examples, never counted as passed
-    power = stats.power_at(plan.n, plan.df, plan.alpha, stats.TARGET_TV)
-    if not power >= stats.POWER:
-        raise AssertionError(f"{name}: n = {plan.n} on {plan.df} df has power {power:.4f} < {stats.POWER} at TV {stats.TARGET_TV}")
+    shortfall = stats.power_shortfall(plan)
+    if shortfall:
+        raise AssertionError(f"{name}: {shortfall}")
     result = stats.chi_square_test(name, sample(plan.n), plan, seed=seed)
     assert_fits(result, call=call)
     return result

@@ -1,5 +1,6 @@
-"""Command line: regenerate the report from JSON, and check or show the ledger.
+"""Command line: run the verification, regenerate the report from JSON, and check or show the ledger.
 
+    ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--jobs 2] [--rerun-selftests]
     ncm-verify report [--reports DIR] [--ledger PATH]
     ncm-verify ledger check [--ledger PATH] [--no-collect]
     ncm-verify ledger show [--ledger PATH]
@@ -15,12 +16,12 @@ from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import LedgerError, check_ledger, load_ledger
 
 
-def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
+def write_reports(reports_dir: Path, ledger_path: Path | None = None, run: dict | None = None) -> dict:
     """Build the report from the JSON in `reports_dir` and write verify.json, .md and .html."""
     from ncm_verify.report.html import render_html
     from ncm_verify.report.markdown import render_markdown
 
-    report = doc.load_report(reports_dir, ledger_path)
+    report = doc.load_report(reports_dir, ledger_path, run)
     reports_dir.mkdir(parents=True, exist_ok=True)
     doc.write_json(report, reports_dir / doc.VERIFY_JSON)
     (reports_dir / doc.VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
@@ -28,17 +29,27 @@ def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
     return report
 
 
-def command_report(args) -> int:
+def print_report(report: dict, reports_dir: Path) -> None:
+    """The terminal summary and where the report files are."""
     from ncm_verify.report.terminal import render_terminal
 
-    reports_dir = Path(args.reports)
-    report = write_reports(reports_dir, args.ledger)
     print(render_terminal(report))
     names = ", ".join(str(reports_dir / name) for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML))
     print(f"  report: {names}")
-    for problem in report["ledger_problems"]:
-        print(f"  ledger: {problem}", file=sys.stderr)
-    return 1 if report["ledger_problems"] else 0
+
+
+def command_report(args) -> int:
+    """Rebuild the report from a run's JSON; the exit status is the same verdict the run had."""
+    reports_dir = Path(args.reports)
+    report = write_reports(reports_dir, args.ledger)
+    print_report(report, reports_dir)
+    return report["run"]["exit_status"]
+
+
+def command_verify(args) -> int:
+    from ncm_verify.run import verify
+
+    return verify(args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests, seed=args.seed)
 
 
 def command_ledger_check(args) -> int:
@@ -65,6 +76,14 @@ def command_ledger_show(args) -> int:
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="ncm-verify", description=__doc__.splitlines()[0])
     commands = main_parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("verify", help="run properties, self-tests and the report; exit with the verdict")
+    run.add_argument("--impl", default="ncm_verify.reference", help="module name or file path (default: %(default)s)")
+    run.add_argument("--profile", default="ci", help="Hypothesis profile: dev, ci, thorough (default: %(default)s)")
+    run.add_argument("--reports", default="reports", help="folder for evidence and report (default: %(default)s)")
+    run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
+    run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")
+    run.add_argument("--rerun-selftests", action="store_true", help="rerun the self-tests even if cached")
+    run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")
     report.add_argument("--reports", default="reports", help="folder holding evidence.json (default: %(default)s)")
     report.add_argument("--ledger", type=Path, default=None, help="ledger.json (default: the project's)")

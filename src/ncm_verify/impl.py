@@ -34,13 +34,21 @@ callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
 
 All must raise ``ValueError`` naming the argument on invalid input. An
 implementation may also provide the NCM model and cache names listed in
-``NCM_NAMES`` and the decoding names in ``MLX_LM_NAMES``; properties of the parts it
-lacks fail with a clear message.
+``NCM_NAMES`` and the decoding names in ``MLX_LM_NAMES``; a property that needs a name
+the module lacks is reported "not provided", and so is one whose calls reached only
+names the module re-exports from the reference (``from ncm_verify.reference import *``).
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import hashlib
 import importlib
+import importlib.util
+import pkgutil
+import sys
+from pathlib import Path
 from types import ModuleType
 
 DEFAULT_IMPLEMENTATION = "ncm_verify.reference"
@@ -54,6 +62,7 @@ SPECULATIVE_NAMES = (
     "apply_chain",
     "apply_factorized",
     "apply_latent_chain",
+    "draw_uniforms",  # (key, batch, shape) -> the uniforms [B, *shape] verify_* hands apply_* (C11)
 )
 NCM_NAMES: tuple[str, ...] = (
     "NCMConfig",  # the config dataclass: fields as in ncm_verify.ncm.config
@@ -82,16 +91,181 @@ MLX_LM_NAMES: tuple[str, ...] = (
 )
 
 
-def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
-    """Import the implementation module `name` and check it names the kernels."""
+PROTOCOL_NAMES = SPECULATIVE_NAMES + NCM_NAMES + MLX_LM_NAMES
+KERNEL_CLAIMS = {
+    "verify_chain": "C5", "apply_chain": "C5", "residual_distribution": "C5", "verify_greedy": "C7",
+    "verify_factorized": "C6", "apply_factorized": "C6", "verify_latent_chain": "C6", "apply_latent_chain": "C6",
+    **{name: "C8" for name in MLX_LM_NAMES},
+}
+"""The distribution claim each kernel's output bears on: a failure on that kernel counts against it."""
+NOT_PROVIDED = "not provided by"
+"""How a skip for a protocol name the module lacks begins; the report reads it as 'not provided'."""
+
+
+class ImplementationError(ValueError):
+    """The implementation module cannot be loaded; the message says why, once."""
+
+
+def is_path(name: str) -> bool:
+    return name.endswith(".py") or "/" in name or "\\" in name
+
+
+def suggest(name: str) -> str:
+    """' Did you mean X?' when one part of a dotted name is within reach of a real module, else ''."""
+    parts = name.split(".")
+    for depth in range(len(parts) - 1, -1, -1):  # the deepest package that does import
+        parent = ".".join(parts[:depth])
+        try:
+            search = importlib.import_module(parent).__path__ if parent else None
+        except (ImportError, AttributeError):
+            continue
+        found = [m.name for m in pkgutil.iter_modules(search)]
+        close = difflib.get_close_matches(parts[depth], found, n=1, cutoff=0.75)
+        if not close or close[0] == parts[depth]:
+            return ""
+        return f" Did you mean {'.'.join([*parts[:depth], close[0], *parts[depth + 1:]])!r}?"
+    return ""
+
+
+def refuse_shadowing(module_name: str, path: Path) -> ModuleType:
+    raise ImplementationError(
+        f"impl: {str(path)!r} would be imported as {module_name!r}, which names another module; rename the file"
+    )
+
+
+def import_implementation(name: str) -> ModuleType:
+    """The module named `name` (dotted), or loaded from the file `name`; one clear ImplementationError otherwise."""
+    if is_path(name):
+        path = Path(name).expanduser().resolve()
+        if not path.is_file():
+            raise ImplementationError(f"impl: no file {str(path)!r}")
+        module_name = path.stem
+        known = sys.modules.get(module_name)
+        if known is not None and Path(getattr(known, "__file__", "") or "").resolve() == path:
+            return known
+        try:
+            elsewhere = known or importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            elsewhere = None
+        if elsewhere is not None and Path(getattr(elsewhere, "origin", None) or "").resolve() != path:
+            return refuse_shadowing(module_name, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[module_name]
+            raise ImplementationError(
+                f"impl: importing {str(path)!r} raised {type(error).__name__}: {error}"
+            ) from error
+        return module
     try:
-        module = importlib.import_module(name)
+        return importlib.import_module(name)
     except ImportError as error:
-        raise ValueError(f"impl: cannot import implementation module {name!r}: {error}") from error
-    missing = [attr for attr in SPECULATIVE_NAMES if not callable(getattr(module, attr, None))]
-    if missing:
-        raise ValueError(f"impl: module {name!r} lacks {', '.join(missing)}")
+        raise ImplementationError(
+            f"impl: cannot import implementation module {name!r}: {error}.{suggest(name)} "
+            "A module outside the project is named by its file path (IMPL=path/to/kernels.py), "
+            "or made importable by installing it into .venv or adding its folder to PYTHONPATH."
+        ) from error
+    except Exception as error:  # the module exists but its own code fails
+        raise ImplementationError(f"impl: importing {name!r} raised {type(error).__name__}: {error}") from error
+
+
+def load_implementation(name: str = DEFAULT_IMPLEMENTATION) -> ModuleType:
+    """Import the implementation module `name` (dotted name or file path); it must provide some protocol name."""
+    module = import_implementation(name)
+    if not any(getattr(module, attr, None) is not None for attr in PROTOCOL_NAMES):
+        names = ", ".join(PROTOCOL_NAMES)
+        raise ImplementationError(f"impl: module {name!r} provides none of the protocol's names ({names})")
     return module
+
+
+def origin_of(value) -> str | None:
+    """The module that defines `value` (a function, class, or a partial of one)."""
+    target = getattr(value, "func", value)
+    return getattr(target, "__module__", None)
+
+
+def own_names(module: ModuleType) -> dict[str, bool]:
+    """Protocol name -> whether `module` provides it itself rather than re-exporting the reference's object."""
+    if module.__name__ == DEFAULT_IMPLEMENTATION:
+        return {name: True for name in PROTOCOL_NAMES if hasattr(module, name)}
+    reference = importlib.import_module(DEFAULT_IMPLEMENTATION)
+    return {
+        name: getattr(module, name) is not getattr(reference, name, None)
+        for name in PROTOCOL_NAMES
+        if getattr(module, name, None) is not None
+    }
+
+
+def describe_implementation(module: ModuleType, argument: str) -> dict:
+    """What the report names as tested: module, file, sha256 of its source, the names it defines and inherits."""
+    path = getattr(module, "__file__", None)
+    own = own_names(module)
+    return {
+        "module": module.__name__,
+        "argument": argument,
+        "path_argument": argument if is_path(argument) else None,
+        "path": path,
+        "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest() if path and Path(path).is_file() else None,
+        "defines": sorted(name for name, mine in own.items() if mine),
+        "inherits": sorted(
+            f"{name} (from {origin_of(getattr(module, name))})" for name, mine in own.items() if not mine
+        ),
+        "missing": [name for name in PROTOCOL_NAMES if name not in own],
+    }
+
+
+class RecordingImplementation:
+    """The implementation module seen through a recorder: calls per protocol name, and which it provides itself.
+
+    Functions are wrapped to count calls; classes count when looked up. A protocol name the module lacks
+    skips the property as not provided (Hypothesis re-raises skips at once, so no example is wasted).
+    """
+
+    def __init__(self, module: ModuleType):
+        self._module = module
+        self._own = own_names(module)
+        self.calls: dict[str, int] = {}
+        self.example_names: set[str] = set()
+
+    def begin_test(self) -> None:
+        self.calls, self.example_names = {}, set()
+
+    def begin_example(self) -> None:
+        self.example_names = set()
+
+    def record(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.example_names.add(name)
+
+    def call_records(self) -> dict[str, dict]:
+        return {
+            name: {"calls": n, "own": self._own.get(name, False), "origin": origin_of(getattr(self._module, name))}
+            for name, n in sorted(self.calls.items())
+        }
+
+    def __getattr__(self, name: str):
+        value = getattr(self._module, name, None)
+        if name not in PROTOCOL_NAMES:
+            if value is None and not hasattr(self._module, name):
+                raise AttributeError(name)
+            return value
+        if value is None:
+            import pytest
+
+            pytest.skip(f"{NOT_PROVIDED} {self._module.__name__}: it has no {name}")
+        if isinstance(value, type) or not callable(value):
+            self.record(name)
+            return value
+
+        @functools.wraps(value)
+        def recorded(*args, **kwargs):
+            self.record(name)
+            return value(*args, **kwargs)
+
+        return recorded
 
 
 def require_names(module: ModuleType, names: tuple[str, ...], what: str, needed_by: str) -> ModuleType:

@@ -31,3 +31,4 @@ from ncm_verify.ncm import (  # noqa: F401
     make_model,
     save_model,
 )
+from ncm_verify.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401

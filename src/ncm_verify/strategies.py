@@ -163,6 +163,37 @@ update_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=8)
 """Positions per cache update: one at a time (decoding) or several (prefill, verification)."""
 
 
+# --- level drafting on the model (claim C6 on the NCM) ---------------------------------
+
+
+@st.composite
+def level_drafting_configs(draw, config_type, *, max_outcomes: int = 1024, dtypes=("float32",),
+                           masks=("ncm", "prefix_lm", "causal")):
+    """Tiny NCMs whose whole-generation law can be enumerated: vocabulary <= 4, two or three
+    levels of one or two slots, codebook <= 3, at most `max_outcomes` (latents, tokens) outcomes."""
+    vocab = draw(st.integers(2, 4), label="vocab_size")
+    codes = draw(st.integers(1, 3), label="codebook_size")
+    levels = draw(st.lists(st.integers(1, 2), min_size=2, max_size=3)
+                  .filter(lambda sizes: int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes),
+                  label="level_sizes")
+    d_model = draw(st.sampled_from([8, 16]), label="d_model")
+    return config_type(
+        vocab_size=vocab, prefix_length=draw(st.integers(1, 3), label="prefix_length"), level_sizes=tuple(levels),
+        codebook_size=codes, d_model=d_model, num_heads=draw(st.sampled_from([1, 2]), label="num_heads"),
+        num_layers=draw(st.integers(1, 2), label="num_layers"), mask=draw(st.sampled_from(masks), label="mask"),
+        dtype=draw(st.sampled_from(dtypes), label="dtype"), seed=draw(st.integers(0, 2**16), label="model_seed"),
+    )
+
+
+DRAFT_MODELS = ("perturbed 0.3", "perturbed 1", "perturbed 3", "smaller")
+"""How a draft NCM relates to its target: the target's weights moved by a relative scale, or a
+smaller network (one layer, d_model 8) sharing vocabulary, codebook and layout."""
+
+draft_models = st.sampled_from(DRAFT_MODELS)
+level_draft_counts = st.integers(1, 3)
+"""k: levels drafted per target pass."""
+
+
 # --- exact step checks (apply_* against float64): big ids, near-equal rows, drawn uniforms ---
 
 LARGE_VOCAB = 1000

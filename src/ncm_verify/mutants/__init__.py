@@ -35,9 +35,19 @@ MUTANTS = {
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
+    "level_tokens_under_other_latent": "level drafting: tokens drafted under another latent than the one verified",
+    "level_rejected_kv_kept": "level drafting: a changed level keeps the K/V of its rejected draft",
+    "level_corrected_tokens_not_redrawn": "level drafting: a corrected latent's tokens come from the drafted latent's rows",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
+LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
+"""Mutants of level drafting on the model: the level-drafting properties must catch them."""
+EVIDENCE_MUTANTS = {
+    "filtered_evidence": "correct where it answers, but turns two fixtures in three away as filtered examples",
+}
+"""Planted bugs no assertion can catch (the properties pass vacuously): the verdict must refuse to call
+their claims shown. Kept apart from `MUTANTS`, which must each fail some property."""
 
 
 def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, apply_latent_chain=None) -> dict:
@@ -76,3 +86,10 @@ def make_prefix_cache(rewrite_key) -> type:
             return [rewrite_key(key) for key in super().keys_for(model, prefixes, namespace)]
 
     return RewrittenKeyCache
+
+
+def with_level_step(**changes) -> dict:
+    """Level drafting on the model with one of its decisions (`level_draft.Steps`) swapped."""
+    from ncm_verify.ncm.level_draft import REFERENCE_STEPS, generate_level_speculative
+
+    return {"generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))}

@@ -11,6 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ncm_verify.bench_ratios import BENCH_CLAIM
+from ncm_verify.bench_ratios import c9_summary as bench_line
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
 
@@ -22,7 +24,6 @@ BENCH_FILE = "bench.json"
 VERIFY_JSON = "verify.json"
 VERIFY_MD = "verify.md"
 VERIFY_HTML = "verify.html"
-NOT_RUN = "not run"
 
 
 def read_json(path: Path) -> dict | None:
@@ -39,8 +40,20 @@ def normalized_claims(ledger: dict) -> list[dict]:
     return [{**defaults, **claim} for claim in ledger["claims"]]
 
 
-def mutants_summary(mutants: dict | None, claims: list[dict]) -> dict | None:
-    """The planted-bug table, with the claims whose properties caught each bug."""
+def registered_mutants() -> list[str]:
+    """Every planted bug the sweep must report on."""
+    from ncm_verify.mutants import EVIDENCE_MUTANTS, MUTANTS
+
+    return sorted({*MUTANTS, *EVIDENCE_MUTANTS})
+
+
+def normalized_claims_ledger(ledger: dict) -> dict:
+    """The ledger with its claims normalized (every optional list present)."""
+    return {**ledger, "claims": normalized_claims(ledger)}
+
+
+def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str] | None = None) -> dict | None:
+    """The planted-bug table, with the claims whose properties caught each bug (and any `expected` one absent)."""
     if mutants is None:
         return None
     claims_of_property = {}
@@ -60,14 +73,18 @@ def mutants_summary(mutants: dict | None, claims: list[dict]) -> dict | None:
             "claims": claims,
             "failed": len(mutant.get("failed", [])),
             "passed": len(mutant.get("passed", [])),
+            "errors": mutant.get("errors", []),
+            "sweep_error": mutant.get("sweep_error"),
         })
     rows.sort(key=lambda row: row["name"])
     return {
         "generated": mutants.get("generated"),
+        "cache": mutants.get("cache"),
         "profile": mutants.get("profile"),
         "mutants": rows,
         "caught": sum(row["caught"] for row in rows),
         "survived": [row["name"] for row in rows if not row["caught"]],
+        "missing": sorted(set(expected or ()) - {row["name"] for row in rows}),
     }
 
 
@@ -75,7 +92,8 @@ def calibration_summary(calibration: dict | None) -> dict | None:
     """The calibration run: rejections of the correct kernels, and the planted bug's power."""
     if calibration is None:
         return None
-    keys = ("alpha", "runs", "rejections", "binomial_p_value", "p_values", "planted", "generated")
+    keys = ("alpha", "runs", "rejections", "binomial_p_value", "ks_uniform_p_value", "check_budget", "p_values",
+            "planted", "power_cases", "size", "generated", "cache")
     return {key: calibration.get(key) for key in keys}
 
 
@@ -104,32 +122,15 @@ def bench_summary(bench: dict | None) -> dict | None:
     }
 
 
-def run_verdict(
-    evidence: dict | None, mutants: dict | None, calibration: dict | None, ledger_problems: list[str]
-) -> dict:
-    """Passed only when every property passed, the budget held, no planted bug survived
-    and the ledger conforms."""
-    if evidence is None:
-        return {"verdict": NOT_RUN, "reasons": ["no evidence.json: the properties were not run"]}
-    outcomes: dict[str, int] = {}
-    for node in evidence["properties"]:
-        outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
-    reasons = [f"ledger.json: {problem}" for problem in ledger_problems]
-    failing = outcomes.get("failed", 0) + outcomes.get("error", 0)
-    if failing:
-        reasons.append(f"{claim_status.count(failing, 'property run')} failed")
-    if evidence["budget"].get("run_failed_by_budget"):
-        reasons.append(evidence["budget"]["note"])
-    if mutants is not None and mutants["survived"]:
-        reasons.append(f"planted bugs not caught: {', '.join(mutants['survived'])}")
-    if calibration is not None and calibration.get("passed") is False:
-        reasons.append("calibration failed")
-    return {
-        "verdict": "failed" if reasons else "passed",
-        "reasons": reasons,
-        "outcomes": dict(sorted(outcomes.items())),
-        "examples": sum((n.get("hypothesis") or {}).get("examples") or 0 for n in evidence["properties"]),
-    }
+def run_facts(evidence: dict | None, run: dict | None) -> dict:
+    """What identifies the run: implementation (name, path, hash, names it defines), profile, run id."""
+    facts = {"impl": None, "profile": None, "planned_tests": None}
+    if evidence is not None:
+        facts.update(impl=evidence["impl"], profile=evidence.get("profile", "ci"),
+                     planned_tests=(evidence.get("policy") or {}).get("planned_tests"),
+                     run_id=evidence.get("run_id"), implementation=evidence.get("implementation"))
+        facts["impl_path"] = (evidence.get("implementation") or {}).get("path_argument")
+    return {**facts, **(run or {})}
 
 
 def build_report(
@@ -139,39 +140,35 @@ def build_report(
     calibration: dict | None = None,
     bench: dict | None = None,
     ledger_problems: list[str] = (),
+    run: dict | None = None,
+    expected_mutants: list[str] | None = None,
 ) -> dict:
-    """verify.json: every claim with its derived status and the evidence behind it."""
+    """verify.json: every claim with its derived status, the evidence behind it, and the run's one verdict.
+
+    `run` carries what the orchestrator knows: the run id, each phase's exit, where self-tests came from.
+    """
     nodes = evidence["properties"] if evidence else []
-    impl = evidence["impl"] if evidence else None
-    profile = evidence.get("profile", "ci") if evidence else "ci"
+    facts = run_facts(evidence, run)
+    ledger_problems = [*ledger_problems, *facts.get("ledger_problems", [])]
     ledger_claims = normalized_claims(ledger)
-    claims = []
-    for claim in ledger_claims:
-        behind = claim_status.claim_nodes(claim, nodes)
-        status, reason = claim_status.derive_status(claim, behind)
-        summaries = [claim_status.property_summary(node, impl, profile) for node in behind]
-        claims.append({
-            "id": claim["id"],
-            "statement": claim["statement"],
-            "status": status,
-            "reason": reason,
-            "sources": claim["sources"],
-            "basis": claim.get("basis"),
-            "paths": claim["paths"],
-            "listed_properties": claim["properties"],
-            "benchmarks": claim["benchmarks"],
-            "property_count": len({s["property"] for s in summaries}),
-            "examples": sum(s["examples"] or 0 for s in summaries),
-            "properties": summaries,
-        })
+    claims = claim_status.make_claims(ledger_claims, nodes, facts)
+    for claim in claims:  # C9: the last make bench's ratios, if it measured this impl and commit
+        if claim["id"] == BENCH_CLAIM:
+            commit = (evidence or {}).get("environment", {}).get("commit")
+            claim["reason"] = f"{claim['reason']}. {bench_line(bench, facts['impl'], commit)}"
     claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
-    mutant_table = mutants_summary(mutants, ledger_claims)
+    mutant_table = mutants_summary(mutants, ledger_claims, expected_mutants)
     calibration_table = calibration_summary(calibration)
+    verdict = claim_status.make_verdict(
+        evidence, claims, mutant_table, calibration_table, list(ledger_problems), ledger_claims,
+        phases=facts.get("phases"), run_id=facts.get("run_id") if run else None,
+    )
     return {
         "schema": REPORT_SCHEMA,
-        "impl": impl,
-        "profile": profile if evidence else None,
-        "run": run_verdict(evidence, mutant_table, calibration, list(ledger_problems)),
+        "impl": facts["impl"],
+        "profile": facts["profile"],
+        "run_facts": facts,
+        "run": verdict,
         "ledger_problems": list(ledger_problems),
         "environment": evidence["environment"] if evidence else None,
         "policy": evidence["policy"] if evidence else None,
@@ -185,8 +182,8 @@ def build_report(
     }
 
 
-def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
-    """Build the report from the JSON files in `reports_dir`; nothing is rerun."""
+def load_report(reports_dir: Path, ledger_path: Path | None = None, run: dict | None = None) -> dict:
+    """Build the report from the JSON files in `reports_dir`; nothing is rerun. `run`: the orchestrator's facts."""
     reports_dir = Path(reports_dir)
     ledger, problems = read_ledger(ledger_path)
     return build_report(
@@ -196,6 +193,8 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
         read_json(reports_dir / CALIBRATION_FILE),
         read_json(reports_dir / BENCH_FILE),
         problems,
+        run,
+        registered_mutants(),
     )
 
 
@@ -245,12 +244,27 @@ def policy_table(report: dict) -> Table | None:
     return Table("Statistical policy", ("setting", "value"), rows)
 
 
+def verdict_table(report: dict) -> Table:
+    """Each part of the run's verdict: passed, or why not."""
+    rows = [
+        (name, "passed" if part["passed"] else "failed", "; ".join(part["reasons"]) or "-")
+        for name, part in report["run"]["parts"].items()
+    ]
+    return Table("Verdict by part", ("part", "verdict", "why"), rows,
+                 f"run verdict: {report['run']['verdict']} (exit status {report['run']['exit_status']})")
+
+
 def claims_table(report: dict) -> Table:
     rows = [
-        (c["id"], c["status"], number(c["property_count"]), number(c["examples"]), c["statement"], c["reason"])
+        (c["id"], c["status"], number(c["property_count"]), number(c["distinct_examples"]), c["statement"],
+         c["reason"])
         for c in report["claims"]
     ]
-    return Table("Claims", ("claim", "status", "properties", "examples", "statement", "why"), rows)
+    note = (f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
+            f"for a statistical one), a chi-square test if statistical, at most "
+            f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
+            "provides itself")
+    return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
 
 
 def properties_table(claim: dict) -> Table:
@@ -260,13 +274,15 @@ def properties_table(claim: dict) -> Table:
         rows.append((
             p["nodeid"],
             p["outcome"],
-            number(p["examples"]),
+            f"{number(p['distinct_examples'])} of {number(p['examples'])}",
+            "; ".join([p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]),
             number(p["duration_s"]),
             number(p["statistics"]["tests"]) if p["statistics"] else "-",
             f"{difference['check']}: {number(difference['difference'])} vs {number(difference['tolerance'])}"
             if difference else "-",
         ))
-    header = ("property", "outcome", "examples", "seconds", "chi-square tests", "largest difference vs tolerance")
+    header = ("property", "outcome", "distinct examples", "evidence", "seconds", "chi-square tests",
+              "largest difference vs tolerance")
     return Table(f"{claim['id']}: properties", header, rows)
 
 
@@ -291,6 +307,7 @@ def statistical_table(report: dict) -> Table:
         (
             p["nodeid"],
             number(p["statistics"]["tests"]),
+            number(p["statistics"]["distinct_laws"]),
             f"{number(p['statistics']['n_min'])}-{number(p['statistics']['n_max'])}",
             number(p["statistics"]["p_min"]),
             number(p["statistics"]["alpha"]),
@@ -300,7 +317,8 @@ def statistical_table(report: dict) -> Table:
         )
         for p in statistical_rows(report)
     ]
-    header = ("property", "tests", "n", "min p-value", "alpha", "min detectable TV", "pooled mass", "rejections")
+    header = ("property", "tests", "distinct laws", "n", "min p-value", "alpha", "min detectable TV", "pooled mass",
+              "rejections")
     note = "min detectable TV: the smallest total-variation deviation each test detects with the policy's power."
     return Table("Statistical properties", header, rows, note)
 
@@ -310,8 +328,10 @@ def mutants_table(report: dict) -> Table:
     if mutants is None:
         return Table("Planted bugs", ("mutant",), [], "not run: no mutants.json (run the self-tests)")
     rows = [
-        (m["name"], "caught" if m["caught"] else "SURVIVED", ", ".join(m["claims"]) or "-",
-         ", ".join(m["caught_by"]) or "-", m["description"])
+        (m["name"], "caught" if m["caught"] else "BROKEN SWEEP" if m.get("sweep_error") else "SURVIVED",
+         ", ".join(m["claims"]) or "-",
+         ", ".join(m["caught_by"]) or ("refused by the verdict" if m["caught"] else "-"),
+         m["description"] + (f" (errors, not catches: {', '.join(m['errors'])})" if m.get("errors") else ""))
         for m in mutants["mutants"]
     ]
     note = f"{mutants['caught']} of {len(rows)} planted bugs caught (profile {mutants['profile']})"
@@ -326,15 +346,18 @@ def calibration_table(report: dict) -> Table:
         ("runs of the correct kernels", number(calibration["runs"])),
         ("rejections at alpha", f"{number(calibration['rejections'])} at {number(calibration['alpha'])}"),
         ("binomial p-value of that count", number(calibration["binomial_p_value"])),
+        ("KS p-value of uniform p-values", number(calibration.get("ks_uniform_p_value"))),
+        ("each check fails when its p-value is below", number(calibration.get("check_budget"))),
     ]
-    planted = calibration.get("planted")
-    if planted:
+    for case in calibration.get("power_cases") or []:
         rows.append((
-            f"planted bug {planted.get('name')}",
-            f"{number(planted.get('rejections'))} of {number(planted.get('runs'))} rejected "
-            f"(rate {number(planted.get('rejection_rate'))})",
+            f"power: {case.get('name')}",
+            f"{number(case.get('rejections'))} of {number(case.get('runs'))} rejected, needs "
+            f"{number(case.get('needed'))} (n {number(case.get('n'))}, alpha {number(case.get('alpha'))})",
         ))
-    return Table("Calibration", ("measure", "value"), rows)
+    cache = calibration.get("cache")
+    note = f"self-tests from cache key {cache['key']} (ran {cache['ran']})" if cache else ""
+    return Table("Calibration and power", ("measure", "value"), rows, note)
 
 
 def environment_table(report: dict) -> Table | None:
@@ -342,6 +365,15 @@ def environment_table(report: dict) -> Table | None:
     if environment is None:
         return None
     rows = [("implementation under test", str(report["impl"])), ("Hypothesis profile", str(report["profile"]))]
+    facts = report.get("run_facts") or {}
+    implementation = facts.get("implementation") or {}
+    for key in ("path", "sha256", "defines", "inherits"):
+        if implementation.get(key) is not None:
+            value = implementation[key]
+            rows.append((f"implementation {key}", ", ".join(value) if isinstance(value, list) else str(value)))
+    for key in ("run_id", "suite_commit", "suite_dirty"):
+        if facts.get(key) is not None:
+            rows.append((key.replace("_", " "), str(facts[key])))
     rows += [(key, str(value)) for key, value in environment.items()]
     return Table("Environment", ("item", "value"), rows)
 

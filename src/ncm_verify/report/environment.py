@@ -31,6 +31,18 @@ def git_commit(directory: Path | None = None) -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
+def git_dirty(directory: Path | None = None) -> bool | None:
+    """Whether the work tree has uncommitted changes; None outside a git work tree."""
+    try:
+        result = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=directory, capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(result.stdout.strip()) if result.returncode == 0 else None
+
+
 def describe_environment() -> dict:
     """The facts every report and figure carries; the device is asked of MLX, never assumed."""
     import mlx.core as mx

@@ -1,91 +1,211 @@
-"""verify.html: one self-contained page (inline CSS, hand-drawn inline SVG, no network)."""
+"""verify.html: one self-contained page (inline CSS, hand-drawn inline SVG, no network).
+
+The page reads at laptop width: long names wrap instead of overflowing, a table
+of contents links every section, claim and property (stable ids from the claim
+id and node id), and a "what was not checked here" list is derived from the data.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Callable
 from html import escape
 
 from ncm_verify.report import document as doc
 
 CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:.5em 0 1.5em;width:100%}
+*,*::before,*::after{box-sizing:border-box}
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em;
+overflow-wrap:break-word}
+h1{margin:.2em 0 .4em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.15em}
+table{border-collapse:collapse;margin:.5em 0 1.5em;width:100%;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f2f2f2}
+tr:target,h3:target,details:target>summary{background:#fff6c8}
 code,pre{font-family:ui-monospace,monospace;font-size:12px}
-pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}
-.status{font-weight:bold;padding:1px 6px;border-radius:3px}
+pre{overflow-wrap:anywhere}
+pre{background:#f7f7f7;padding:.6em;white-space:pre-wrap;max-width:100%}
+a{color:#1a4f8f}
+.status{font-weight:bold;padding:1px 6px;border-radius:3px;white-space:nowrap}
 .shown,.passed,.caught{background:#d9f2d9;color:#145214}
-.failed,.error,.SURVIVED{background:#f9d6d5;color:#7a1010}
-.not-run,.skipped{background:#eee;color:#555}
-.not-checkable{background:#e4e9f7;color:#28407a}
-figure{display:inline-block;margin:0 1em 1em 0}
-figcaption{font-size:12px;color:#555;max-width:520px}
-.note{color:#555}
+.failed,.error,.SURVIVED,.BROKEN-SWEEP{background:#f9d6d5;color:#7a1010}
+.not-run,.skipped,.not-shown{background:#eee;color:#555}
+.not-checkable,.not-provided{background:#e4e9f7;color:#28407a}
+nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.4em 1em;margin:1em 0}
+nav.toc ol{margin:.2em 0;padding-left:1.6em;columns:3 14em}nav.toc li{margin:.1em 0}
+nav.toc .claims{display:flex;flex-wrap:wrap;gap:.2em .8em;list-style:none;padding-left:0}
+.unchecked{border-left:4px solid #c9a227;background:#fdf8e6;padding:.3em 1em;margin:1em 0}
+.unchecked ul{margin:.2em 0}
+figure{display:inline-block;margin:0 1em 1em 0;max-width:100%;vertical-align:top}
+figure svg{max-width:100%;height:auto}
+figcaption{font-size:12px;color:#555;max-width:560px}
+figcaption table{font-size:11px;margin:.4em 0}
+details{margin:.3em 0}summary{cursor:pointer}
+.note{color:#555}.nb{white-space:nowrap}
 """
 STATUS_CELLS = {"status", "outcome", "verdict"}
-PLOT_WIDTH, PLOT_HEIGHT = 520, 220
-LEFT, TOP, BOTTOM = 54, 36, 22
-"""Plot margins in pixels: room for the y label, the title and legend, the x labels."""
+LIST_CELLS = {"caught by"}
+"""Columns whose comma-separated node ids read better one per line."""
+PLOT_WIDTH, PLOT_HEIGHT = 540, 240
+LEFT, TOP, BOTTOM = 62, 36, 40
+"""Plot margins in pixels: room for the y label, the title and legend, the x labels and their axis title."""
+LABELLED_BINS = 12
+"""Up to this many bins each get their outcome label under the axis; past it, every few get 'bin i'."""
+WORST_BINS = 5
+"""Bins listed beside a frequency plot when the record does not list its own."""
+SECTIONS = (
+    ("verdict", "Verdict"), ("not-checked", "What was not checked here"), ("claims", "Claims"),
+    ("failures", "Failures"), ("policy", "Statistical policy"), ("statistical", "Statistical properties"),
+    ("frequencies", "Expected vs observed frequencies"), ("planted-bugs", "Planted bugs"),
+    ("calibration", "Calibration"), ("evidence", "Evidence per claim"), ("unclaimed", "Runs under no claim"),
+    ("benchmarks", "Benchmarks"), ("environment", "Environment"), ("sources", "Sources"),
+)
+
+
+# --- anchors ---
+
+
+def slug(text: str) -> str:
+    """`text` as an id fragment: letters, digits, '_' and '-' kept, every other run of characters one '-'."""
+    return re.sub(r"[^A-Za-z0-9_]+", "-", text).strip("-")
+
+
+def claim_anchor(claim_id: str) -> str:
+    return f"claim-{slug(claim_id)}"
+
+
+def property_anchor(nodeid: str) -> str:
+    """A stable id for one property run: its readable node id and a short hash that keeps near-equal ids apart."""
+    return f"prop-{slug(nodeid)}-{hashlib.sha1(nodeid.encode()).hexdigest()[:6]}"
+
+
+LONG_TOKEN = 20
+"""Characters past which a word gets break opportunities: node ids, module paths and URLs wrap at a narrow width."""
+
+
+def breakable(text: str) -> str:
+    """`text` escaped, with a `<wbr>` after each separator of a long word (and every `LONG_TOKEN` characters of
+    a run without one), so a table column can be narrower than its longest name without overflowing."""
+    words = []
+    for word in re.split(r"(\s+)", str(text)):
+        if len(word) <= LONG_TOKEN:
+            words.append(escape(word))
+            continue
+        pieces = [
+            piece[i : i + LONG_TOKEN]
+            for piece in re.split(r"(?<=[/_.:\[\]\-,=(])", word)
+            for i in range(0, len(piece), LONG_TOKEN)
+        ]
+        words.append("<wbr>".join(escape(piece) for piece in pieces))
+    return "".join(words)
+
+
+def link(text: str, anchor: str) -> str:
+    return f'<a href="#{anchor}">{breakable(text)}</a>'
+
+
+# --- tables ---
 
 
 def status_span(value: str) -> str:
     return f'<span class="status {escape(value.replace(" ", "-"))}">{escape(value)}</span>'
 
 
-def render_table(table: doc.Table, level: int = 2) -> str:
-    parts = [f"<h{level}>{escape(table.title)}</h{level}>"]
+def render_cell(name: str, value, anchors: dict[str, Callable[[str], str]]) -> str:
+    if name in STATUS_CELLS:
+        return status_span(str(value))
+    if name in anchors and value not in ("", "-"):
+        return link(str(value), anchors[name](str(value)))
+    text = str(value)
+    if name in LIST_CELLS:
+        return "<br>".join(breakable(item) for item in text.split(", "))
+    if len(text) <= LONG_TOKEN and " " not in text:
+        # numbers such as 3.33e-06 or ranges such as 53248-61440 read wrong when a browser breaks at their '-'
+        return f'<span class="nb">{escape(text)}</span>'
+    return breakable(text)
+
+
+def render_table(
+    table: doc.Table,
+    level: int = 2,
+    section: str = "",
+    anchors: dict[str, Callable[[str], str]] | None = None,
+    row_ids: list[str] | None = None,
+) -> str:
+    """A table under its heading; `anchors` links a column's cells, `row_ids` gives each row an id."""
+    anchors = anchors or {}
+    heading_id = f' id="{section}"' if section else ""
+    parts = [f"<h{level}{heading_id}>{escape(table.title)}</h{level}>"]
     if table.note:
-        parts.append(f'<p class="note">{escape(table.note)}</p>')
+        parts.append(f'<p class="note">{breakable(table.note)}</p>')
     if table.rows:
         header = "".join(f"<th>{escape(h)}</th>" for h in table.header)
         body = []
-        for row in table.rows:
-            cells = [
-                status_span(value) if name in STATUS_CELLS else escape(str(value))
-                for name, value in zip(table.header, row)
-            ]
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        for i, row in enumerate(table.rows):
+            row_id = f' id="{row_ids[i]}"' if row_ids else ""
+            cells = "".join(f"<td>{render_cell(name, value, anchors)}</td>" for name, value in zip(table.header, row))
+            body.append(f"<tr{row_id}>{cells}</tr>")
         parts.append(f"<table><tr>{header}</tr>{''.join(body)}</table>")
     return "\n".join(parts)
 
 
-def svg_frame(title: str, y_max: float) -> list[str]:
-    """An SVG's opening, axes and y-axis label, scaled to `y_max`."""
+# --- plots ---
+
+
+def svg_frame(title: str, y_max: float, x_title: str) -> list[str]:
+    """An SVG's opening, axes, y-axis label and x-axis title, scaled to `y_max`."""
     bottom = PLOT_HEIGHT - BOTTOM
     return [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
-        f'role="img" aria-label="{escape(title)}">',
+        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
+         f'viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" role="img" aria-label="{escape(title)}">'),
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>',
         f'<line x1="{LEFT - 4}" y1="{TOP}" x2="{LEFT}" y2="{TOP}" stroke="#333"/>',
         f'<line x1="{LEFT}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
         f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{doc.number(y_max)}</text>',
         f'<text x="{LEFT - 6}" y="{bottom}" font-size="10" text-anchor="end">0</text>',
-        f'<text x="4" y="14" font-size="12">{escape(title)}</text>',
+        f'<text x="4" y="14" font-size="12">{escape(clip(title, 60))}</text>',
+        (f'<text x="{(LEFT + PLOT_WIDTH) / 2:.0f}" y="{PLOT_HEIGHT - 4}" font-size="10" '
+         f'text-anchor="middle" fill="#555">{escape(x_title)}</text>'),
     ]
 
 
+def clip(text: str, length: int) -> str:
+    """`text` cut to `length` characters with an ellipsis: SVG text does not wrap."""
+    return text if len(text) <= length else text[: length - 1] + "\u2026"
+
+
 def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[str],
-             reference: list[float] | None = None, reference_label: str = "") -> str:
-    """Grouped bars, one colour per series, with an optional reference tick per group."""
+             reference: list[float] | None = None, reference_label: str = "", x_title: str = "") -> str:
+    """Grouped bars, one colour per series, with an optional reference tick per group.
+
+    Each bar carries a tooltip with its label and value; at most `LABELLED_BINS` labels are written under the axis.
+    """
     colours = ("#7a9cc6", "#e0a040")
     groups = max(len(values) for _, values in series)
     y_max = max([v for _, values in series for v in values] + (reference or []) + [1e-12])
     width = (PLOT_WIDTH - LEFT - 10) / max(groups, 1)
     bar = max(width / (len(series) + 1), 0.5)
     bottom, height = PLOT_HEIGHT - BOTTOM, PLOT_HEIGHT - BOTTOM - TOP
-    parts = svg_frame(title, y_max)
-    for s, (_, values) in enumerate(series):
+    parts = svg_frame(title, y_max, x_title)
+    for s, (name, values) in enumerate(series):
         for i, value in enumerate(values):
             h = height * value / y_max
             x = LEFT + 2 + i * width + s * bar
-            parts.append(f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" fill="{colours[s % 2]}"/>')
+            tip = f"{x_labels[i]}: {name} {doc.number(value)}" + (
+                f", {reference_label} {doc.number(reference[i])}" if reference else "")
+            parts.append(f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" '
+                         f'fill="{colours[s % 2]}"><title>{escape(tip)}</title></rect>')
     for i, value in enumerate(reference or []):
         y = bottom - height * value / y_max
         x = LEFT + 2 + i * width
-        parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" stroke="#b22" stroke-width="1.5"/>')
-    step = max(1, groups // 12)
+        parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" '
+                     'stroke="#b22" stroke-width="1.5"/>')
+    step = 1 if groups <= LABELLED_BINS else -(-groups // LABELLED_BINS)
+    size = max(8, min(10, int(width / 6) + 4)) if step == 1 else 9
     for i in range(0, groups, step):
-        parts.append(f'<text x="{LEFT + 2 + i * width:.2f}" y="{bottom + 12}" font-size="9">{escape(x_labels[i])}</text>')
+        text = clip(x_labels[i], max(3, int(width * step / 5.5)))
+        parts.append(f'<text x="{LEFT + 2 + i * width:.2f}" y="{bottom + 12}" font-size="{size}">{escape(text)}</text>')
     legend_x = PLOT_WIDTH - 130
     for s, (name, _) in enumerate(series):
         parts.append(f'<rect x="{legend_x}" y="{4 + 12 * s}" width="9" height="9" fill="{colours[s % 2]}"/>'
@@ -103,24 +223,78 @@ def device_note(report: dict) -> str:
     return f"MLX {environment.get('mlx', '?')} on {environment.get('mlx_default_device', '?')}"
 
 
+def bin_labels(record: dict) -> list[str]:
+    """The outcome label of each bin when the record carries them, else 'bin i'."""
+    labels = (record.get("context") or {}).get("bin_labels")
+    if isinstance(labels, list) and len(labels) == len(record["expected"]):
+        return [str(label) for label in labels]
+    return [f"bin {i}" for i in range(len(record["expected"]))]
+
+
+def worst_bins(record: dict) -> list[dict]:
+    """The bins contributing most to the statistic: the record's own list when it has one."""
+    listed = (record.get("context") or {}).get("worst_bins")
+    if listed:
+        return listed
+    labels = bin_labels(record)
+    rows = [
+        {"outcome": labels[i], "expected": e, "observed": o, "contribution": (o - e) ** 2 / e if e else 0.0}
+        for i, (e, o) in enumerate(zip(record["expected"], record["observed"]))
+    ]
+    return sorted(rows, key=lambda row: -row["contribution"])[:WORST_BINS]
+
+
+def worst_bins_table(record: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{breakable(str(row.get('outcome')))}</td><td>{doc.number(row.get('expected'))}</td>"
+        f"<td>{doc.number(row.get('observed'))}</td><td>{doc.number(row.get('contribution'))}</td></tr>"
+        for row in worst_bins(record)
+    )
+    return ("<table><tr><th>outcome (bin)</th><th>expected</th><th>observed</th><th>chi-square part</th></tr>"
+            f"{rows}</table>")
+
+
+def plotted_record(statistics: dict) -> tuple[dict, str]:
+    """The record a property's figure shows, and what it is.
+
+    A failed property shows its minimal counterexample (the last failing test, replayed by Hypothesis after
+    shrinking), not the first failure its search met; a passing one shows its smallest p-value.
+    """
+    counterexample = statistics.get("counterexample")
+    if counterexample:
+        return counterexample, "the minimal counterexample's test (the last that failed, after shrinking)"
+    if statistics["failed_tests"]:
+        return statistics["worst"], "the failing test with the smallest p-value (no counterexample recorded)"
+    return statistics["worst"], f"the test with the smallest p-value of {statistics['tests']}"
+
+
+def frequency_figure(report: dict, p: dict) -> str:
+    """Expected vs observed bin counts of one statistical property, bins labelled by outcome."""
+    record, which = plotted_record(p["statistics"])
+    labels = bin_labels(record)
+    labelled = not labels[0].startswith("bin ") if labels else False
+    svg = bars_svg(record["name"], [("observed", record["observed"])], labels,
+                   reference=record["expected"], reference_label="expected (exact)",
+                   x_title="bins by outcome (hover a bar for its label)" if labelled else "bins by index")
+    caption = (
+        f"{which}: n={record['n']}, df={record['df']}, statistic={doc.number(record['statistic'])}, "
+        f"p={doc.number(record['p_value'])}, alpha={doc.number(record['alpha'])}, "
+        f"{'rejected' if not record.get('passed', True) else 'not rejected'}; "
+        f"{'' if labelled else 'bins by index (this record carries no outcome labels), '}"
+        f"the last bin may pool rare outcomes; {device_note(report)}"
+    )
+    heading = link(p["nodeid"], property_anchor(p["nodeid"]))
+    return (f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}"
+            "</figcaption></figure>")
+
+
 def frequency_figures(report: dict) -> str:
-    """Expected vs observed bin counts of each statistical property's least likely test."""
-    figures = []
-    for p in doc.statistical_rows(report):
-        worst = p["statistics"]["worst"]
-        labels = [str(i) for i in range(len(worst["expected"]))]
-        svg = bars_svg(worst["name"], [("observed", worst["observed"])], labels,
-                       reference=worst["expected"], reference_label="expected (exact)")
-        caption = (
-            f"{p['nodeid']}: test with the smallest p-value of {p['statistics']['tests']}: "
-            f"n={worst['n']}, df={worst['df']}, statistic={doc.number(worst['statistic'])}, "
-            f"p={doc.number(worst['p_value'])}, alpha={doc.number(worst['alpha'])}; "
-            f"bins by index, the last may pool rare outcomes; {device_note(report)}"
-        )
-        figures.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+    """One figure per statistical property, failed properties first."""
+    rows = sorted(doc.statistical_rows(report), key=lambda p: p["statistics"]["failed_tests"] == 0)
+    figures = [frequency_figure(report, p) for p in rows]
     if not figures:
         return ""
-    return "<h2>Expected vs observed frequencies</h2>\n" + "\n".join(figures)
+    return '<h2 id="frequencies">Expected vs observed frequencies</h2>\n' + "\n".join(figures)
 
 
 def calibration_figure(report: dict, bins: int = 20) -> str:
@@ -135,12 +309,20 @@ def calibration_figure(report: dict, bins: int = 20) -> str:
     labels = [f"{i / bins:.2f}" for i in range(bins)]
     uniform = [len(p_values) / bins] * bins
     svg = bars_svg("calibration p-values", [("runs", counts)], labels,
-                   reference=uniform, reference_label="uniform expectation")
+                   reference=uniform, reference_label="uniform expectation", x_title="p-value")
     caption = (
         f"{len(p_values)} chi-square p-values of the correct kernels in {bins} bins; a calibrated test "
         f"gives a flat histogram; {device_note(report)}"
     )
-    return f"<h2>Calibration p-values</h2>\n<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
+    return f"<h3>Calibration p-values</h3>\n<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+# --- sections ---
+
+
+def all_properties(report: dict) -> list[dict]:
+    """Every property run once, in claim order."""
+    return doc.property_runs(report, "nodeid")
 
 
 def failures_html(report: dict) -> str:
@@ -152,55 +334,158 @@ def failures_html(report: dict) -> str:
             if failure.get(key):
                 items.append(f"<p>{label}:</p><pre>{escape(str(failure[key]))}</pre>")
         items.append(f"<p>rerun:</p><pre>{escape(failure['command'])}</pre>")
-        parts.append(f"<h3>{escape(p['nodeid'])} ({escape(', '.join(p['claims']))})</h3>" + "".join(items))
+        claims = ", ".join(link(c, claim_anchor(c)) for c in p["claims"])
+        parts.append(f"<h3>{link(p['nodeid'], property_anchor(p['nodeid']))} ({claims})</h3>" + "".join(items))
     if not parts:
         return ""
-    return "<h2>Failures and how to reproduce them</h2>\n" + "\n".join(parts)
+    return '<h2 id="failures">Failures and how to reproduce them</h2>\n' + "\n".join(parts)
 
 
 def claim_details(report: dict) -> str:
-    parts = ["<h2>Evidence per claim</h2>"]
+    """Each claim in a collapsible block with its id as anchor; each property row anchored once, where it first
+    appears (a property under several claims links there from the others). Browsers open a closed block when a
+    link points inside it, so the page needs no script."""
+    parts = ['<h2 id="evidence">Evidence per claim</h2>']
+    placed: set[str] = set()
     for claim in report["claims"]:
-        summary = f"{escape(claim['id'])} {status_span(claim['status'])} {escape(claim['statement'])}"
+        summary = f"{escape(claim['id'])} {status_span(claim['status'])} {breakable(claim['statement'])}"
         body = [
-            f"<p>{escape(claim['reason'])}</p>",
-            f"<p>sources: {escape(', '.join(claim['sources']) or '-')}; code: "
-            f"{escape(', '.join(claim['paths']) or '-')}</p>",
+            f"<p>{breakable(claim['reason'])}</p>",
+            (f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
+             f"{breakable(', '.join(claim['paths']) or '-')}</p>"),
         ]
         if claim["properties"]:
-            body.append(render_table(doc.properties_table(claim), level=4))
-        parts.append(f"<details><summary>{summary}</summary>{''.join(body)}</details>")
+            ids = []
+            for p in claim["properties"]:
+                anchor = property_anchor(p["nodeid"])
+                ids.append(anchor if anchor not in placed else f"{claim_anchor(claim['id'])}-{anchor}")
+                placed.add(anchor)
+            body.append(render_table(doc.properties_table(claim), level=4, row_ids=ids,
+                                     anchors={"property": property_anchor}))
+        parts.append(f'<details id="{claim_anchor(claim["id"])}"><summary>{summary}</summary>{"".join(body)}</details>')
     return "\n".join(parts)
+
+
+def implementation_line(report: dict) -> str:
+    """What was tested: the module, and its file and hash when the run recorded them."""
+    implementation = (report.get("run_facts") or {}).get("implementation") or {}
+    facts = [f"<code>{breakable(str(report['impl']))}</code>"]
+    if implementation.get("path"):
+        facts.append(f"file <code>{breakable(str(implementation['path']))}</code>")
+    if implementation.get("sha256"):
+        facts.append(f"sha256 <code>{escape(str(implementation['sha256'])[:16])}\u2026</code>")
+    return "Implementation under test: " + ", ".join(facts)
+
+
+def unchecked_items(report: dict) -> list[str]:
+    """What this run did not check, each item derived from the report's data."""
+    items = []
+    environment = report["environment"] or {}
+    device = str(environment.get("mlx_default_device", ""))
+    if "cpu" in device.lower():
+        items.append(f"MLX ran on the CPU ({device}): no Metal/GPU kernel path was run.")
+    elif not device:
+        items.append("The device is unknown: no properties ran, or the run recorded no environment.")
+    profile = report.get("profile")
+    if profile and profile != "thorough":
+        items.append(f"Examples were drawn under the '{profile}' Hypothesis profile; the thorough profile was not run.")
+    for status, meaning in (("not checkable", "not checkable by a property"),
+                            ("not provided", "not provided by the module under test"),
+                            ("not run", "not run"), ("not shown", "not shown")):
+        claims = [c["id"] for c in report["claims"] if c["status"] == status]
+        if claims:
+            items.append(f"Claims {meaning}: {', '.join(claims)}.")
+    inherited = ((report.get("run_facts") or {}).get("implementation") or {}).get("inherits")
+    if inherited:
+        items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
+    properties = all_properties(report)
+    for summary_of, meaning in (
+        (lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
+         "not provided by the implementation (its calls reached only inherited names, or names it lacks)"),
+        (lambda p: p.get("implementation_use") == "suite",
+         "the suite's own checks: they never call the implementation"),
+        (lambda p: p["outcome"] == "skipped", "skipped"),
+    ):
+        nodes = [p["nodeid"] for p in properties if summary_of(p)]
+        if nodes:
+            items.append(f"{len(nodes)} property runs {meaning}: {', '.join(nodes)}.")
+    if report["mutants"] is None:
+        items.append("The planted-bug sweep did not run (no mutants.json): the suite's teeth are unproven here.")
+    if report["calibration"] is None:
+        items.append("Calibration and power did not run (no calibration.json).")
+    if report["bench"] is None:
+        items.append("Speed was not measured (no bench.json; make bench measures it).")
+    return items
+
+
+def unchecked_html(report: dict) -> str:
+    items = unchecked_items(report)
+    body = "".join(f"<li>{breakable(item)}</li>" for item in items) or "<li>Nothing this report knows of.</li>"
+    return f'<div class="unchecked"><h2 id="not-checked">What was not checked here</h2><ul>{body}</ul></div>'
+
+
+def contents(report: dict, present: set[str]) -> str:
+    """The table of contents: every section on the page, then every claim with its status."""
+    sections = "".join(f'<li><a href="#{key}">{escape(title)}</a></li>' for key, title in SECTIONS if key in present)
+    claims = "".join(
+        f'<li>{link(c["id"], claim_anchor(c["id"]))} {status_span(c["status"])}</li>' for c in report["claims"]
+    )
+    return (f'<nav class="toc" aria-label="contents"><strong>Contents</strong><ol>{sections}</ol>'
+            f'<strong>Claims</strong><ul class="claims">{claims}</ul></nav>')
+
+
+def verdict_html(report: dict) -> str:
+    """The verdict by part, where the report carries one (a report rebuilt from older JSON may not)."""
+    if not report["run"].get("parts"):
+        return ""
+    return render_table(doc.verdict_table(report), section="verdict-parts")
+
+
+def body_sections(report: dict) -> list[str]:
+    """The page's sections in reading order; empty strings for sections with nothing to show."""
+    run = report["run"]
+    reasons = f" ({breakable('; '.join(run['reasons']))})" if run.get("reasons") else ""
+    if run.get("parts"):
+        reasons = ' (<a href="#verdict-parts">why, by part</a>)'  # the table below says it once
+    property_links = {"property": property_anchor}
+    body = [
+        f'<p id="verdict">{implementation_line(report)}; run verdict: {status_span(run["verdict"])}{reasons}</p>',
+        verdict_html(report),
+        unchecked_html(report),
+        render_table(doc.claims_table(report), section="claims", anchors={"claim": claim_anchor}),
+        failures_html(report),
+    ]
+    policy = doc.policy_table(report)
+    body.append(render_table(policy, section="policy") if policy is not None else "")
+    if doc.statistical_rows(report):
+        body.append(render_table(doc.statistical_table(report), section="statistical", anchors=property_links))
+    body += [
+        frequency_figures(report),
+        render_table(doc.mutants_table(report), section="planted-bugs"),
+        render_table(doc.calibration_table(report), section="calibration") + calibration_figure(report),
+        claim_details(report),
+    ]
+    if report["unclaimed"]:
+        body.append('<h2 id="unclaimed">Runs under no claim</h2><ul>'
+                    + "".join(f"<li><code>{breakable(n)}</code></li>" for n in report["unclaimed"]) + "</ul>")
+    bench = doc.bench_table(report)
+    if bench is not None:
+        body.append(render_table(bench, section="benchmarks")
+                    + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>')
+    environment = doc.environment_table(report)
+    if environment is not None:
+        body.append(render_table(environment, section="environment"))
+    body.append(render_table(doc.sources_table(report), section="sources"))
+    return [part for part in body if part]
 
 
 def render_html(report: dict) -> str:
     """The whole page; a pure function of `report`."""
-    run = report["run"]
-    reasons = f" ({escape('; '.join(run['reasons']))})" if run["reasons"] else ""
-    body = [
-        "<h1>ncm-verify report</h1>",
-        f"<p>Implementation under test: <code>{escape(str(report['impl']))}</code>; run verdict: "
-        f"{status_span(run['verdict'])}{reasons}</p>",
-        render_table(doc.claims_table(report)),
-        failures_html(report),
-    ]
-    for table in (doc.policy_table(report), doc.statistical_table(report)):
-        if table is not None:
-            body.append(render_table(table))
-    body += [frequency_figures(report), render_table(doc.mutants_table(report)),
-             render_table(doc.calibration_table(report)), calibration_figure(report), claim_details(report)]
-    if report["unclaimed"]:
-        body.append("<h2>Runs under no claim</h2><ul>"
-                    + "".join(f"<li><code>{escape(n)}</code></li>" for n in report["unclaimed"]) + "</ul>")
-    bench = doc.bench_table(report)
-    if bench is not None:
-        body.append(render_table(bench) + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>')
-    for table in (doc.environment_table(report), doc.sources_table(report)):
-        if table is not None:
-            body.append(render_table(table))
+    body = body_sections(report)
+    present = {key for key, _ in SECTIONS if any(f'id="{key}"' in part for part in body)}
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>ncm-verify report</title><style>{CSS}</style></head><body>\n"
-        + "\n".join(part for part in body if part)
-        + "\n</body></html>\n"
+        "<h1>ncm-verify report</h1>\n" + contents(report, present) + "\n" + "\n".join(body) + "\n</body></html>\n"
     )

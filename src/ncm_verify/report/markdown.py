@@ -45,6 +45,7 @@ def render_markdown(report: dict) -> str:
         f"Implementation under test: `{report['impl']}`; run verdict: **{run['verdict']}**"
         + (f" ({'; '.join(run['reasons'])})" if run["reasons"] else ""),
         "",
+        render_table(doc.verdict_table(report)),
         render_table(doc.claims_table(report)),
         render_failures(report),
     ]

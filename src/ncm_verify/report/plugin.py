@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from ncm_verify import evidence, stats
-from ncm_verify.impl import DEFAULT_IMPLEMENTATION, load_implementation
+from ncm_verify.impl import (
+    DEFAULT_IMPLEMENTATION,
+    KERNEL_CLAIMS,
+    NOT_PROVIDED,
+    ImplementationError,
+    RecordingImplementation,
+    describe_implementation,
+    load_implementation,
+)
 
 EVIDENCE_FILE = "evidence.json"
 EVIDENCE_SCHEMA = "ncm-verify/evidence/1"
@@ -43,6 +51,17 @@ def pytest_addoption(parser):
         help="folder for the statistical records and evidence of this run",
     )
     group.addoption(
+        "--ncm-planned-tests",
+        type=int,
+        default=None,
+        help="fix the chi-square tests the policy plans (alpha and n follow): reproduces one test of a larger run",
+    )
+    group.addoption(
+        "--ncm-run-id",
+        default=os.environ.get("NCM_VERIFY_RUN_ID"),
+        help="stamp evidence.json with this run id, so that a report never reads another run's evidence",
+    )
+    group.addoption(
         "--ncm-inventory",
         default=None,
         help="write the collected tests with their claim markers to this JSON file",
@@ -54,6 +73,11 @@ def _is_worker(config) -> bool:
 
 
 def pytest_configure(config):
+    if config.getoption("--impl") != DEFAULT_IMPLEMENTATION and not _is_worker(config):
+        try:  # one message and no test run, rather than one traceback per property
+            load_implementation(config.getoption("--impl"))
+        except ImplementationError as error:
+            raise pytest.UsageError(str(error)) from None
     report_dir = config.getoption("--ncm-report-dir")
     if report_dir:
         os.environ["NCM_VERIFY_REPORT_DIR"] = str(Path(report_dir).resolve())
@@ -86,18 +110,22 @@ def planned_statistical_tests(items) -> int:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    stats.set_policy(stats.Policy(planned_tests=planned_statistical_tests(items)))
+    planned = config.getoption("--ncm-planned-tests")
+    if planned is not None and planned < 1:
+        raise pytest.UsageError(f"--ncm-planned-tests: must be a positive count, got {planned}")
+    stats.set_policy(stats.Policy(planned_tests=planned or planned_statistical_tests(items)))
     inventory = config.getoption("--ncm-inventory")
     if inventory:
         Path(inventory).write_text(json.dumps(collected_inventory(items), indent=1), encoding="utf-8")
 
 
 def claims_of(item) -> list[str]:
-    """The claim ids of every ``@pytest.mark.claim`` on the item, in order, once each."""
-    claims: list[str] = []
-    for marker in item.iter_markers("claim"):
-        claims.extend(str(arg) for arg in marker.args if str(arg) not in claims)
-    return sorted(claims)
+    """The claim ids of the item's closest ``@pytest.mark.claim``, sorted, once each.
+
+    A property's own marker replaces its module's: a protocol property (C11) may sit among distribution ones.
+    """
+    marker = item.get_closest_marker("claim")
+    return sorted({str(arg) for arg in marker.args}) if marker else []
 
 
 def property_id(nodeid: str) -> str:
@@ -118,10 +146,16 @@ def collected_inventory(items) -> list[dict]:
     ]
 
 
+_RECORDER: list[RecordingImplementation] = []
+"""The session's recording view of the implementation, once the `impl` fixture made it."""
+
+
 @pytest.fixture(scope="session")
 def impl(request):
-    """The implementation module under test (``--impl``)."""
-    return load_implementation(request.config.getoption("--impl"))
+    """The implementation module under test (``--impl``), seen through a recorder of its calls."""
+    recorder = RecordingImplementation(load_implementation(request.config.getoption("--impl")))
+    _RECORDER[:] = [recorder]
+    return recorder
 
 
 def pytest_report_header(config):
@@ -173,8 +207,58 @@ def pytest_runtest_call(item):
             outer(statistics)
 
     item.stash[_RECORDS_START] = len(stats.RECORDS)
-    with collector.with_value(keep):
-        yield
+    for recorder in _RECORDER:
+        recorder.begin_test()
+    restore = mark_examples(item)
+    try:
+        with collector.with_value(keep):
+            yield
+    finally:
+        restore()
+
+
+def mark_examples(item):
+    """Tell the recorder where each Hypothesis example starts, so a failure names the kernels its example called.
+
+    Hypothesis calls ``test.hypothesis.inner_test`` for every example, the last time for the failing one.
+    Returns the function that undoes the wrapping.
+    """
+    handle = getattr(getattr(item, "obj", None), "hypothesis", None)
+    if handle is None or not _RECORDER:
+        return lambda: None
+    inner = handle.inner_test
+
+    def example(*args, **kwargs):
+        for recorder in _RECORDER:
+            recorder.begin_example()
+        return inner(*args, **kwargs)
+
+    handle.inner_test = example
+
+    def restore():
+        handle.inner_test = inner
+
+    return restore
+
+
+ASSERTION_KINDS = ("AssertionError", "Failed")
+"""Exceptions that mean a property's check failed; anything else is an error of the run, not a verdict."""
+
+
+def failure_kind(excinfo) -> str:
+    """'assertion' when a check of the property failed (in any example of a group), else the exception type."""
+    error = excinfo.value
+    members = getattr(error, "exceptions", None) or [error]
+    kinds = {type(member).__name__ for member in members}
+    if any(isinstance(member, AssertionError) or type(member).__name__ in ASSERTION_KINDS for member in members):
+        return "assertion"
+    return ", ".join(sorted(kinds))
+
+
+def attributed_claims(claims: list[str], names) -> list[str] | None:
+    """The item's claims that the kernels of the failing example bear on (None: all of its claims)."""
+    touched = sorted({KERNEL_CLAIMS[name] for name in names if name in KERNEL_CLAIMS} & set(claims))
+    return touched or None
 
 
 def item_evidence(item) -> dict:
@@ -196,7 +280,11 @@ def item_evidence(item) -> dict:
         hypothesis["examples"] += explicit
         hypothesis["generated_seed"] = getattr(test, "_hypothesis_internal_use_generated_seed", None)
     statistical = item.get_closest_marker("statistical")
+    # a test that never asks for the implementation made no call into it: the suite's own check
+    uses_impl = _RECORDER and "impl" in getattr(item, "fixturenames", ())
+    calls = _RECORDER[0].call_records() if uses_impl else {}
     return {
+        "calls": calls,
         "claims": claims_of(item),
         "statistical_tests_per_example": statistical.kwargs.get("tests", 1) if statistical else None,
         "hypothesis": hypothesis,
@@ -211,9 +299,13 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and os.environ.get("NCM_VERIFY_REPORT_DIR"):
-        report.user_properties.append(
-            (EVIDENCE_PROPERTY, json.dumps(item_evidence(item), default=float))
-        )
+        found = item_evidence(item)
+        if report.failed and call.excinfo is not None:
+            names = _RECORDER[0].example_names if _RECORDER else ()
+            found["failure_kind"] = failure_kind(call.excinfo)
+            found["failure_claims"] = attributed_claims(found["claims"], names)
+            found["failure_kernels"] = sorted(names)
+        report.user_properties.append((EVIDENCE_PROPERTY, json.dumps(found, default=float)))
 
 
 # --- the controller: merge the reports of every phase, write evidence.json ---
@@ -252,6 +344,14 @@ def crash_message(report) -> str:
     return message[:MAX_MESSAGE_CHARS]
 
 
+def implementation_facts(argument: str) -> dict | None:
+    """The module under test as the report names it; None if it cannot be loaded here."""
+    try:
+        return describe_implementation(load_implementation(argument), argument)
+    except ImplementationError as error:
+        return {"argument": argument, "error": str(error)}
+
+
 class EvidenceCollector:
     """Controller-side plugin: one evidence entry per node id, written at session end."""
 
@@ -286,13 +386,19 @@ class EvidenceCollector:
             if key == EVIDENCE_PROPERTY:
                 entry.update(json.loads(value))
         if report.skipped and entry["outcome"] == "passed":
-            entry["outcome"] = "skipped"
             longrepr = report.longrepr
-            entry["skip_reason"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            entry["skip_reason"] = reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            missing_name = reason.removeprefix("Skipped: ").startswith(NOT_PROVIDED)
+            entry["outcome"] = "not provided" if missing_name else "skipped"
         elif report.failed:
-            entry["outcome"] = "failed" if report.when == "call" else "error"
+            kind = entry.pop("failure_kind", None) if report.when == "call" else "error in " + report.when
+            # a check that failed is a verdict; anything else raised is an error of the run
+            entry["outcome"] = "failed" if kind == "assertion" else "error"
             entry["failure"] = {
                 "phase": report.when,
+                "kind": kind,
+                "claims": entry.pop("failure_claims", None),
+                "kernels": entry.pop("failure_kernels", []),
                 "message": _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
                 **failure_details(report_text(report)),
             }
@@ -335,7 +441,9 @@ class EvidenceCollector:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         document = {
             "schema": EVIDENCE_SCHEMA,
+            "run_id": self.config.getoption("--ncm-run-id"),
             "impl": self.config.getoption("--impl"),
+            "implementation": implementation_facts(self.config.getoption("--impl")),
             "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
             "exit_status": int(session.exitstatus),
             "environment": describe_environment(),
@@ -348,6 +456,9 @@ class EvidenceCollector:
         path.write_text(json.dumps(document, indent=1, default=float) + "\n", encoding="utf-8")
 
     def pytest_terminal_summary(self, terminalreporter):
+        not_provided = sorted(e["nodeid"] for e in self.entries.values() if e["outcome"] == "not provided")
+        if not_provided:
+            terminalreporter.write_line(f"ncm-verify: {len(not_provided)} property runs need names the module lacks")
         if self.budget is None:
             return
         terminalreporter.write_line(f"ncm-verify: {self.budget['note']}")

@@ -1,23 +1,50 @@
-"""Claim status derived from evidence, never written by hand.
+"""The verdict of a run, and of each claim, derived from evidence in one place.
 
-A claim is *shown* when every property the ledger lists for it ran and passed,
-*failed* when any of its property runs failed, *not checkable* when the ledger
-says why nothing can check it, and *not run* otherwise (no evidence, any run
-skipped, even one parametrisation of a property whose siblings passed, or some
-listed property missing from the run).
+Every exit status and every report reads the value `make_verdict` returns; nothing
+else decides whether a run passed. The parts of a run, each judged here:
+
+- *properties*: each property run passed, with enough evidence (see `property_evidence`);
+- *claims*: each claim is shown, not checkable, or not provided by the module under test;
+- *planted bugs*: the sweep ran cleanly and some property failed by assertion for every bug;
+- *calibration*: the binomial and KS checks of the correct kernels, and every power case;
+- *budget*: no more chi-square tests ran than the policy planned;
+- *ledger*: ledger.json conforms and every claim marker names a ledger entry;
+- *phases*: every phase of the run exited as expected and left evidence of this run.
+
+A claim is *shown* only when each of its properties passed, ran at least
+`MIN_DISTINCT_EXAMPLES` distinct examples (distinct laws for a statistical property),
+ran at least one chi-square test if statistical, was not mostly filtered, and called
+code the module under test provides itself.
 """
 
 from __future__ import annotations
 
 import math
 
+from ncm_verify.impl import KERNEL_CLAIMS
+
 SHOWN = "shown"
+NOT_SHOWN = "not shown"
 FAILED = "failed"
 NOT_CHECKABLE = "not checkable"
+NOT_PROVIDED = "not provided"
 NOT_RUN = "not run"
-STATUSES = (SHOWN, FAILED, NOT_CHECKABLE, NOT_RUN)
+STATUSES = (SHOWN, NOT_SHOWN, FAILED, NOT_CHECKABLE, NOT_PROVIDED, NOT_RUN)
+ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED)
+"""Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
 
+PASSED, RUN_FAILED = "passed", "failed"
 FAILING_OUTCOMES = ("failed", "error")
+NOT_PROVIDED_OUTCOME = "not provided"
+"""The plugin's outcome for a property that needed a protocol name the module lacks."""
+
+MIN_DISTINCT_EXAMPLES = 10
+"""Distinct examples (distinct laws, for a statistical property) a Hypothesis property must run."""
+MAX_FILTERED_FRACTION = 0.4
+"""A property that lost more of its examples than this to `assume` or filters tested what was left, not its
+claim (the reference's most filtered property loses 27% under `ci`)."""
+
+PARTS = ("phases", "properties", "claims", "planted bugs", "calibration", "budget", "ledger")
 
 
 def count(number: int, noun: str, plural: str | None = None) -> str:
@@ -25,18 +52,33 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
-def reproduce_command(node: dict, impl: str, profile: str) -> str:
-    """The shell line that reruns one property exactly as the run did."""
-    return f"HYPOTHESIS_PROFILE={profile} .venv/bin/python -m pytest '{node['nodeid']}' --impl={impl}"
+def reproduce_command(node: dict, run: dict) -> str:
+    """The shell line that reruns one property exactly as the run did: same profile, impl and planned tests."""
+    planned = run.get("planned_tests")
+    planned_option = f" --ncm-planned-tests={planned}" if planned else ""
+    impl = run.get("impl_path") or run.get("impl")
+    return (
+        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} .venv/bin/python -m pytest '{node['nodeid']}' "
+        f"-p no:xdist --impl={impl}{planned_option}"
+    )
+
+
+# --- one property ---
+
+
+def distinct_laws(records: list[dict]) -> int:
+    """Distinct laws the chi-square tests tested: their `law_digest`, else their expected counts."""
+    return len({r.get("law_digest") or tuple(round(x, 9) for x in r["expected"]) for r in records})
 
 
 def stats_summary(records: list[dict]) -> dict | None:
-    """What a property's chi-square tests establish: sizes, worst p-value, detectable deviation."""
+    """What a property's chi-square tests establish: sizes, laws, worst p-value, detectable deviation."""
     if not records:
         return None
     worst = min(records, key=lambda r: (r["passed"], r["p_value"]))
     return {
         "tests": len(records),
+        "distinct_laws": distinct_laws(records),
         "failed_tests": sum(not r["passed"] for r in records),
         "n_min": min(r["n"] for r in records),
         "n_max": max(r["n"] for r in records),
@@ -50,9 +92,11 @@ def stats_summary(records: list[dict]) -> dict | None:
         "worst": {
             key: worst[key]
             for key in ("name", "n", "df", "statistic", "p_value", "alpha", "expected", "observed",
-                        "impossible_count", "context", "passed")
+                        "impossible_count", "context", "passed", "law_digest")
             if key in worst
         },
+        # the last failing test is the minimal counterexample's: Hypothesis replays its shrunk example last
+        "counterexample": next((r for r in reversed(records) if not r["passed"]), None),
     }
 
 
@@ -71,10 +115,69 @@ def largest_difference(differences: list[dict]) -> dict | None:
     return {**worst, "ratio": None if math.isinf(ratio) else ratio}
 
 
-def property_summary(node: dict, impl: str, profile: str) -> dict:
-    """One property run as the report shows it."""
+def distinct_examples(node: dict) -> int | None:
+    """Distinct examples a property ran: laws if statistical, else Hypothesis's valid examples (never repeated).
+
+    None for a plain test, which checks one fixed case by design.
+    """
+    hypothesis = node.get("hypothesis")
+    if node.get("statistical_tests_per_example"):
+        return distinct_laws(node.get("stats", [])) if node.get("stats") else 0
+    if hypothesis is None:
+        return None
+    return hypothesis.get("examples") or 0
+
+
+def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tuple[str, str]:
+    """('implementation' | 'suite' | 'inherited' | 'unknown', why) from the calls a property made.
+
+    For `claim_id`, only calls into that claim's kernels count when the property called any (a relation
+    checked on every kernel is evidence for C6 only through the C6 kernels). Without call records (older
+    evidence) the use is unknown and not held against it.
+    """
+    calls = node.get("calls")
+    if calls is None:
+        return "unknown", ""
+    if not calls:
+        return "suite", "made no call into the implementation: the suite's own check"
+    relevant = {name: record for name, record in calls.items() if KERNEL_CLAIMS.get(name) == claim_id} or calls
+    own = sorted(name for name, record in relevant.items() if record.get("own"))
+    if not own:
+        names = ", ".join(sorted(relevant))
+        return "inherited", f"not provided by {impl}: its calls reached only inherited names ({names})"
+    return "implementation", f"called {', '.join(own)}"
+
+
+def searched_and_found(node: dict) -> bool:
+    """A property that passed because its search found what it looked for (a counterexample shown to exist),
+    or that Hypothesis ran to exhaustion: its example count is not a measure of its evidence."""
+    hypothesis = node.get("hypothesis") or {}
+    found = (hypothesis.get("failing_examples") or 0) > 0 and node["outcome"] == "passed"
+    return found or (hypothesis.get("stopped_because") or "").startswith("nothing left to do")
+
+
+def property_evidence(node: dict, impl: str) -> list[str]:
+    """Why a passing property run is not evidence enough for its claims (empty: it is)."""
+    reasons = []
+    distinct = distinct_examples(node)
+    exempt = searched_and_found(node) and not node.get("statistical_tests_per_example")
+    if distinct is not None and distinct < MIN_DISTINCT_EXAMPLES and not exempt:
+        unit = "distinct law" if node.get("statistical_tests_per_example") else "distinct example"
+        reasons.append(f"ran {count(distinct, unit)} < {MIN_DISTINCT_EXAMPLES}")
+    if node.get("statistical_tests_per_example") and not node.get("stats"):
+        reasons.append("statistical but ran no chi-square test")
+    hypothesis = node.get("hypothesis") or {}
+    valid, invalid = hypothesis.get("examples") or 0, hypothesis.get("invalid_examples") or 0
+    if invalid and invalid > MAX_FILTERED_FRACTION * (valid + invalid):
+        reasons.append(f"{invalid} of {valid + invalid} examples filtered out")
+    return reasons
+
+
+def property_summary(node: dict, run: dict, claim_id: str | None = None) -> dict:
+    """One property run as the report shows it, with what it is evidence of (for `claim_id`)."""
     hypothesis = node.get("hypothesis") or {}
     failure = node.get("failure")
+    use, use_reason = implementation_use(node, run.get("impl"), claim_id)
     summary = {
         "nodeid": node["nodeid"],
         "property": node["property"],
@@ -82,16 +185,24 @@ def property_summary(node: dict, impl: str, profile: str) -> dict:
         "outcome": node["outcome"],
         "duration_s": node.get("duration_s"),
         "examples": hypothesis.get("examples"),
+        "distinct_examples": distinct_examples(node),
         "invalid_examples": hypothesis.get("invalid_examples"),
         "stopped_because": hypothesis.get("stopped_because"),
         "statistics": stats_summary(node.get("stats", [])),
         "largest_difference": largest_difference(node.get("differences", [])),
         "skip_reason": node.get("skip_reason"),
+        "calls": node.get("calls"),
+        "implementation_use": use,
+        "implementation_use_reason": use_reason,
+        "insufficient": property_evidence(node, run.get("impl")) if node["outcome"] == "passed" else [],
         "failure": None,
     }
     if failure:
-        summary["failure"] = {**failure, "command": reproduce_command(node, impl, profile)}
+        summary["failure"] = {**failure, "command": reproduce_command(node, run)}
     return summary
+
+
+# --- one claim ---
 
 
 def claim_nodes(claim: dict, nodes: list[dict]) -> list[dict]:
@@ -100,29 +211,197 @@ def claim_nodes(claim: dict, nodes: list[dict]) -> list[dict]:
     return [n for n in nodes if n["property"] in listed or claim["id"] in n.get("claims", [])]
 
 
-def derive_status(claim: dict, nodes: list[dict]) -> tuple[str, str]:
-    """(status, one-line reason) of a claim given the evidence entries behind it."""
+def fails_claim(node: dict, claim_id: str) -> bool:
+    """A failure counts against the claims of the kernels its failing example exercised, when known."""
+    if node["outcome"] not in FAILING_OUTCOMES:
+        return False
+    attributed = (node.get("failure") or {}).get("claims")
+    return not attributed or claim_id in attributed
+
+
+def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
+    """(status, one-line reason) of a claim given the property summaries behind it."""
     if claim.get("not_checkable"):
         return NOT_CHECKABLE, claim["not_checkable"]
-    failing = [n["nodeid"] for n in nodes if n["outcome"] in FAILING_OUTCOMES]
-    if failing:
-        return FAILED, f"{len(failing)} of {count(len(nodes), 'property run')} failed: {', '.join(failing)}"
-    skipped = [n["nodeid"] for n in nodes if n["outcome"] == "skipped"]
-    # a property ran only if it passed and none of its runs (parametrisations) was skipped
-    partly_skipped = {n["property"] for n in nodes if n["outcome"] == "skipped"}
-    ran = {n["property"] for n in nodes if n["outcome"] == "passed"} - partly_skipped
-    missing = [p for p in claim["properties"] if p not in ran]
-    if not claim["properties"] and not nodes:
+    if not claim["properties"] and not summaries:
         return NOT_RUN, "the ledger lists no property for it and gives no reason"
-    if not nodes:
+    if not summaries:
         return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
-    if len(skipped) == len(nodes):
-        return NOT_RUN, "every property run was skipped"
+    runs = count(len(summaries), "property run")
+    failing = [s["nodeid"] for s in summaries if fails_claim(s, claim["id"])]
+    if failing:
+        return FAILED, f"{len(failing)} of {runs} failed: {', '.join(failing)}"
+    elsewhere = [s["nodeid"] for s in summaries if s["outcome"] in FAILING_OUTCOMES]
+    if elsewhere:
+        return NOT_SHOWN, f"failed on another claim's kernel: {', '.join(elsewhere)}"
+    skipped = [s["nodeid"] for s in summaries if s["outcome"] == "skipped"]
     if skipped:
-        return NOT_RUN, f"{len(skipped)} of {count(len(nodes), 'property run')} skipped: {', '.join(skipped)}"
+        return NOT_RUN, f"{len(skipped)} of {runs} skipped: {', '.join(skipped)}"
+    not_provided = [
+        s for s in summaries if s["outcome"] == NOT_PROVIDED_OUTCOME or s["implementation_use"] == "inherited"
+    ]
+    ran = {s["property"] for s in summaries if s["outcome"] == "passed"}
+    missing = [p for p in claim["properties"] if p not in ran | {s["property"] for s in not_provided}]
     if missing:
         listed = count(len(claim["properties"]), "listed property", "listed properties")
         return NOT_RUN, f"{len(missing)} of {listed} did not pass a run: {', '.join(missing)}"
-    examples = sum((n.get("hypothesis") or {}).get("examples") or 0 for n in nodes)
-    properties = count(len(ran), "property", "properties")
-    return SHOWN, f"{properties} passed in {count(len(nodes), 'run')}, {count(examples, 'example')}"
+    # thin evidence on what the module does provide is not excused by what it does not
+    thin = [f"{s['nodeid']} ({'; '.join(s['insufficient'])})" for s in summaries
+            if s["insufficient"] and s not in not_provided]
+    if thin:
+        return NOT_SHOWN, f"not enough evidence: {', '.join(thin)}"
+    if not_provided:
+        why = "; ".join(f"{s['nodeid']}: {s['skip_reason'] or s['implementation_use_reason']}" for s in not_provided)
+        return NOT_PROVIDED, f"{len(not_provided)} of {runs} not provided by the module: {why}"
+    if all(s["implementation_use"] == "suite" for s in summaries):
+        return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
+    distinct = sum(s["distinct_examples"] or 0 for s in summaries)
+    return SHOWN, f"{count(len(ran), 'property', 'properties')} passed in {count(len(summaries), 'run')}, " \
+                  f"{count(distinct, 'distinct example')}"
+
+
+def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list[dict]:
+    """Every ledger claim with its derived status and the property summaries behind it."""
+    claims = []
+    for claim in ledger_claims:
+        summaries = [property_summary(node, run, claim["id"]) for node in claim_nodes(claim, nodes)]
+        status, reason = derive_status(claim, summaries)
+        claims.append({
+            "id": claim["id"],
+            "statement": claim["statement"],
+            "status": status,
+            "reason": reason,
+            "sources": claim["sources"],
+            "basis": claim.get("basis"),
+            "paths": claim["paths"],
+            "listed_properties": claim["properties"],
+            "benchmarks": claim["benchmarks"],
+            "property_count": len({s["property"] for s in summaries}),
+            "examples": sum(s["examples"] or 0 for s in summaries),
+            "distinct_examples": sum(s["distinct_examples"] or 0 for s in summaries),
+            "properties": summaries,
+        })
+    return claims
+
+
+# --- the parts of a run, and the run ---
+
+
+def properties_part(evidence: dict | None) -> list[str]:
+    if evidence is None:
+        return ["no evidence: the properties were not run"]
+    outcomes: dict[str, int] = {}
+    for node in evidence["properties"]:
+        outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
+    reasons = [f"{count(outcomes[o], 'property run')} {o}" for o in ("failed", "error", "skipped") if outcomes.get(o)]
+    if not evidence["properties"]:
+        reasons.append("no property ran")
+    return reasons
+
+
+def claims_part(claims: list[dict]) -> list[str]:
+    reasons = [f"{c['id']} {c['status']}: {c['reason']}" for c in claims
+               if c["status"] not in ACCEPTABLE_CLAIM_STATUSES and c["status"] != FAILED]
+    if claims and not any(c["status"] == SHOWN for c in claims):
+        reasons.append("no claim was shown")
+    failed = [c["id"] for c in claims if c["status"] == FAILED]
+    if failed:
+        reasons.insert(0, f"claims failed: {', '.join(failed)}")
+    return reasons
+
+
+def mutants_part(mutants: dict | None) -> list[str]:
+    if mutants is None:
+        return ["not run: no mutants.json"]
+    reasons = [f"sweep broken for {m['name']}: {m['sweep_error']}" for m in mutants["mutants"] if m.get("sweep_error")]
+    if mutants["survived"]:
+        reasons.append(f"planted bugs not caught: {', '.join(mutants['survived'])}")
+    if mutants.get("missing"):
+        reasons.append(f"planted bugs with no sweep result: {', '.join(mutants['missing'])}")
+    if not mutants["mutants"]:
+        reasons.append("no planted bug was run")
+    return reasons
+
+
+def calibration_part(calibration: dict | None) -> list[str]:
+    """The binomial and KS checks of the correct kernels, the exact size of the worst plans, every power case."""
+    if calibration is None:
+        return ["not run: no calibration.json"]
+    budget = calibration.get("check_budget")
+    reasons = []
+    for key, label in (("binomial_p_value", "binomial"), ("ks_uniform_p_value", "KS uniformity")):
+        value = calibration.get(key)
+        if value is None or budget is None:
+            reasons.append(f"{label} check not recorded")
+        elif value < budget:
+            reasons.append(f"{label} check failed: p = {value:.3g} < {budget:.3g}")
+    size = calibration.get("size")
+    if size is None:
+        reasons.append("exact test-size check not recorded")
+    elif not size.get("passed"):
+        reasons.append(f"a plan's exact size exceeds its alpha: largest size/alpha {size.get('largest_ratio')}")
+    cases = calibration.get("power_cases") or []
+    if not cases:
+        reasons.append("no power case recorded")
+    for case in cases:
+        if case.get("rejections") is None or case.get("needed") is None or case["rejections"] < case["needed"]:
+            reasons.append(f"power case {case.get('name')}: {case.get('rejections')} of {case.get('runs')} "
+                           f"rejected, needs {case.get('needed')}")
+    return reasons
+
+
+def budget_part(evidence: dict | None) -> list[str]:
+    if evidence is None:
+        return ["no evidence"]
+    budget = evidence["budget"]
+    return [budget["note"]] if budget.get("run_failed_by_budget") else []
+
+
+def ledger_part(ledger_problems: list[str], ledger_claims: list[dict], nodes: list[dict]) -> list[str]:
+    known = {c["id"] for c in ledger_claims}
+    unknown = sorted({(claim, n["nodeid"]) for n in nodes for claim in n.get("claims", []) if claim not in known})
+    return [*ledger_problems, *(f"{nodeid}: claim marker {claim} names no ledger entry" for claim, nodeid in unknown)]
+
+
+def phases_part(phases: list[dict] | None, evidence: dict | None, run_id: str | None) -> list[str]:
+    """Each phase's exit status as expected, and the evidence stamped with this run's id."""
+    reasons = [f"phase {p['name']}: {p['problem']}" for p in phases or [] if p.get("problem")]
+    if run_id and evidence is not None and evidence.get("run_id") != run_id:
+        reasons.append(f"evidence.json belongs to run {evidence.get('run_id')}, not this run {run_id}")
+    return reasons
+
+
+def make_verdict(
+    evidence: dict | None,
+    claims: list[dict],
+    mutants: dict | None,
+    calibration: dict | None,
+    ledger_problems: list[str],
+    ledger_claims: list[dict],
+    phases: list[dict] | None = None,
+    run_id: str | None = None,
+) -> dict:
+    """The run's verdict: passed only when every part passed. Exit status 0 exactly when passed."""
+    nodes = evidence["properties"] if evidence else []
+    parts = {
+        "phases": phases_part(phases, evidence, run_id),
+        "properties": properties_part(evidence),
+        "claims": claims_part(claims),
+        "planted bugs": mutants_part(mutants),
+        "calibration": calibration_part(calibration),
+        "budget": budget_part(evidence),
+        "ledger": ledger_part(ledger_problems, ledger_claims, nodes),
+    }
+    reasons = [f"{name}: {reason}" for name in PARTS for reason in parts[name]]
+    outcomes: dict[str, int] = {}
+    for node in nodes:
+        outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
+    verdict = PASSED if not reasons else RUN_FAILED
+    return {
+        "verdict": verdict,
+        "exit_status": 0 if verdict == PASSED else 1,
+        "reasons": reasons,
+        "parts": {name: {"passed": not parts[name], "reasons": parts[name]} for name in PARTS},
+        "outcomes": dict(sorted(outcomes.items())),
+        "examples": sum((n.get("hypothesis") or {}).get("examples") or 0 for n in nodes),
+    }

@@ -8,7 +8,8 @@ from ncm_verify.report import document as doc
 def render_terminal(report: dict) -> str:
     """Policy, per-claim status, per statistical property n / min p / detectable TV."""
     run = report["run"]
-    lines = [f"ncm-verify: run {run['verdict']}" + (f" ({'; '.join(run['reasons'])})" if run["reasons"] else "")]
+    lines = [f"ncm-verify: run {run['verdict']} (exit status {run['exit_status']})"]
+    lines += [f"  FAILED {reason}" for reason in run["reasons"]]
     policy, budget = report["policy"], report["budget"]
     if policy is not None:
         lines.append(
@@ -20,7 +21,8 @@ def render_terminal(report: dict) -> str:
     for claim in report["claims"]:
         lines.append(
             f"    {claim['id']:<4} {claim['status']:<14} {claim['property_count']:>3} properties, "
-            f"{claim['examples']:>5} examples"
+            f"{claim['distinct_examples']:>5} distinct examples"
+            + ("" if claim["status"] == "shown" else f": {claim['reason'][:300]}")
         )
     rows = doc.statistical_rows(report)
     if rows:
@@ -28,7 +30,8 @@ def render_terminal(report: dict) -> str:
     for p in rows:
         s = p["statistics"]
         lines.append(
-            f"    {p['nodeid']}: n={doc.number(s['n_min'])}..{doc.number(s['n_max'])} "
+            f"    {p['nodeid']}: {s['distinct_laws']} distinct laws, "
+            f"n={doc.number(s['n_min'])}..{doc.number(s['n_max'])} "
             f"min p={doc.number(s['p_min'])} min detectable TV={doc.number(s['min_detectable_tv'])}"
         )
     mutants = report["mutants"]
@@ -41,6 +44,8 @@ def render_terminal(report: dict) -> str:
     lines.append(
         "  calibration: not run" if calibration is None
         else f"  calibration: {calibration['rejections']} of {calibration['runs']} rejected at alpha "
-        f"{doc.number(calibration['alpha'])}, binomial p={doc.number(calibration['binomial_p_value'])}"
+        f"{doc.number(calibration['alpha'])}, binomial p={doc.number(calibration['binomial_p_value'])}, "
+        f"KS p={doc.number(calibration.get('ks_uniform_p_value'))}; "
+        f"{len(calibration.get('power_cases') or [])} power cases"
     )
     return "\n".join(lines)

@@ -1,0 +1,529 @@
+"""C9 measured: kernel latency beside peers and floors, cache speedups beside their prediction.
+
+``python -m ncm_verify.bench run`` (``make bench``) times, per case and side by
+side in interleaved rounds, the implementation's steps (eager, compiled,
+validated), the peers (a NumPy copy of the step written here; transformers'
+``_speculative_sampling`` when the ``peers`` extra is installed) and two floors
+(the bytes the step must read, copied by NumPy and reduced by MLX). Ratios
+within one run survive a noisy machine; absolute times do not.
+``python -m ncm_verify.bench compare`` (``make bench-compare``) fails when a
+ratio is worse than a saved baseline's by more than a stated fraction.
+Nothing here asserts a speed: figures are reported, never tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.bench_ratios import (
+    BENCH_SCHEMA,
+    COMPARE_STATISTIC,
+    COMPARE_THRESHOLD,
+    RATIO_KEYS,
+    compare_benches,
+    format_bench,
+    format_cache_rows,
+    format_kernel_rows,
+    ratio,
+)
+from ncm_verify.impl import DEFAULT_IMPLEMENTATION, load_implementation
+from ncm_verify.ncm import accounting
+from ncm_verify.report.environment import describe_environment
+from ncm_verify.speculative import PAD_TOKEN, RESIDUAL_FLOOR
+
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
+OURS = ("eager", "compiled", "validated")
+STATISTICS = {"median": statistics.median, "min": min}
+"""Ratios from medians (the table) and from minima (steadier under load: a preempted call only adds time)."""
+BURST = 3
+"""Calls in a row per contender and round: the first after another contender pays MLX's cold start."""
+PEERS = ("numpy", "transformers")
+FLOORS = ("numpy copy", "mlx reduction")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCase:
+    """One kernel benchmark: a step at vocabulary V, G drafts (or positions), batch B, input dtype."""
+
+    step: str
+    vocab: int
+    drafts: int
+    batch: int
+    dtype: str = "float32"
+
+    @property
+    def name(self) -> str:
+        return f"{self.step} V={self.vocab} G={self.drafts} B={self.batch} {self.dtype}"
+
+
+def make_grid(name: str) -> list[KernelCase]:
+    """The `quick` grid (minutes on 2 cores) or the `full` one the issue lists."""
+    if name == "quick":
+        chain = [KernelCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
+        chain += [KernelCase("chain", 128_256, 4, 1, "bfloat16"), KernelCase("chain", 32_000, 4, 1),
+                  KernelCase("chain", 151_936, 8, 1)]
+        others = [KernelCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
+        return chain + others
+    if name == "full":
+        chain = [
+            KernelCase("chain", vocab, drafts, batch, dtype)
+            for vocab in (32_000, 128_256, 151_936) for drafts in (1, 4, 8)
+            for batch in (1, 8, 32) for dtype in DTYPES
+        ]
+        others = [
+            KernelCase(step, vocab, 4, batch, dtype)
+            for step in ("greedy", "factorized") for vocab in (32_000, 128_256, 151_936)
+            for batch in (1, 8, 32) for dtype in DTYPES
+        ]
+        return chain + others
+    raise ValueError(f"grid: expected 'quick' or 'full', got {name!r}")
+
+
+# --- inputs ---------------------------------------------------------------------
+
+
+def make_kernel_inputs(case: KernelCase, seed: int = 0) -> dict:
+    """Random probability rows and drafts sampled from q, as MLX arrays in the case's dtype and float32 NumPy."""
+    keys = mx.random.split(mx.random.key(seed), 3)
+    rows = case.drafts + (case.step != "factorized")
+    target = mx.softmax(mx.random.normal((case.batch, rows, case.vocab), key=keys[0]), axis=-1)
+    draft = mx.softmax(2 * mx.random.normal((case.batch, case.drafts, case.vocab), key=keys[1]), axis=-1)
+    tokens = mx.random.categorical(mx.log(draft), key=keys[2]).astype(mx.int32)
+    dtype = DTYPES[case.dtype]
+    # Rounded rows are renormalised in float32 first so that validation accepts them.
+    target, draft = (mx.softmax(mx.log(a.astype(dtype)).astype(mx.float32), axis=-1).astype(dtype)
+                     for a in (target, draft))
+    mx.eval(target, draft, tokens)
+    return {
+        "target": target, "draft": draft, "tokens": tokens,
+        "np_target": np.array(target.astype(mx.float32)), "np_draft": np.array(draft.astype(mx.float32)),
+        "np_tokens": np.array(tokens),
+    }
+
+
+def step_bytes(case: KernelCase) -> int:
+    """The least the step reads: drafted entries and one target and one draft row per sequence."""
+    itemsize = DTYPES[case.dtype].size
+    if case.step == "greedy":  # the argmax needs every target row
+        return case.batch * (case.drafts + 1) * case.vocab * itemsize
+    if case.step == "factorized":  # every position may be corrected: all of p and q
+        return 2 * case.batch * case.drafts * case.vocab * itemsize
+    return case.batch * (2 * case.vocab + 2 * case.drafts) * itemsize
+
+
+def input_bytes(case: KernelCase) -> int:
+    """Every probability entry: what validation must read."""
+    rows = (case.drafts + (case.step != "factorized")) + (case.step != "greedy") * case.drafts
+    return case.batch * rows * case.vocab * DTYPES[case.dtype].size
+
+
+# --- the NumPy peer -----------------------------------------------------------------
+
+
+def numpy_uniforms(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Float32 uniforms strictly inside (0, 1), on the same grid as the MLX kernels'."""
+    scale = np.float32(2**23)
+    return ((np.floor(rng.random(shape, dtype=np.float32) * scale) + 0.5) / scale).astype(np.float32)
+
+
+def numpy_correct(p: np.ndarray, q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw from normalised max(p - q, 0) per row (from p where that mass is zero)."""
+    residual = np.maximum(p - q, np.float32(0))
+    mass = residual.sum(axis=-1, keepdims=True)
+    cdf = np.cumsum(np.where(mass > RESIDUAL_FLOOR, residual, p), axis=-1)
+    threshold = u * cdf[..., -1]
+    flat_cdf, flat_threshold = cdf.reshape(-1, cdf.shape[-1]), threshold.reshape(-1)
+    found = [np.searchsorted(row, t, side="left") for row, t in zip(flat_cdf, flat_threshold)]
+    return np.array(found, dtype=np.int32).reshape(threshold.shape)
+
+
+def numpy_chain_step(target, draft, tokens, num_draft, uniforms) -> tuple[np.ndarray, np.ndarray]:
+    """The chain step in plain NumPy, given uniforms ``[B, 2, G+1]``: (tokens ``[B, G+1]``, accepted counts)."""
+    batch, drafts = tokens.shape
+    rows, cols = np.arange(batch)[:, None], np.arange(drafts)[None]
+    safe = np.maximum(tokens, 0)
+    p_x, q_x = target[rows, cols, safe], draft[rows, cols, safe]
+    accepted = (uniforms[:, 0, :drafts] * q_x < p_x) & (cols < num_draft[:, None])
+    count = np.cumprod(accepted, axis=1).sum(axis=1)
+    p_row = target[np.arange(batch), count]
+    q_row = np.zeros_like(p_row)
+    if drafts:
+        rejected = count < num_draft
+        q_row[rejected] = draft[np.arange(batch), np.minimum(count, drafts - 1)][rejected]
+    emitted = numpy_correct(p_row, q_row, uniforms[:, 1, 0])
+    return numpy_emit(tokens, count, emitted), count.astype(np.int32)
+
+
+def numpy_emit(tokens: np.ndarray, count: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """``[B, G+1]``: accepted drafts, then `last`, then padding."""
+    batch, drafts = tokens.shape
+    position = np.arange(drafts + 1)[None]
+    padded = np.concatenate([tokens, np.full((batch, 1), PAD_TOKEN)], axis=1).astype(np.int32)
+    out = np.where(position < count[:, None], padded, PAD_TOKEN)
+    return np.where(position == count[:, None], last[:, None], out).astype(np.int32)
+
+
+def numpy_greedy_step(target, tokens, num_draft) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy verification in NumPy: the longest prefix equal to the target's argmax, then its argmax."""
+    best = target.argmax(axis=-1)
+    drafts = tokens.shape[1]
+    matches = (tokens == best[:, :drafts]) & (np.arange(drafts)[None] < num_draft[:, None])
+    count = np.cumprod(matches, axis=1).sum(axis=1)
+    return numpy_emit(tokens, count, best[np.arange(len(count)), count]), count.astype(np.int32)
+
+
+def numpy_factorized_step(target, draft, tokens, uniforms) -> tuple[np.ndarray, np.ndarray]:
+    """Factorised verification in NumPy given uniforms ``[B, 2, N]``: (tokens, accepted)."""
+    rows, cols = np.arange(tokens.shape[0])[:, None], np.arange(tokens.shape[1])[None]
+    accepted = uniforms[:, 0] * draft[rows, cols, tokens] < target[rows, cols, tokens]
+    corrected = numpy_correct(target, draft, uniforms[:, 1])
+    return np.where(accepted, tokens, corrected).astype(np.int32), accepted
+
+
+# --- contenders -------------------------------------------------------------------
+
+
+def evaluated(function: Callable) -> Callable[[], tuple]:
+    """A timed call that evaluates every output (MLX is lazy) and returns them."""
+
+    def call():
+        outputs = function()
+        mx.eval(*outputs)
+        return outputs
+
+    return call
+
+
+def make_ours(impl, case: KernelCase, inputs: dict) -> dict[str, Callable[[], None]]:
+    """The implementation's step eager, compiled (unvalidated) and validated, each evaluated."""
+    key = mx.random.key(1)
+    target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
+    if case.step == "greedy":
+        step, arguments, keywords = impl.verify_greedy, (target, tokens), {}
+    elif case.step == "factorized":
+        step, arguments, keywords = impl.verify_factorized, (target, draft, tokens), {"key": key}
+    else:
+        step, arguments, keywords = impl.verify_chain, (target, draft, tokens), {"key": key}
+    compiled = mx.compile(partial(step, validate=False))
+    return {
+        "eager": evaluated(lambda: step(*arguments, validate=False, **keywords)),
+        "compiled": evaluated(lambda: compiled(*arguments, **keywords)),
+        "validated": evaluated(lambda: step(*arguments, **keywords)),
+    }
+
+
+def make_numpy_peer(case: KernelCase, inputs: dict) -> Callable[[], None]:
+    """The NumPy step on float32 copies (NumPy has no bfloat16), drawing its own uniforms each call."""
+    target, draft, tokens = inputs["np_target"], inputs["np_draft"], inputs["np_tokens"]
+    rng = np.random.default_rng(1)
+    num_draft = np.full(case.batch, case.drafts)
+    if case.step == "greedy":
+        return lambda: numpy_greedy_step(target, tokens, num_draft)
+    if case.step == "factorized":
+        return lambda: numpy_factorized_step(target, draft, tokens, numpy_uniforms(rng, (case.batch, 2, case.drafts)))
+    return lambda: numpy_chain_step(target, draft, tokens, num_draft,
+                                    numpy_uniforms(rng, (case.batch, 2, case.drafts + 1)))
+
+
+def load_transformers_step() -> tuple[Callable | None, str]:
+    """transformers' ``_speculative_sampling`` and its torch module, or None and why it is absent."""
+    try:
+        import torch
+        from transformers.generation.utils import _speculative_sampling
+    except ImportError as error:  # the optional `peers` extra
+        return None, f"transformers peer skipped: {error} (pip install -e '.[peers]')"
+    import transformers
+
+    # One thread, as MLX's CPU ops run: torch's default OpenMP threads spin against a busy
+    # machine's other processes (measured 22x slower under load 10 on 2 cores).
+    torch.set_num_threads(1)
+    note = f"torch {torch.__version__} (1 thread), transformers {transformers.__version__}, looped over the batch"
+    return (torch, _speculative_sampling), note
+
+
+def make_transformers_peer(case: KernelCase, inputs: dict, loaded) -> Callable[[], None] | None:
+    """transformers' chain step looped over the batch (it takes one sequence), given logits = log p."""
+    if loaded is None or case.step != "chain":
+        return None
+    torch, speculative_sampling = loaded
+    dtype = torch.bfloat16 if case.dtype == "bfloat16" else torch.float32
+    with np.errstate(divide="ignore"):
+        target = torch.from_numpy(np.log(inputs["np_target"])).to(dtype)
+        draft = torch.from_numpy(np.log(inputs["np_draft"])).to(dtype)
+    tokens = torch.from_numpy(inputs["np_tokens"].astype(np.int64))
+
+    def step():
+        with torch.no_grad():
+            return [speculative_sampling(tokens[b:b + 1], draft[b:b + 1], case.drafts, target[b:b + 1])
+                    for b in range(case.batch)]
+
+    return step
+
+
+def make_floors(nbytes: int, dtype: str) -> dict[str, Callable[[], None]]:
+    """Reading `nbytes`: a NumPy copy, and the fastest of two MLX reductions (timed separately)."""
+    count = max(1, nbytes // 4)
+    source, destination = np.ones(count, np.float32), np.empty(count, np.float32)
+    rows = mx.ones((max(1, nbytes // (DTYPES[dtype].size * 4096)), 4096), dtype=DTYPES[dtype])
+    mx.eval(rows)
+    return {
+        "numpy copy": lambda: np.copyto(destination, source),
+        "mlx sum": lambda: mx.eval(rows.sum(axis=-1)),
+        "mlx max": lambda: mx.eval(rows.max(axis=-1)),
+    }
+
+
+# --- timing -------------------------------------------------------------------------
+
+
+def time_side_by_side(
+    contenders: dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = BURST
+) -> dict[str, list]:
+    """Seconds per call of each contender, interleaved round by round (rotating the order) so
+    that machine noise hits all alike. A round runs each contender `burst` times in a row, as a
+    decoding loop would. Stops after `rounds`, or at `budget_s` once 3 rounds are in."""
+    for function in contenders.values():  # warm up: compile, allocate
+        function()
+    names = list(contenders)
+    times: dict[str, list] = {name: [] for name in names}
+    start = time.perf_counter()
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            for _ in range(burst):
+                begin = time.perf_counter()
+                contenders[name]()
+                times[name].append(time.perf_counter() - begin)
+        if index >= 2 and time.perf_counter() - start > budget_s:
+            break
+    return times
+
+
+def summarise(samples: list[float]) -> dict:
+    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return {"median_s": statistics.median(samples), "q1_s": quartiles[0], "q3_s": quartiles[2],
+            "min_s": min(samples), "calls": len(samples)}
+
+
+def floor_seconds(times: dict[str, list], byte_counts: dict, reduce: Callable) -> dict:
+    """Per byte count, the NumPy copy's time and the faster of the MLX reductions'."""
+    return {what: {"numpy copy": reduce(times[f"numpy copy [{what}]"]),
+                   "mlx reduction": min(reduce(times[f"mlx sum [{what}]"]), reduce(times[f"mlx max [{what}]"]))}
+            for what in byte_counts}
+
+
+def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
+    """Ratios of one of ours to the peers (speedup, higher is better) and the floors (x floor, lower is better)."""
+    ours = medians[name]
+    ratios = {f"vs {peer}": ratio(medians[peer] / ours, "higher", f"{peer} time / ours")
+              for peer in PEERS if peer in medians}
+    for floor, seconds in floors.items():
+        ratios[f"x {floor} floor"] = ratio(ours / seconds, "lower", f"ours / {floor} floor")
+    if name == "compiled":
+        ratios["vs eager"] = ratio(medians["eager"] / ours, "higher", "eager time / compiled")
+    return ratios
+
+
+def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: float) -> dict:
+    """Time one case's contenders side by side; their medians, ratios and the floors' bandwidths."""
+    inputs = make_kernel_inputs(case)
+    contenders = make_ours(impl, case, inputs)
+    contenders["numpy"] = make_numpy_peer(case, inputs)
+    transformers_step = make_transformers_peer(case, inputs, loaded_peer)
+    if transformers_step is not None:
+        contenders["transformers"] = transformers_step
+    byte_counts = {"step": step_bytes(case), "inputs": input_bytes(case)}
+    for what, nbytes in byte_counts.items():
+        contenders.update({f"{floor} [{what}]": fn for floor, fn in make_floors(nbytes, case.dtype).items()})
+    times = time_side_by_side(contenders, rounds, budget_s)
+    floors = {statistic: floor_seconds(times, byte_counts, reduce) for statistic, reduce in STATISTICS.items()}
+    rows = {}
+    for name in OURS:
+        # Validation must read every input entry; the step alone only what it decides on.
+        what = "inputs" if name == "validated" else "step"
+        rows[name] = summarise(times[name])
+        for statistic, reduce in STATISTICS.items():
+            typical = {contender: reduce(samples) for contender, samples in times.items()}
+            rows[name][RATIO_KEYS[statistic]] = kernel_ratios(name, typical, floors[statistic][what])
+    for name in PEERS:
+        if name in times:
+            rows[name] = summarise(times[name])
+    return {
+        "case": case.name, **dataclasses.asdict(case), "bytes": byte_counts,
+        "floors_s": floors["median"],
+        "bandwidth_gbs": {what: {floor: byte_counts[what] / seconds / 1e9 for floor, seconds in f.items()}
+                          for what, f in floors["min"].items()},
+        "contenders": rows,
+    }
+
+
+# --- prefix cache -------------------------------------------------------------------
+
+
+CACHE_CONFIGS = {
+    "sudoku": {},
+    "deeper": {"num_layers": 6},
+    "longer prefix": {"num_layers": 4, "prefix_length": 324},
+}
+"""Overrides of the Sudoku-shaped fixture: itself, three times the layers, four puzzles' prefix and more layers."""
+
+
+def make_cache_model(impl, overrides: dict):
+    from ncm_verify.ncm.config import fixture_fields
+
+    return impl.make_model(impl.NCMConfig(**{**fixture_fields("ncm_sudoku"), **overrides}))
+
+
+def generation(generate, *args, **kwargs):
+    result = generate(*args, **kwargs)
+    mx.eval(result.tokens, result.latents)
+    return result
+
+
+def peak_bytes(function: Callable[[], object]) -> int:
+    """MLX's peak allocation while `function` runs."""
+    mx.synchronize()
+    mx.reset_peak_memory()
+    function()
+    mx.synchronize()
+    return int(mx.get_peak_memory())
+
+
+def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, budget_s: float) -> dict:
+    """Uncached vs cached (cold, warm, loaded from disk) generation, beside C4's predicted speedups."""
+    model = make_cache_model(impl, overrides)
+    config = model.config
+    prefix = mx.random.randint(0, config.vocab_size, (batch, config.prefix_length), key=mx.random.key(7))
+    prefix = prefix.astype(mx.int32)
+    key = mx.random.key(0)
+    warm = impl.PrefixCache(max_bytes=1 << 30)
+    generation(impl.generate_cached, model, prefix, key, cache=warm)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "prefix-cache.safetensors"
+        warm.save(path)
+
+        def load():
+            loaded = impl.PrefixCache(max_bytes=1 << 30)
+            loaded.load(path)
+            return loaded
+
+        contenders = {
+            "uncached": lambda: generation(impl.generate_uncached, model, prefix, key),
+            "cached cold": lambda: generation(impl.generate_cached, model, prefix, key),
+            "cached warm": lambda: generation(impl.generate_cached, model, prefix, key, cache=warm),
+            "cache load": load,
+            "loaded then warm": lambda: generation(impl.generate_cached, model, prefix, key, cache=load()),
+        }
+        times = time_side_by_side(contenders, rounds, budget_s, burst=1)  # long calls: no cold start to hide
+        hits = generation(impl.generate_cached, model, prefix, key, cache=load()).cache_hits
+        peaks = {name: peak_bytes(contenders[name]) for name in ("uncached", "cached cold", "cached warm")}
+    uncached = accounting.uncached_positions(config, batch)
+    predicted = {"cached cold": uncached / accounting.cached_positions(config, batch, 0),
+                 "cached warm": uncached / accounting.cached_positions(config, batch, batch),
+                 "loaded then warm": uncached / accounting.cached_positions(config, batch, batch)}
+    rows = {"uncached": {**summarise(times["uncached"]), "peak_bytes": peaks["uncached"]},
+            "cache load": summarise(times["cache load"])}
+    for name, speedup in predicted.items():
+        rows[name] = {**summarise(times[name]), "peak_bytes": peaks.get(name), "predicted_speedup": speedup}
+        for statistic, reduce in STATISTICS.items():
+            measured = reduce(times["uncached"]) / reduce(times[name])
+            rows[name][RATIO_KEYS[statistic]] = {
+                "vs uncached": ratio(measured, "higher", "uncached time / cached"),
+                "of predicted": ratio(measured / speedup, "higher", "measured / predicted speedup"),
+            }
+    return {
+        "case": f"generation {label} B={batch}", "config": config.to_dict(), "batch": batch,
+        "positions_per_layer": {"uncached": uncached, "cached cold": accounting.cached_positions(config, batch, 0),
+                                "cached warm": accounting.cached_positions(config, batch, batch)},
+        "cache_bytes": warm.nbytes, "loaded_hits": hits, "contenders": rows,
+    }
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+def run_bench(impl_name: str, grid: str, rounds: int, budget_s: float, *, cases=None, cache_configs=None,
+              progress=print) -> dict:
+    """Every kernel case and cache case of `grid`, measured side by side; the bench.json document."""
+    impl = load_implementation(impl_name)
+    loaded_peer, peer_note = load_transformers_step()
+    progress(peer_note)
+    kernels = []
+    for case in cases if cases is not None else make_grid(grid):
+        kernels.append(run_kernel_case(impl, case, loaded_peer, rounds, budget_s))
+        progress(format_kernel_rows(kernels[-1:]))
+    generations = []
+    for label, overrides in (CACHE_CONFIGS if cache_configs is None else cache_configs).items():
+        generations.append(run_cache_case(impl, label, overrides, 8, rounds, budget_s))
+        progress(format_cache_rows(generations[-1:]))
+    environment = describe_environment()
+    return {
+        "schema": BENCH_SCHEMA,
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "impl": impl_name, "commit": environment["commit"], "grid": grid,
+        "device": environment["mlx_default_device"], "mlx": environment["mlx"], "environment": environment,
+        "peers": {"numpy": f"numpy {np.__version__}, float32 inputs (no bfloat16)", "transformers": peer_note},
+        "machine_info": {"node": environment["platform"], "machine": environment["machine"]},
+        "kernels": kernels, "generation": generations,
+        "benchmarks": pytest_benchmark_rows(kernels + generations),
+    }
+
+
+def pytest_benchmark_rows(cases: list[dict]) -> list[dict]:
+    """Rows in pytest-benchmark's shape, so that readers of its JSON still find the medians."""
+    return [
+        {"fullname": f"{case['case']} :: {name}",
+         "stats": {"median": row["median_s"], "rounds": row["calls"]},
+         "extra_info": {"ratios": {k: v["value"] for k, v in row.get("ratios", {}).items()}}}
+        for case in cases for name, row in case["contenders"].items()
+    ]
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="measure, print the table, write the JSON")
+    run.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
+    run.add_argument("--grid", default="quick", choices=("quick", "full"))
+    run.add_argument("--rounds", type=int, default=25, help="interleaved rounds per case at most")
+    run.add_argument("--budget", type=float, default=8.0, help="seconds per case before stopping early")
+    run.add_argument("--out", type=Path, default=Path("reports/bench.json"))
+    compare = commands.add_parser("compare", help="fail when a ratio regressed past the threshold")
+    compare.add_argument("baseline", type=Path)
+    compare.add_argument("current", type=Path)
+    compare.add_argument("--threshold", type=float, default=COMPARE_THRESHOLD)
+    compare.add_argument("--statistic", default=COMPARE_STATISTIC, choices=tuple(RATIO_KEYS))
+    arguments = parser.parse_args(argv)
+    if arguments.command == "run":
+        bench = run_bench(arguments.impl, arguments.grid, arguments.rounds, arguments.budget)
+        arguments.out.parent.mkdir(parents=True, exist_ok=True)
+        arguments.out.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
+        print("\n" + format_bench(bench) + f"\n\nwritten to {arguments.out}")
+        return 0
+    regressions = compare_benches(json.loads(arguments.baseline.read_text(encoding="utf-8")),
+                                  json.loads(arguments.current.read_text(encoding="utf-8")),
+                                  arguments.threshold, arguments.statistic)
+    for line in regressions:
+        print(f"REGRESSION {line}")
+    limit = 1 + arguments.threshold
+    print(f"{len(regressions)} grouped ratio(s) worse than {arguments.baseline} by a factor above {limit:.2f}")
+    return 1 if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""`make verify` as one readable sequence: check the inputs, run each phase, write the report, exit with its verdict.
+
+    python -m ncm_verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports reports] [--jobs 2]
+
+Phases run as subprocesses (pytest), each announced with its place in the run:
+
+1. properties, against the implementation under test, stamped with this run's id;
+2. planted bugs, then calibration and power: the suite's self-tests. They depend on the suite,
+   not on the implementation, so their results are cached under a key hashed from the suite's
+   sources and environment, reused while nothing changed, and always rerun when ``CI=true``;
+3. the report, whose verdict (`report.status.make_verdict`) is the exit status.
+
+A bad ``--impl`` or ``--profile`` stops the run before any phase, with one message and no report.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from ncm_verify.impl import ImplementationError, describe_implementation, load_implementation
+from ncm_verify.report import document as doc
+from ncm_verify.report.environment import git_commit, git_dirty
+from ncm_verify.report.ledger import read_ledger, repository_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+SELFTEST_CACHE = ".selftests"
+"""Folder under the reports folder holding cached self-test results, one subfolder per key."""
+SUITE_SOURCES = ("src/ncm_verify", "properties", "tests", "pyproject.toml", "ledger.json")
+PLANTED_FILES = ("tests/test_mutants.py",)
+PYTEST_PASSED, PYTEST_FAILED = 0, 1
+"""pytest exit codes that carry a verdict; 2-5 mean interrupted, internal or usage errors, or nothing collected."""
+
+
+class UsageError(ValueError):
+    """The run cannot start; the message says why."""
+
+
+def say(message: str) -> None:
+    print(f"ncm-verify: {message}", flush=True)
+
+
+def check_profile(profile: str) -> None:
+    """A ValueError naming `profile` unless properties/conftest.py registers it."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    saved = os.environ.pop("HYPOTHESIS_PROFILE", None)
+    try:
+        runpy.run_path(str(ROOT / "properties" / "conftest.py"))
+        settings.get_profile(profile)
+    except InvalidArgument:
+        known = sorted(getattr(settings, "_profiles", {}))
+        raise UsageError(f"profile: no Hypothesis profile {profile!r}; choose one of {', '.join(known)}") from None
+    finally:
+        if saved is not None:
+            os.environ["HYPOTHESIS_PROFILE"] = saved
+
+
+def suite_key() -> str:
+    """Hash of everything the self-tests' results depend on: the suite's sources and the environment."""
+    from ncm_verify.report.environment import describe_environment
+
+    digest = hashlib.sha256()
+    for entry in SUITE_SOURCES:
+        path = ROOT / entry
+        files = sorted(path.rglob("*.py")) + sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for file in files:
+            if "__pycache__" not in file.parts and file.is_file():
+                digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
+    environment = {k: v for k, v in describe_environment().items() if k not in ("commit",)}
+    digest.update(json.dumps(environment, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def pytest_command(*args: str, jobs: int) -> list[str]:
+    workers = ["-n", str(jobs)] if jobs > 1 else ["-p", "no:xdist"]
+    return [sys.executable, "-m", "pytest", *args, *workers]
+
+
+def run_phase(name: str, step: str, command: list[str], env: dict) -> dict:
+    """Run one phase, streaming its output; record its exit status and whether that status carries a verdict."""
+    say(f"[{step}] {name}: {' '.join(command[2:])}")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    exit_status = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    seconds = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    problem = None
+    if exit_status not in (PYTEST_PASSED, PYTEST_FAILED):
+        problem = f"pytest exited {exit_status} (interrupted, internal or usage error, or nothing collected)"
+    say(f"[{step}] {name}: exit status {exit_status} after {seconds:.0f} s")
+    return {"name": name, "exit_status": exit_status, "seconds": round(seconds, 1), "problem": problem}
+
+
+def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[dict]:
+    """Planted bugs, then calibration and power, leaving mutants.json and calibration.json in `folder`."""
+    env = {**env, "NCM_VERIFY_SELFTEST_DIR": str(folder)}
+    env.pop("NCM_VERIFY_REPORT_DIR", None)
+    planted = pytest_command(*PLANTED_FILES, "-m", "teeth", "-v", jobs=jobs)
+    others = [f"--ignore={path}" for path in PLANTED_FILES]
+    calibration = pytest_command("tests", "-m", "teeth", *others, "-v", jobs=jobs)
+    phases = [
+        run_phase("planted bugs", f"{first_step}/{steps}", planted, env),
+        run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env),
+    ]
+    for phase in phases:  # a self-test that failed is a verdict the parts show; say so here too
+        if phase["exit_status"] == PYTEST_FAILED:
+            phase["problem"] = "a self-test failed (see planted bugs and calibration)"
+    return phases
+
+
+def cached_selftests(reports: Path, jobs: int, env: dict, *, rerun: bool) -> tuple[list[dict], dict]:
+    """The self-tests' results for this suite: reused from the cache, or run now (and cached if they passed)."""
+    key = suite_key()
+    cache = reports / SELFTEST_CACHE / key
+    meta_path = cache / "meta.json"
+    if not rerun and meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        say(f"[2-3/4] self-tests: reusing results of {meta['ran']} (key {key}: suite and environment unchanged)")
+        return meta["phases"], {**meta, "reused": True}
+    scratch = reports / SELFTEST_CACHE / f"{key}.partial"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    phases = selftest_phases(scratch, jobs, env, 2, 4)
+    meta = {"key": key, "ran": ran, "phases": phases}
+    (scratch / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if all(p["exit_status"] == PYTEST_PASSED for p in phases):
+        shutil.rmtree(cache, ignore_errors=True)
+        scratch.rename(cache)
+    else:
+        cache = scratch  # a failing or broken self-test run is never reused
+    for name in (doc.MUTANTS_FILE, doc.CALIBRATION_FILE):
+        (reports / name).unlink(missing_ok=True)
+    return phases, {**meta, "reused": False, "folder": str(cache)}
+
+
+def copy_selftest_results(reports: Path, cache: dict) -> None:
+    """Put the self-tests' files beside the evidence, stamped with the cache key and when they ran."""
+    folder = Path(cache.get("folder") or reports / SELFTEST_CACHE / cache["key"])
+    stamp = {"key": cache["key"], "ran": cache["ran"], "reused": cache["reused"]}
+    for name in (doc.MUTANTS_FILE, doc.CALIBRATION_FILE):
+        target = reports / name
+        target.unlink(missing_ok=True)
+        if (folder / name).is_file():
+            data = json.loads((folder / name).read_text())
+            target.write_text(json.dumps({**data, "cache": stamp}, indent=1) + "\n")
+
+
+def clear_previous_report(reports: Path) -> None:
+    """No file of an earlier run may be read as this run's: evidence and report are removed first."""
+    for name in (doc.EVIDENCE_FILE, doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML, doc.MUTANTS_FILE,
+                 doc.CALIBRATION_FILE, "stats.jsonl"):
+        (reports / name).unlink(missing_ok=True)
+
+
+def ledger_against_run(reports: Path) -> list[str]:
+    """The ledger checked against the properties this run collected: a property listed nowhere, or whose
+    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`."""
+    evidence = doc.read_json(reports / doc.EVIDENCE_FILE)
+    if evidence is None:
+        return []
+    ledger, _ = read_ledger(ROOT / "ledger.json")
+    return repository_problems(doc.normalized_claims_ledger(ledger), ROOT, evidence["properties"])
+
+
+def verify(
+    impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests: bool = False, seed: int | None = None
+) -> int:
+    """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start)."""
+    try:
+        check_profile(profile)
+        implementation = describe_implementation(load_implementation(impl), impl)
+    except (UsageError, ImplementationError) as error:
+        print(f"ncm-verify: {error}", file=sys.stderr)
+        if reports.is_dir():  # an earlier run's report must not pass for this one's
+            clear_previous_report(reports)
+        print("ncm-verify: stopped before any phase; no report was written", file=sys.stderr)
+        return 2
+    reports = reports.resolve()
+    reports.mkdir(parents=True, exist_ok=True)
+    clear_previous_report(reports)
+    run_id = uuid.uuid4().hex[:12]
+    say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
+    env.update(HYPOTHESIS_PROFILE=profile)
+    properties = pytest_command(
+        "properties", "-q", f"--impl={impl}", f"--ncm-report-dir={reports}", f"--ncm-run-id={run_id}",
+        *([f"--hypothesis-seed={seed}"] if seed is not None else []), jobs=jobs
+    )
+    phases = [run_phase("properties", "1/4", properties, env)]
+    rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
+    # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
+    selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
+    selftests, cache = cached_selftests(reports, jobs, selftest_env, rerun=rerun)
+    phases += selftests
+    copy_selftest_results(reports, cache)
+    say("[4/4] report")
+    facts = {"run_id": run_id, "phases": phases, "suite_commit": git_commit(ROOT), "suite_dirty": git_dirty(ROOT),
+             "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
+             "ledger_problems": ledger_against_run(reports)}
+    from ncm_verify.cli import print_report, write_reports
+
+    report = write_reports(reports, run=facts)
+    print_report(report, reports)
+    return report["run"]["exit_status"]

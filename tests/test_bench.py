@@ -1,0 +1,179 @@
+"""What `make bench` times computes what the properties verified, on small cases; nothing here is timed.
+
+Also the bench's bookkeeping: the comparison against a baseline, and the
+report's C9 line.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from ncm_verify import bench, bench_ratios, speculative
+from ncm_verify.impl import load_implementation
+
+SMALL = [bench.KernelCase("chain", 37, 3, 5), bench.KernelCase("chain", 1500, 2, 3, "bfloat16"),
+         bench.KernelCase("greedy", 37, 3, 4), bench.KernelCase("factorized", 37, 3, 4)]
+
+
+def outcome_arrays(outcome) -> list[np.ndarray]:
+    return [np.array(part) for part in outcome]
+
+
+@pytest.mark.parametrize("case", SMALL, ids=lambda case: case.name)
+def test_eager_compiled_and_validated_steps_give_the_same_outcome(case):
+    impl = load_implementation("ncm_verify.reference")
+    inputs = bench.make_kernel_inputs(case, seed=3)
+    results = {name: outcome_arrays(step()) for name, step in bench.make_ours(impl, case, inputs).items()}
+    for name in ("compiled", "validated"):
+        for got, want in zip(results[name], results["eager"]):
+            np.testing.assert_array_equal(got, want, err_msg=f"{case.name}: {name} differs from eager")
+
+
+@pytest.mark.parametrize("case", [c for c in SMALL if c.step == "chain"], ids=lambda case: case.name)
+def test_the_numpy_chain_peer_equals_apply_chain_given_the_same_uniforms(case):
+    inputs = bench.make_kernel_inputs(case, seed=5)
+    num_draft = np.arange(case.batch) % (case.drafts + 1)  # every draft length, 0 included
+    uniforms = bench.numpy_uniforms(np.random.default_rng(2), (case.batch, 2, case.drafts + 1))
+    want = speculative.apply_chain(
+        mx.array(inputs["np_target"]), mx.array(inputs["np_draft"]), inputs["tokens"],
+        mx.array(num_draft.astype(np.int32)), mx.array(uniforms),
+    )
+    got = bench.numpy_chain_step(inputs["np_target"], inputs["np_draft"], inputs["np_tokens"], num_draft, uniforms)
+    for part, (g, w) in zip(("tokens", "num_accepted"), zip(got, outcome_arrays(want))):
+        np.testing.assert_array_equal(g, w, err_msg=f"{case.name}: NumPy peer's {part} differ from apply_chain")
+
+
+def test_the_numpy_greedy_and_factorized_peers_equal_the_kernels():
+    case = bench.KernelCase("factorized", 37, 3, 6)
+    inputs = bench.make_kernel_inputs(case, seed=9)
+    target, draft, tokens = inputs["np_target"], inputs["np_draft"], inputs["np_tokens"]
+    uniforms = bench.numpy_uniforms(np.random.default_rng(4), (case.batch, 2, case.drafts))
+    want = speculative.apply_factorized(mx.array(target), mx.array(draft), inputs["tokens"], mx.array(uniforms))
+    for g, w in zip(bench.numpy_factorized_step(target, draft, tokens, uniforms), outcome_arrays(want)):
+        np.testing.assert_array_equal(g, w, err_msg="NumPy factorised peer differs from apply_factorized")
+    greedy_tokens = tokens[:, :-1].copy()  # G = 2 drafts judged against the 3 target rows
+    num_draft = np.array([2, 1, 0, 2, 2, 1])
+    greedy_tokens[::2, 0] = target[::2, 0].argmax(axis=-1)  # some drafts accepted
+    want = speculative.apply_greedy(mx.array(target), mx.array(greedy_tokens), mx.array(num_draft))
+    for g, w in zip(bench.numpy_greedy_step(target, greedy_tokens, num_draft), outcome_arrays(want)):
+        np.testing.assert_array_equal(g, w, err_msg="NumPy greedy peer differs from apply_greedy")
+
+
+def test_the_transformers_peer_accepts_a_certain_draft_and_corrects_an_impossible_one():
+    loaded, why = bench.load_transformers_step()
+    if loaded is None:
+        pytest.skip(why)
+    case = bench.KernelCase("chain", 6, 2, 2)
+    target = np.zeros((2, 3, 6), np.float32)
+    target[:, [0, 1, 2], [1, 4, 5]] = 1.0  # one-hot rows: the target emits 1, 4, 5
+    draft = target[:, :2].copy()
+    draft[1, 0] = 0.0
+    draft[1, 0, 3] = 1.0  # sequence 1 drafts 3 first, where p is 0: rejected, corrected to 1
+    tokens = np.array([[1, 4], [3, 4]], np.int32)
+    inputs = {"np_target": target, "np_draft": draft, "np_tokens": tokens}
+    emitted = [(t.numpy().ravel().tolist(), int(n)) for t, n in bench.make_transformers_peer(case, inputs, loaded)()]
+    assert emitted == [([1, 4, 5], 2), ([1], 0)]
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 7, 1024, 1025, 1089, 5000])
+def test_the_blockwise_cdf_count_equals_a_full_count(vocab):
+    rng = np.random.default_rng(vocab)
+    weights = rng.random((4, vocab)).astype(np.float32) * (rng.random((4, vocab)) < 0.3)
+    weights[:, 0] += 1e-3
+    cdf = np.cumsum(weights, axis=-1, dtype=np.float32)
+    # thresholds at, just below and just above entries, and at both ends
+    picks = rng.integers(0, vocab, size=4)
+    thresholds = cdf[np.arange(4), picks] * np.array([1.0, 1 - 1e-7, 1 + 1e-7, 0.5], np.float32)
+    thresholds[-1] = cdf[-1, -1]
+    got = np.array(speculative.count_below(mx.array(cdf), mx.array(thresholds[:, None])))
+    np.testing.assert_array_equal(got, (cdf < thresholds[:, None]).sum(axis=-1))
+
+
+def test_validation_still_names_the_first_bad_argument():
+    inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
+    target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
+    bad_target = mx.concatenate([target[:, :1] * -1.0, target[:, 1:]], axis=1)
+    with pytest.raises(ValueError, match="^target_probs: contains negative"):
+        speculative.verify_chain(bad_target, draft[:, :1], tokens, key=mx.random.key(0))
+    with pytest.raises(ValueError, match="^draft_tokens: token ids outside"):
+        speculative.verify_chain(target, draft, tokens + 5000, key=mx.random.key(0))
+    unnormalised = draft * 1.5
+    with pytest.raises(ValueError, match="^draft_probs: rows do not sum to 1"):
+        speculative.verify_chain(target, unnormalised, tokens, key=mx.random.key(0))
+
+
+def fake_bench(speedup: float, floor_multiple: float, commit: str = "abc") -> dict:
+    ratios = {"vs numpy": bench_ratios.ratio(speedup, "higher", ""), "x mlx reduction floor": bench_ratios.ratio(
+        floor_multiple, "lower", "")}
+    kernel = {"case": "chain V=128256 G=4 B=1 float32", "step": "chain", "vocab": 128_256, "drafts": 4, "batch": 1,
+              "dtype": "float32", "contenders": {name: {"median_s": 1e-3, "calls": 9, "ratios": ratios,
+                                                        "ratios_of_minima": ratios}
+                                                 for name in ("eager", "validated")}}
+    speedups = {"vs uncached": bench_ratios.ratio(2.0, "higher", ""),
+                "of predicted": bench_ratios.ratio(0.8, "higher", "")}
+    warm = {"median_s": 0.1, "calls": 9, "ratios": speedups, "ratios_of_minima": speedups}
+    generation = {"case": "generation sudoku B=8", "contenders": {"cached warm": warm}}
+    return {"schema": bench_ratios.BENCH_SCHEMA, "impl": "ncm_verify.reference", "commit": commit, "datetime": "d",
+            "device": "cpu", "kernels": [kernel], "generation": [generation]}
+
+
+def test_a_grouped_ratio_worse_than_the_baseline_past_the_threshold_is_a_regression_either_way():
+    baseline = fake_bench(speedup=4.0, floor_multiple=2.0)
+    assert bench_ratios.compare_benches(baseline, copy.deepcopy(baseline)) == []
+    assert bench_ratios.compare_benches(baseline, fake_bench(speedup=2.6, floor_multiple=3.0)) == []  # within 1.6x
+    slower = bench_ratios.compare_benches(baseline, fake_bench(speedup=2.0, floor_multiple=2.0))
+    assert len(slower) == 2 and all("vs numpy" in line for line in slower)
+    nearer_nothing = bench_ratios.compare_benches(baseline, fake_bench(speedup=4.0, floor_multiple=3.5))
+    assert len(nearer_nothing) == 2 and all("floor" in line for line in nearer_nothing)
+    with pytest.raises(ValueError, match="^threshold"):
+        bench_ratios.compare_benches(baseline, baseline, threshold=0)
+
+
+def test_ratios_are_grouped_by_kind_of_case_as_geometric_means():
+    first, second = fake_bench(4.0, 2.0), fake_bench(1.0, 2.0)
+    second["kernels"][0]["case"] = "chain V=32000 G=4 B=8 float32"
+    first["kernels"] += second["kernels"]
+    grouped = bench_ratios.grouped_ratios(first)
+    assert grouped[("chain", "eager", "vs numpy")]["value"] == pytest.approx(2.0)
+    assert grouped[("chain", "eager", "vs numpy")]["cases"] == 2
+
+
+def test_the_c9_line_shows_ratios_only_for_the_same_implementation_and_commit():
+    measured = fake_bench(4.0, 2.0, commit="abc")
+    line = bench_ratios.c9_summary(measured, "ncm_verify.reference", "abc")
+    assert "B=1 eager: vs numpy 4.00" in line and "80% of predicted" in line and "not asserted" in line
+    assert bench_ratios.c9_summary(None, "ncm_verify.reference", "abc") == "no make bench was run for this report"
+    other = bench_ratios.c9_summary(measured, "ncm_verify.reference", "def")
+    assert "not ncm_verify.reference at def" in other and "4.00" not in other
+
+
+def test_a_tiny_bench_run_writes_every_ratio_and_renders_its_table():
+    cases = [bench.KernelCase("chain", 300, 2, 2), bench.KernelCase("greedy", 300, 2, 2)]
+    run = bench.run_bench("ncm_verify.reference", "quick", 2, 0.1, cases=cases, cache_configs={"sudoku": {}},
+                          progress=lambda text: None)
+    chain = run["kernels"][0]["contenders"]
+    assert set(chain["eager"]["ratios"]) >= {"vs numpy", "x numpy copy floor", "x mlx reduction floor"}
+    assert "vs eager" in chain["compiled"]["ratios"]
+    warm = run["generation"][0]
+    assert warm["loaded_hits"] == warm["batch"], "the persisted cache did not serve every row"
+    assert warm["contenders"]["cached warm"]["predicted_speedup"] == pytest.approx(261 / 99)
+    table = bench_ratios.format_bench(run)
+    assert "chain V=300 G=2 B=2 float32" in table and "generation sudoku B=8" in table
+
+
+def test_the_report_c9_row_carries_the_bench_line_of_the_same_commit():
+    from ncm_verify.report import document
+    from ncm_verify.report.ledger import read_ledger
+
+    ledger, _ = read_ledger(None)
+    evidence = {"properties": [], "impl": "ncm_verify.reference", "profile": "ci", "environment": {"commit": "abc"},
+                "policy": {}, "budget": {}}
+    rows = {c["id"]: c for c in document.build_report(ledger, evidence, bench=fake_bench(4.0, 2.0))["claims"]}
+    assert "B=1 eager: vs numpy 4.00" in rows["C9"]["reason"]
+    unmeasured = {c["id"]: c for c in document.build_report(ledger, evidence)["claims"]}
+    assert "no make bench was run" in unmeasured["C9"]["reason"]
+    assert "not asserted" not in rows["C8"]["reason"]
