@@ -43,6 +43,15 @@ PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
+EXACT_STEP_MUTANTS = {
+    "ratio_in_half", "residual_swapped_when_small", "correction_cumsum_in_half", "draft_ids_16_bit",
+    "apply_chain_reuses_rejecting_uniform", "verify_chain_swaps_uniform_rows", "residual_floor_too_high",
+    "apply_latent_chain_shares_the_latent_uniform",
+}
+"""Mutants that sampling cannot see: the sweep runs them against the exact step checks alone.
+
+Each passed every other kernel property of commit 215d406 (the suite before the exact checks).
+"""
 EVIDENCE_MUTANTS = {
     "filtered_evidence": "correct where it answers, but turns two fixtures in three away as filtered examples",
 }
