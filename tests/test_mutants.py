@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify.mutants import EVIDENCE_MUTANTS, LEVEL_DRAFTING_MUTANTS, MUTANTS, PREFIX_CACHE_MUTANTS
+from ncm_verify.mutants import (
+    EVIDENCE_MUTANTS, EXACT_STEP_MUTANTS, LEVEL_DRAFTING_MUTANTS, MUTANTS, PREFIX_CACHE_MUTANTS,
+)
 from ncm_verify.report import document as doc
 from ncm_verify.report import status
 from ncm_verify.report.ledger import read_ledger
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
 PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
 LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
+EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
     path for path in PROPERTY_FILES
@@ -86,7 +89,8 @@ def keep(reports: Path, verdict: dict) -> None:
 def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
     module = f"ncm_verify.mutants.{name}"
     files = (PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS
-             else LEVEL_DRAFTING_PROPERTIES if name in LEVEL_DRAFTING_MUTANTS else KERNEL_PROPERTIES)
+             else LEVEL_DRAFTING_PROPERTIES if name in LEVEL_DRAFTING_MUTANTS
+             else EXACT_STEP_PROPERTIES if name in EXACT_STEP_MUTANTS else KERNEL_PROPERTIES)
     evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))
     verdict = sweep_verdict(name, module, evidence, broken)
     keep(reports, verdict)

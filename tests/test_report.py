@@ -366,7 +366,9 @@ PART_BREAKS = {
     "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
     "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
     "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
-    "a surviving planted bug": ("mutants", "mutants.0.caught", False, "planted bugs", "not caught: bonus_wrong_row"),
+    "a surviving planted bug": (
+        "mutants", "mutants.0.caught", False, "planted bugs", f"not caught: {doc.registered_mutants()[0]}"
+    ),
     "a broken sweep": ("mutants", "mutants.0.sweep_error", "pytest exited 4", "planted bugs", "sweep broken"),
 }
 

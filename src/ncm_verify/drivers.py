@@ -340,3 +340,55 @@ def make_nearly_equal_rejection(
     args = (mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32), mx.array(drafts, dtype=mx.int32))
     num_draft = mx.full((batch,), positions, dtype=mx.int32) if kernel == "chain" else None
     return KernelCase(kernel, args, num_draft), source
+
+
+@dataclasses.dataclass
+class StepCase:
+    """One step of a kernel: its inputs in their dtype, the same values in float64, and uniforms.
+
+    ``exact_args`` hold exactly the numbers the kernel reads (half rows widened), the
+    chain's with ``num_draft`` last; ``uniforms`` are float32 ``[B, 2, columns]``.
+    """
+
+    case: KernelCase
+    exact_args: tuple
+    uniforms: np.ndarray
+    dtype: str
+
+    def describe(self) -> str:
+        """A short account of the inputs for failure messages."""
+        shapes = ", ".join(str(tuple(a.shape)) for a in self.case.args)
+        lengths = "" if self.case.num_draft is None else f", num_draft={np.array(self.case.num_draft).tolist()}"
+        return f"apply_{self.case.kernel}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
+
+
+def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
+    """Probability rows rounded to `dtype`, each row's largest entry reset so the row still sums to 1.
+
+    Rounding 100 003 tiny float16 entries one by one moves a sum by ~1e-3, past the 2^-10 a
+    float16 row may stray; the reset entry rounds once, within half an ulp of itself.
+    """
+    def rounded(values: np.ndarray) -> mx.array:
+        return mx.array(values.astype(np.float32)).astype(getattr(mx, dtype))
+
+    flat = np.array(rounded(rows).astype(mx.float32)).astype(np.float64).reshape(-1, rows.shape[-1])
+    largest = np.argmax(flat, axis=1)
+    others = flat.sum(axis=1) - flat[np.arange(len(flat)), largest]
+    flat[np.arange(len(flat)), largest] = np.maximum(1.0 - others, 0.0)
+    return rounded(flat.reshape(rows.shape))
+
+
+def make_step_case(kernel: str, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
+    """A `StepCase` from float64 probabilities and integer ids (the chain's `num_draft` last), rounded to `dtype`."""
+    rounded = []
+    for array in arrays:
+        if np.issubdtype(array.dtype, np.floating):
+            rounded.append(round_rows(array, dtype))
+        else:
+            rounded.append(mx.array(array.astype(np.int32)))
+    exact_args = tuple(
+        np.array(a.astype(mx.float32)).astype(np.float64) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
+        for a in rounded
+    )
+    num_draft = rounded.pop() if kernel == "chain" else None
+    return StepCase(KernelCase(kernel, tuple(rounded), num_draft), exact_args, uniforms, dtype)

@@ -266,3 +266,207 @@ def as_vector(distribution: dict, shape: tuple[int, ...]) -> np.ndarray:
     for outcome, probability in distribution.items():
         dense[np.ravel_multi_index(outcome, shape)] += probability
     return dense
+
+
+# --- one step given its uniforms: float64 oracles of the apply_* kernels ----------------
+#
+# The protocol's uniforms ``[B, 2, C]``: row 0 decides acceptance (draft i accepted iff
+# u q(x) < p(x), i.e. u < min(1, p/q)); row 1 draws corrections by inverse CDF, the
+# smallest id k with u S_V <= S_k over the cumulative weights S. The chain draws its
+# corrected or bonus token with column 0 of row 1; the factorised step position i with
+# column i; the latent chain its latent with column 0 and token i with column i + 1.
+
+
+def residual_rows(p, q) -> np.ndarray:
+    """Normalised max(p - q, 0) per row of ``[..., V]``; p itself where that mass is zero."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    mass_rows = np.maximum(p - q, 0.0)
+    mass = mass_rows.sum(axis=-1, keepdims=True)
+    return np.where(mass > RESIDUAL_FLOOR, mass_rows / np.maximum(mass, RESIDUAL_FLOOR), p)
+
+
+def inverse_cdf(weights: np.ndarray, u: float) -> int:
+    """The id an inverse-CDF draw with uniform `u` takes from unnormalised `weights`."""
+    cumulative = np.cumsum(weights)
+    return int(np.count_nonzero(cumulative < float(u) * cumulative[-1]))
+
+
+def draw_is_excused(weights: np.ndarray, u: float, drawn: int, exact_id: int) -> bool:
+    """Whether a float32 draw of `drawn` instead of `exact_id` lies within rounding (see tolerances)."""
+    from ncm_verify.tolerances import cdf_boundary_slack
+
+    if not 0 <= drawn < len(weights) or weights[drawn] <= 0:
+        return False
+    cumulative = np.cumsum(weights)
+    boundaries = cumulative[min(drawn, exact_id) : max(drawn, exact_id)]
+    slack = cdf_boundary_slack(cumulative[-1], int(np.count_nonzero(weights)))
+    return bool(np.all(np.abs(float(u) * cumulative[-1] - boundaries) <= slack))
+
+
+@dataclasses.dataclass
+class StepComparison:
+    """A kernel's decisions against the float64 step, one sequence at a time.
+
+    Where the kernel took a near-boundary decision the other way, the oracle follows
+    it (counted in `excused`) and compares what follows; anything else is a mismatch.
+    """
+
+    decisions: int = 0
+    excused: list = dataclasses.field(default_factory=list)
+    mismatches: list = dataclasses.field(default_factory=list)
+
+    def acceptance(self, where: str, kernel: bool, p_x: float, q_x: float, u: float) -> None:
+        """Draft accepted iff u q < p (q = 0 < p accepts; p = 0 never does)."""
+        from ncm_verify.tolerances import accept_boundary_slack
+
+        self.decisions += 1
+        p_x, q_x, u = float(p_x), float(q_x), float(u)
+        exact_accept = u * q_x < p_x
+        if bool(kernel) == exact_accept:
+            return
+        gap = u * q_x - p_x
+        line = (
+            f"{where}: accepted={bool(kernel)}, float64 says {exact_accept} "
+            f"(u={u!r}, p={p_x!r}, q={q_x!r}, uq-p={gap:.3g})"
+        )
+        near = abs(gap) <= accept_boundary_slack(u * q_x, p_x)
+        (self.excused if near else self.mismatches).append(line)
+
+    def draw(self, where: str, kernel_id: int, weights: np.ndarray, u: float) -> None:
+        """An inverse-CDF draw from `weights` with uniform `u`."""
+        self.decisions += 1
+        u, kernel_id = float(u), int(kernel_id)
+        exact_id = inverse_cdf(weights, u)
+        if int(kernel_id) == exact_id:
+            return
+        weight = weights[kernel_id] if 0 <= kernel_id < len(weights) else float("nan")
+        line = f"{where}: drew id {kernel_id} (weight {weight:.3g}), float64 inverse CDF gives {exact_id} (u={u!r})"
+        excused = draw_is_excused(weights, u, int(kernel_id), exact_id)
+        (self.excused if excused else self.mismatches).append(line)
+
+    def same(self, where: str, kernel, expected) -> None:
+        """Values the step fixes outright (kept drafts, padding, flags of ineligible drafts)."""
+        kernel, expected = np.asarray(kernel), np.asarray(expected)
+        if kernel.shape != expected.shape or not np.array_equal(kernel, expected):
+            self.mismatches.append(f"{where}: {kernel.tolist()}, expected {expected.tolist()}")
+
+
+def compare_position(comparison: StepComparison, where: str, p, q, draft: int, u_accept, u_draw, accepted, token):
+    """One factorised position: draft accepted, or a correction from residual(p, q)."""
+    comparison.acceptance(f"{where} accept", accepted, p[draft], q[draft], u_accept)
+    if accepted:
+        comparison.same(f"{where} token", token, draft)
+    else:
+        comparison.draw(f"{where} correction", token, residual_rows(p, q), u_draw)
+
+
+def compare_chain_step(target, draft, drafts, num_draft, uniforms, tokens, num_accepted) -> StepComparison:
+    """`apply_chain`'s outcome against the chain step in float64 (arrays as NumPy)."""
+    comparison = StepComparison()
+    for b in range(len(num_draft)):
+        n, k = int(num_draft[b]), int(num_accepted[b])
+        if not 0 <= k <= n:
+            comparison.mismatches.append(f"sequence {b}: {k} accepted of {n} drafts")
+            continue
+        for i in range(min(k + 1, n)):
+            x = int(drafts[b, i])
+            where = f"sequence {b} draft {i} (id {x})"
+            comparison.acceptance(where, i < k, target[b, i, x], draft[b, i, x], uniforms[b, 0, i])
+        comparison.same(f"sequence {b} kept drafts", tokens[b, :k], drafts[b, :k])
+        comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(len(tokens[b]) - k - 1, -1))
+        weights = residual_rows(target[b, k], draft[b, k]) if k < n else target[b, k]
+        what = "correction" if k < n else "bonus"
+        comparison.draw(f"sequence {b} {what} at position {k}", tokens[b, k], weights, uniforms[b, 1, 0])
+    return comparison
+
+
+def compare_factorized_step(target, draft, drafts, uniforms, tokens, accepted) -> StepComparison:
+    """`apply_factorized`'s outcome against the factorised step in float64."""
+    comparison = StepComparison()
+    for b, i in np.ndindex(*drafts.shape):
+        compare_position(
+            comparison, f"sequence {b} position {i}", target[b, i], draft[b, i], int(drafts[b, i]),
+            uniforms[b, 0, i], uniforms[b, 1, i], bool(accepted[b, i]), int(tokens[b, i]),
+        )
+    return comparison
+
+
+def compare_latent_chain_step(
+    target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts, uniforms, outcome
+) -> StepComparison:
+    """`apply_latent_chain`'s outcome (latent, latent_accepted, tokens, accepted) against float64.
+
+    The latent is a chain step over the codebook; if it stands the tokens are verified
+    factorised under it, otherwise every token is drawn from the target given the new latent.
+    """
+    latent, latent_accepted, tokens, accepted = (np.asarray(a) for a in outcome)
+    comparison = StepComparison()
+    for b in range(len(drafted_latent)):
+        z_draft, z = int(drafted_latent[b]), int(latent[b])
+        compare_position(
+            comparison, f"sequence {b} latent", target_latent[b], draft_latent[b], z_draft,
+            uniforms[b, 0, 0], uniforms[b, 1, 0], bool(latent_accepted[b]), z,
+        )
+        if not 0 <= z < len(target_latent[b]):
+            continue
+        for i in range(drafts.shape[1]):
+            where = f"sequence {b} token {i}"
+            if latent_accepted[b]:
+                compare_position(
+                    comparison, where, target_tokens[b, z, i], draft_tokens[b, z, i], int(drafts[b, i]),
+                    uniforms[b, 0, i + 1], uniforms[b, 1, i + 1], bool(accepted[b, i]), int(tokens[b, i]),
+                )
+            else:
+                comparison.same(f"{where} accepted after a changed latent", accepted[b, i], False)
+                comparison.draw(f"{where} from the target", tokens[b, i], target_tokens[b, z, i], uniforms[b, 1, i + 1])
+    return comparison
+
+
+def judged_pair(kernel: str, args: tuple, b: int, column: int) -> tuple[float, float] | None:
+    """``(p(x), q(x))`` of the draft that column `column` of row 0 judges in sequence `b`; None if unused.
+
+    `args` are the kernel's float64 arguments (the chain's with ``num_draft`` last).
+    """
+    if kernel == "chain":
+        target, draft, drafts, num_draft = args
+        if column >= num_draft[b]:
+            return None
+        x = drafts[b, column]
+        return target[b, column, x], draft[b, column, x]
+    if kernel == "factorized":
+        target, draft, drafts = args
+        x = drafts[b, column]
+        return target[b, column, x], draft[b, column, x]
+    target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts = args
+    z = drafted_latent[b]
+    if column == 0:
+        return target_latent[b, z], draft_latent[b, z]
+    x = drafts[b, column - 1]
+    return target_tokens[b, z, column - 1, x], draft_tokens[b, z, column - 1, x]
+
+
+def drawn_weights(kernel: str, args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
+    """The weights column `column` of row 1 draws from in the exact step given `uniforms`; None if unused."""
+
+    def accepted(column: int) -> bool:
+        p_x, q_x = judged_pair(kernel, args, b, column)
+        return uniforms[b, 0, column] * q_x < p_x
+
+    if kernel == "chain":
+        target, draft, _, num_draft = args
+        if column:
+            return None
+        k = 0
+        while k < num_draft[b] and accepted(k):
+            k += 1
+        return residual_rows(target[b, k], draft[b, k]) if k < num_draft[b] else target[b, k]
+    if kernel == "factorized":
+        return residual_rows(args[0][b, column], args[1][b, column])
+    target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, _ = args
+    latent_row = residual_rows(target_latent[b], draft_latent[b])
+    if column == 0:
+        return latent_row
+    if accepted(0):
+        z = drafted_latent[b]
+        return residual_rows(target_tokens[b, z, column - 1], draft_tokens[b, z, column - 1])
+    return target_tokens[b, inverse_cdf(latent_row, uniforms[b, 1, 0]), column - 1]

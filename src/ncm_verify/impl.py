@@ -22,7 +22,13 @@ callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
 ``apply_latent_chain(..., draft_tokens, uniforms [B, 2, N+1])``
     the same steps given their uniforms (row 0 decides acceptance, row 1
     draws corrections), unvalidated and traceable by ``mx.compile``; the
-    properties use them to pin acceptance at the uniform's extremes.
+    properties use them to pin acceptance at the uniform's extremes and to compare
+    each step with a float64 oracle given drawn uniforms. Draft i is accepted iff
+    ``u[b, 0, i] * q(x) < p(x)``; a correction is the smallest id k whose cumulative
+    weight reaches ``u * total``, drawn with ``u[b, 1, 0]`` (chain), ``u[b, 1, i]``
+    (factorised position i) or ``u[b, 1, 0]``/``u[b, 1, i + 1]`` (latent, token i).
+``draw_uniforms(key, batch, shape)`` (optional; the verify == apply property needs it)
+    the uniforms ``[B, *shape]`` a ``verify_*`` call with ``key`` hands its ``apply_*``.
 
 ``verify_*`` take ``validate=False`` to skip input checks so that ``mx.compile`` can trace them.
 
@@ -56,6 +62,7 @@ SPECULATIVE_NAMES = (
     "apply_chain",
     "apply_factorized",
     "apply_latent_chain",
+    "draw_uniforms",  # (key, batch, shape) -> the uniforms [B, *shape] verify_* hands apply_* (C11)
 )
 NCM_NAMES: tuple[str, ...] = (
     "NCMConfig",  # the config dataclass: fields as in ncm_verify.ncm.config

@@ -4,6 +4,7 @@ from ncm_verify.speculative import (  # noqa: F401
     apply_chain,
     apply_factorized,
     apply_latent_chain,
+    draw_uniforms,
     residual_distribution,
     verify_chain,
     verify_factorized,

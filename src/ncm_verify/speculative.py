@@ -26,6 +26,8 @@ RESIDUAL_FLOOR = 1e-30
 PAD_TOKEN = -1
 SEARCH_MIN_VOCAB = 1024
 """Below this vocabulary one pass over the cdf is as cheap as the blockwise search."""
+SMALLEST_NORMAL = 2.0**-126
+"""The smallest normal float32: an inverse-CDF threshold never goes below it (nor flushes to zero)."""
 
 
 class Rules(NamedTuple):
@@ -94,10 +96,22 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
         raise ValueError(f"{name}: contains NaN or infinite values")
     if not _is_true(as_float >= 0):
         raise ValueError(f"{name}: contains negative probabilities")
-    gap = mx.abs(as_float.sum(axis=-1) - 1.0)
+    gap = mx.abs(row_sums(as_float) - 1.0)
     if not _is_true(gap <= tolerance):
         raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max().item():.3g})")
     return probs
+
+
+def row_sums(rows: mx.array, block: int = 256) -> mx.array:
+    """Sums over the last axis, by blocks then over the blocks.
+
+    One float32 pass over 65 536 entries errs by 3e-4 here (beyond the 1e-4 a row may
+    stray); blocks of 256 keep it near 1e-6 at any vocabulary.
+    """
+    pad = (-rows.shape[-1]) % block
+    if pad:
+        rows = mx.pad(rows, [(0, 0)] * (rows.ndim - 1) + [(0, pad)])
+    return rows.reshape(*rows.shape[:-1], rows.shape[-1] // block, block).sum(axis=-1).sum(axis=-1)
 
 
 def check_scores(name: str, scores, ndim: int) -> mx.array:
@@ -173,6 +187,11 @@ def make_uniforms(keys: mx.array, shape: tuple[int, ...]) -> mx.array:
     return (mx.floor(raw * scale) + 0.5) / scale
 
 
+def draw_uniforms(key, batch: int, shape: tuple[int, ...], *, rules: Rules | None = None) -> mx.array:
+    """The uniforms ``[B, *shape]`` a ``verify_*`` call with `key` hands its ``apply_*`` (a protocol name)."""
+    return (rules or REFERENCE_RULES).uniforms(per_sequence_keys(key, batch), shape)
+
+
 def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[..., ids]`` along the last axis; padded ids (-1) read index 0."""
     safe = mx.maximum(ids, 0).astype(mx.int32)
@@ -222,6 +241,11 @@ def count_below(cdf: mx.array, threshold: mx.array) -> mx.array:
     return (full_blocks * block + inside.astype(mx.int32))[..., 0]
 
 
+def threshold_of(uniforms: mx.array, cdf: mx.array) -> mx.array:
+    """``u * total`` for an inverse-CDF draw, at least the smallest normal float32 (never 0)."""
+    return mx.maximum(uniforms[..., None] * cdf[..., -1:], SMALLEST_NORMAL)
+
+
 def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     """Inverse-CDF draw from normalised max(p - q, 0); from p where that mass is zero."""
     p = as_float32(p)
@@ -229,9 +253,10 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     # Both draws are made and one kept: cheaper than a pass to choose the weights first.
     target_cdf = mx.cumsum(p, axis=-1)
     mass = residual_cdf[..., -1]
-    # Each threshold is below its cdf's last entry, so the index is < V and has weight > 0.
-    from_residual = count_below(residual_cdf, uniforms[..., None] * residual_cdf[..., -1:])
-    from_target = count_below(target_cdf, uniforms[..., None] * target_cdf[..., -1:])
+    # Each threshold is below its cdf's last entry, so the index is < V and has weight > 0; kept
+    # at least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
+    from_residual = count_below(residual_cdf, threshold_of(uniforms, residual_cdf))
+    from_target = count_below(target_cdf, threshold_of(uniforms, target_cdf))
     return mx.where(mass > RESIDUAL_FLOOR, from_residual, from_target)
 
 
@@ -354,7 +379,7 @@ def valid_rows(name: str, probs: mx.array) -> mx.array:
     """
     tolerance = normalisation_for(name, probs.dtype)
     as_float = as_float32(probs)
-    return (as_float.min() >= 0) & mx.all(mx.abs(as_float.sum(axis=-1) - 1.0) <= tolerance)
+    return (as_float.min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
 
 
 def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tuple[mx.array, mx.array]:
@@ -437,7 +462,7 @@ def verify_chain(
     elif num_draft is None:
         num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
     batch, rows = target_probs.shape[:2]
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, rows))
+    uniforms = draw_uniforms(key, batch, (2, rows), rules=rules)
     return apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules)
 
 
@@ -485,7 +510,7 @@ def verify_factorized(
     if validate:
         check_factorized_inputs(target_probs, draft_probs, draft_tokens)
     batch, positions = target_probs.shape[:2]
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions))
+    uniforms = draw_uniforms(key, batch, (2, positions), rules=rules)
     return apply(target_probs, draft_probs, draft_tokens, uniforms, rules=rules)
 
 
@@ -530,5 +555,5 @@ def verify_latent_chain(
     if validate:
         check_latent_chain_inputs(*inputs)
     batch, positions = draft_tokens.shape
-    uniforms = rules.uniforms(per_sequence_keys(key, batch), (2, positions + 1))
+    uniforms = draw_uniforms(key, batch, (2, positions + 1), rules=rules)
     return apply(*inputs, uniforms, rules=rules)

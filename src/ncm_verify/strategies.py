@@ -322,3 +322,171 @@ def tiny_specs(spec_type, kind: str):
 def token_lists(vocab_size: int, min_size: int, max_size: int):
     """Token id lists in [0, vocab_size)."""
     return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)
+
+
+# --- exact step checks (apply_* against float64): big ids, near-equal rows, drawn uniforms ---
+
+LARGE_VOCAB = 1000
+"""Above this vocabulary the fixtures shrink (batch, drafts, codes) to stay cheap."""
+HIGH_IDS = 65536
+"""Ids from here on do not fit 16 bits: large-vocabulary rows put mass on one of them."""
+step_vocabs = st.one_of(
+    st.sampled_from([65541, 100_003, 70001]), st.integers(2, 8), st.sampled_from([65541, 300, 65536, 100_003])
+)
+"""Vocabularies of one step: half above 2^16 (ids past 65 535), the rest tiny (ties, exact ratios) or medium."""
+STEP_ROW_KINDS = ("small_weights", "sparse", "dense", "one_hot")
+step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS))
+"""Half the drafts nearly equal their target: a residual of tiny mass is where precision bugs hide."""
+NEAR_EQUAL_DECADES = (-7.0, -3.0)
+"""Each nearly equal row moves q around p by a relative scale log-uniform in 1e-7..1e-3 (its residual's mass ~0.4x)."""
+STEP_DTYPES = ("float32", "float16", "float32", "bfloat16")
+"""float32 twice as often: half rounding turns most nearly equal rows into equal ones."""
+UNIFORM_KINDS = ("boundary", "random", "near_one", "boundary", "near_zero", "boundary")
+"""Where a drawn uniform lies: some ulps from its decision's boundary (half of them), anywhere, next to 1 or 0."""
+ulp_offsets = st.one_of(
+    st.integers(-4, 4),
+    st.builds(lambda exponent, sign: sign * 2**exponent, st.integers(3, 13), st.sampled_from([1, -1])),
+    st.builds(lambda exponent, sign: sign * 2**exponent, st.integers(14, 16), st.sampled_from([1, -1])),
+)
+"""float32 ulps between a uniform and its boundary: within rounding, or up to 2^16 ulps (~4e-3) away."""
+
+
+def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) -> np.ndarray:
+    """``[count, vocab]`` float64 rows of `kind` (see `STEP_ROW_KINDS`); above 2^16 ids some mass sits past 65535."""
+    if kind == "small_weights":
+        return make_rows(rng, count, vocab)
+    if kind == "dense":
+        weights = np.exp(2.0 * rng.standard_normal((count, vocab)))
+    else:
+        weights = np.zeros((count, vocab))
+        for row in weights:
+            size = 1 if kind == "one_hot" else int(rng.integers(1, min(vocab, 32) + 1))
+            ids = rng.choice(vocab, size=size, replace=False)
+            if vocab > HIGH_IDS:
+                ids[0] = rng.integers(HIGH_IDS, vocab)
+            row[ids] = rng.random(size) + 0.05
+    if vocab > HIGH_IDS:  # at least half the mass past 65 535, where a 16-bit id goes wrong
+        low, high = weights[:, :HIGH_IDS].sum(axis=1), weights[:, HIGH_IDS:].sum(axis=1)
+        weights[:, HIGH_IDS:] *= np.maximum(1.0, low / np.maximum(high, 1e-300))[:, None]
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def make_step_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
+    """Draft rows for `target` as `relation` says; ``nearly_equal`` moves each row by its own tiny scale."""
+    if relation == "nearly_equal":
+        scale = 10.0 ** rng.uniform(*NEAR_EQUAL_DECADES, size=(len(target), 1))
+        draft = target * np.exp(scale * rng.standard_normal(target.shape))
+        return draft / draft.sum(axis=1, keepdims=True)
+    if relation == "argmax_of_target":  # without an identity matrix: vocabularies reach 70 001
+        draft = np.zeros_like(target)
+        np.put_along_axis(draft, np.argmax(target, axis=1)[:, None], 1.0, axis=1)
+        return draft
+    return make_draft_rows(rng, target, relation)
+
+
+def make_drafting_rows(target: np.ndarray, draft: np.ndarray, over_drafted: bool) -> np.ndarray:
+    """Rows to sample drafts from: q, or (`over_drafted`) q's excess over p, where a draft risks rejection."""
+    if not over_drafted:
+        return draft
+    excess = np.maximum(draft - target, 0.0)
+    return np.where(excess.sum(axis=-1, keepdims=True) > 0, excess, draft)
+
+
+def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarray) -> np.float32:
+    """A float32 uniform strictly inside (0, 1), of `kind`, `offset` ulps from a chosen boundary."""
+    steps = abs(offset) + 1
+    if kind == "near_zero":
+        # The smallest floats (subnormal) or a few grid steps of 2^-24 above 0.
+        u = np.array([steps], np.int32).view(np.float32)[0] if fraction < 0.25 else np.float32(steps * 2.0**-24)
+    elif kind == "near_one":
+        u = np.float32(1.0 - steps * 2.0**-24)
+    elif kind == "boundary" and len(boundaries):
+        base = np.array([boundaries[int(fraction * len(boundaries))]], np.float32).view(np.int32)
+        u = np.maximum(base + offset, 1).view(np.float32)[0]
+    else:
+        u = np.float32(fraction)
+    return np.clip(u, np.float32(1e-45), np.float32(1.0 - 2.0**-24))
+
+
+def uniform_boundaries(kernel: str, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
+    """Where the exact step's decision for ``uniforms[b, row, column]`` flips: p/q, or the cumulative weights."""
+    from ncm_verify.exact import drawn_weights, judged_pair
+
+    if row == 0:
+        pair = judged_pair(kernel, args, b, column)
+        if pair is None or not 0 < pair[0] < pair[1]:
+            return np.zeros(0)
+        return np.array([pair[0] / pair[1]])
+    weights = drawn_weights(kernel, args, uniforms, b, column)
+    if weights is None:
+        return np.zeros(0)
+    cumulative = np.cumsum(weights) / weights.sum()
+    return cumulative[np.flatnonzero(weights > 0)[:-1]]
+
+
+@st.composite
+def step_uniforms(draw, kernel: str, args: tuple, shape: tuple[int, int, int]):
+    """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` on float64 `args`, many near their boundaries.
+
+    Row 0 first, then row 1 column by column: a correction's boundaries depend on the decisions before it.
+    """
+    size = int(np.prod(shape))
+    kinds = draw(st.lists(st.sampled_from(UNIFORM_KINDS), min_size=size, max_size=size), label="uniform kinds")
+    offsets = draw(st.lists(ulp_offsets, min_size=size, max_size=size), label="uniform ulp offsets")
+    fractions = draw(
+        st.lists(st.floats(0, 1, exclude_max=True), min_size=size, max_size=size), label="uniform fractions"
+    )
+    uniforms = np.full(shape, 0.5, dtype=np.float32)
+    for index, (b, row, column) in enumerate(np.ndindex(*shape)):
+        boundaries = uniform_boundaries(kernel, args, uniforms, b, row, column) if kinds[index] == "boundary" else ()
+        uniforms[b, row, column] = place_uniform(kinds[index], offsets[index], fractions[index], boundaries)
+    return uniforms
+
+
+@st.composite
+def step_cases(draw, kernel: str):
+    """One step of `kernel` (chain, factorized, latent_chain): inputs, their float64 values and drawn uniforms."""
+    from ncm_verify.drivers import make_step_case, sample_categorical
+
+    vocab = draw(step_vocabs, label="vocab")
+    small = vocab <= LARGE_VOCAB
+    batch = draw(st.integers(1, 16 if small else 4), label="batch")
+    kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
+    relation = draw(step_relations, label="draft relation")
+    dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
+    over_drafted = draw(st.booleans(), label="drafts only where q > p")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+
+    def tables(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        target = make_step_rows(rng, int(np.prod(shape[:-1])), shape[-1], kind)
+        draft = make_step_draft_rows(rng, target, relation)
+        return target.reshape(shape), draft.reshape(shape)
+
+    if kernel == "chain":
+        max_draft = draw(st.integers(0, 4), label="max drafts")
+        lengths = draw(st.lists(st.integers(0, max_draft), min_size=batch, max_size=batch), label="draft lengths")
+        target, draft = tables((batch, max_draft + 1, vocab))
+        draft = draft[:, :max_draft]
+        drafting = make_drafting_rows(target[:, :max_draft], draft, over_drafted)
+        drafts = sample_categorical(rng, drafting) if max_draft else np.zeros((batch, 0), np.int64)
+        num_draft = np.array(lengths, dtype=np.int64)
+        drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
+        arrays, columns = (target, draft, drafts, num_draft), max_draft + 1
+    elif kernel == "factorized":
+        positions = draw(st.integers(1, 3 if small else 2), label="positions")
+        target, draft = tables((batch, positions, vocab))
+        drafts = sample_categorical(rng, make_drafting_rows(target, draft, over_drafted))
+        arrays, columns = (target, draft, drafts), positions
+    else:
+        codes = draw(st.integers(1, 4 if small else 2), label="codebook size")
+        positions = draw(st.integers(1, 3 if small else 2), label="positions")
+        target_latent, draft_latent = tables((batch, codes))
+        drafted_latent = sample_categorical(rng, make_drafting_rows(target_latent, draft_latent, over_drafted))
+        target_tokens, draft_tokens = tables((batch, codes, positions, vocab))
+        under = (np.arange(batch), drafted_latent)
+        drafts = sample_categorical(rng, make_drafting_rows(target_tokens[under], draft_tokens[under], over_drafted))
+        arrays = (target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts)
+        columns = positions + 1
+    step = make_step_case(kernel, arrays, dtype)
+    step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns)), label="uniforms")
+    return step

@@ -53,3 +53,35 @@ def normalisation_for(name: str, dtype: mx.Dtype) -> float:
     except KeyError:
         kinds = ", ".join(str(d).rsplit(".", 1)[-1] for d in NORMALISATION)
         raise ValueError(f"{name}: probabilities must be one of {kinds}, got {dtype}") from None
+
+# --- exact step checks: when a float32 kernel may decide differently from float64 ---
+
+FLOAT32_EPS = 2.0**-23
+"""float32 machine epsilon (the ulp of 1)."""
+
+ACCEPT_BOUNDARY_ULPS = 2
+"""An acceptance ``u * q < p`` is excused when ``|u q - p| <= 2 eps32 max(u q, p)``.
+
+``u q`` (or ``p / q``) rounded once in float32 moves by at most half an ulp; two ulps
+admit either form of the comparison. Inputs are exact in float32 (half rows widen exactly).
+"""
+
+CDF_BOUNDARY_TERMS = 2
+"""An inverse-CDF draw is excused across a boundary ``S_j`` when ``|u S_V - S_j| <= (m + 2) eps32 S_V``.
+
+``S`` is the cumulative sum of the row's weights and ``m`` its count of positive terms:
+any summation order of m non-negative float32 terms errs by at most (m - 1) eps32 / 2
+of the total; the ``+ 2`` admits the residual's subtraction and the threshold's product.
+Only a draw whose every boundary between the two ids is that close, landing on an id of
+positive weight, is excused.
+"""
+
+
+def accept_boundary_slack(uq: float, p: float) -> float:
+    """How far ``u q`` may sit from ``p`` before a float32 acceptance must agree with float64."""
+    return ACCEPT_BOUNDARY_ULPS * FLOAT32_EPS * max(abs(uq), abs(p))
+
+
+def cdf_boundary_slack(total: float, positive_terms: int) -> float:
+    """How far ``u S_V`` may sit from a cumulative boundary before a float32 draw must agree."""
+    return (positive_terms + CDF_BOUNDARY_TERMS) * FLOAT32_EPS * total

@@ -26,6 +26,15 @@ MUTANTS = {
     "small_residual_falls_back_to_target": "treats a residual of mass below 1e-4 as zero and corrects from p",
     "ids_truncated_to_16_bits": "the chain kernel keeps draft ids as uint16: id 65 541 is judged and emitted as 5",
     "nan_rows_pass_validation": "chain and greedy validation lets probability or score rows holding NaN through",
+    "ratio_in_half": "rounds the acceptance ratio p/q to float16 (P(accept) off by up to 2.4e-4 relative)",
+    "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
+    "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
+    "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
+    "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
+    "verify_chain_swaps_uniform_rows": "verify_chain alone hands apply_chain its uniform rows swapped",
+    "residual_floor_too_high": "treats a residual of mass below 1e-6 as zero and corrects from p",
+    "apply_latent_chain_shares_the_latent_uniform":
+        "apply_latent_chain alone draws the latent and its tokens with one uniform",
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
@@ -37,6 +46,15 @@ PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
+EXACT_STEP_MUTANTS = {
+    "ratio_in_half", "residual_swapped_when_small", "correction_cumsum_in_half", "draft_ids_16_bit",
+    "apply_chain_reuses_rejecting_uniform", "verify_chain_swaps_uniform_rows", "residual_floor_too_high",
+    "apply_latent_chain_shares_the_latent_uniform",
+}
+"""Mutants that sampling cannot see: the sweep runs them against the exact step checks alone.
+
+Each passed every other kernel property of commit 215d406 (the suite before the exact checks).
+"""
 EVIDENCE_MUTANTS = {
     "filtered_evidence": "correct where it answers, but turns two fixtures in three away as filtered examples",
 }
@@ -62,6 +80,7 @@ def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, ap
         "verify_chain": partial(speculative.verify_chain, rules=rules, apply=apply_chain),
         "verify_factorized": partial(speculative.verify_factorized, rules=rules, apply=apply_factorized),
         "verify_latent_chain": partial(speculative.verify_latent_chain, rules=rules, apply=apply_latent),
+        "draw_uniforms": partial(speculative.draw_uniforms, rules=rules),
     }
 
 

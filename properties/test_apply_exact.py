@@ -1,0 +1,120 @@
+"""Exact checks where sampling is blind: each apply_* step equals a float64 oracle given the same uniforms.
+
+A bias of 1e-4 in an acceptance probability needs ~1e9 samples to see; here the
+kernel's decisions are compared one by one with the float64 step (`exact`) on
+Hypothesis-drawn uniforms, many placed a few ulps from their decision's boundary.
+A decision within float32 rounding of its boundary is excused and counted (the rule:
+`tolerances.ACCEPT_BOUNDARY_ULPS`, `tolerances.CDF_BOUNDARY_TERMS`). Each verify_*
+must then equal its apply_* on the uniforms it draws, so a bug in one entry point
+cannot hide behind the other.
+"""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import event, given, note, reject
+from hypothesis import strategies as st
+
+from ncm_verify import checks, exact
+from ncm_verify.strategies import seeds, step_cases
+from ncm_verify.tolerances import normalisation_for
+
+KERNELS = ("chain", "factorized", "latent_chain")
+OUTCOME_SHAPES = {
+    "chain": lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
+    "factorized": lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
+    "latent_chain": lambda b, c: {
+        "latent": (b,), "latent_accepted": (b,), "tokens": (b, c - 1), "accepted": (b, c - 1)
+    },
+}
+"""Each outcome field's shape for a batch b and c uniform columns."""
+
+
+def outcome_arrays(kernel: str, outcome, uniforms: np.ndarray, call: str) -> tuple[np.ndarray, ...]:
+    """The outcome's fields as NumPy arrays, after checking each one's shape."""
+    batch, _, columns = uniforms.shape
+    arrays = []
+    for field, shape in OUTCOME_SHAPES[kernel](batch, columns).items():
+        array = np.array(getattr(outcome, field))
+        assert array.shape == shape, f"{field}: shape {array.shape}, expected {shape}\n  call: {call}"
+        arrays.append(array)
+    return tuple(arrays)
+
+
+def compare_step(kernel: str, step, outcome) -> exact.StepComparison:
+    """The kernel's outcome against the float64 step on the same inputs and uniforms."""
+    fields = outcome_arrays(kernel, outcome, step.uniforms, step.describe())
+    uniforms = step.uniforms.astype(np.float64)
+    if kernel == "chain":
+        return exact.compare_chain_step(*step.exact_args, uniforms, *fields)
+    if kernel == "factorized":
+        return exact.compare_factorized_step(*step.exact_args, uniforms, *fields)
+    return exact.compare_latent_chain_step(*step.exact_args, uniforms, fields)
+
+
+def vocabulary_band(vocab: int) -> str:
+    return "V > 2^16" if vocab > 2**16 else "V = 2^16" if vocab == 2**16 else "V <= 8" if vocab <= 8 else "8 < V < 2^16"
+
+
+def check_apply_step(impl, kernel: str, step) -> None:
+    call = step.describe()
+    event("vocabulary", vocabulary_band(step.case.args[0].shape[-1]))
+    event("dtype", step.dtype)
+    note(f"apply_{kernel}: {step.dtype}, shapes {[tuple(a.shape) for a in step.case.args]}")
+    outcome = step.case.apply(impl, mx.array(step.uniforms))
+    checks.assert_step_matches(compare_step(kernel, step, outcome), label=f"apply_{kernel} vs float64 step", call=call)
+
+
+@pytest.mark.claim("C5")
+@given(step=step_cases("chain"))
+def test_apply_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    check_apply_step(impl, "chain", step)
+
+
+@pytest.mark.claim("C6")
+@given(step=step_cases("factorized"))
+def test_apply_factorized_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    check_apply_step(impl, "factorized", step)
+
+
+@pytest.mark.claim("C6")
+@given(step=step_cases("latent_chain"))
+def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    check_apply_step(impl, "latent_chain", step)
+
+
+@pytest.mark.claim("C5", "C6")
+@given(step=step_cases(kernel="factorized"), swapped=st.booleans())
+def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_rows(impl, step, swapped):
+    """Half, one-hot, nearly equal (mass down to 1e-6) and equal rows, vocabularies past 2^16."""
+    target, draft = step.case.args[:2]
+    p, q = (draft, target) if swapped else (target, draft)
+    exact_p, exact_q = (step.exact_args[1], step.exact_args[0]) if swapped else step.exact_args[:2]
+    gap = max(np.abs(exact_p.sum(axis=-1) - 1).max(), np.abs(exact_q.sum(axis=-1) - 1).max())
+    if gap > normalisation_for("p", p.dtype):
+        # Flat rows of 70 001 float16 subnormals round ~0.1% high together: invalid input, rightly refused.
+        with pytest.raises(ValueError, match=r"^[pq]: "):
+            impl.residual_distribution(p, q)
+        reject()
+    got = np.array(impl.residual_distribution(p, q).astype(mx.float32))
+    expected = exact.residual_rows(exact_p, exact_q)
+    assert np.isfinite(got).all(), f"residual_distribution gave NaN or inf\n  call: {step.describe()}"
+    checks.assert_close(got, expected, dtype=mx.float32, label="residual_distribution vs float64", call=step.describe())
+
+
+@pytest.mark.claim("C11")
+@pytest.mark.parametrize("kernel", KERNELS)
+@given(data=st.data(), seed=seeds)
+def test_verify_equals_apply_on_the_uniforms_it_draws(impl, kernel, data, seed):
+    """A bug in one entry point alone shows: verify_*(key) == apply_*(draw_uniforms(key))."""
+    step = data.draw(step_cases(kernel), label="step")
+    key = mx.random.key(seed)
+    uniforms = impl.draw_uniforms(key, step.case.batch, step.uniforms.shape[1:])
+    call = f"verify_{kernel}(key=mx.random.key({seed})) vs apply_{kernel}(draw_uniforms(key, ...)) on {step.describe()}"
+    note(call)
+    # Half and near-equal rows need not pass float32's input checks: this property is about the uniforms.
+    verified = step.case.call(impl, key, validate=False)
+    applied = step.case.apply(impl, uniforms)
+    for field in applied._fields:
+        label = f"verify vs apply: {field}"
+        checks.assert_equal(getattr(verified, field), getattr(applied, field), label=label, call=call)
