@@ -47,7 +47,7 @@ LARGE_COUNTED = 64
 """Generations sampled for the larger target's counts (kept small for `make bench`: standard error ~0.2 pass)."""
 RATIO_REPEATS = 15
 """Interleaved timings per side for a wall-time ratio: the median of each side."""
-LARGE_RATIO_REPEATS = 5
+LARGE_RATIO_REPEATS = 7
 LARGE_BATCHES = (1, 8)
 """Batch 1 too: at batch 8 rows diverge into cohorts that each run their own rounds."""
 PERTURBATIONS = (0.0, 0.01, 0.1, 1.0)
