@@ -21,6 +21,7 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from ncm_verify import stats, strategies
+from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 from ncm_verify.checks import (
     as_numpy,
     assert_close,
@@ -223,8 +224,9 @@ def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder
     assert_trimmed_window_attends_to_kept_entries(decoder.RotatingKVCache(max_size), sizes, trim, call=call)
 
 
-LAW_EXAMPLES = max(1, settings.default.max_examples // 30)
-"""Each example draws thousands of whole decodings, one Python call each: `ci` runs one per decoder."""
+LAW_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES)
+"""Each example draws thousands of whole decodings, one Python call each (12-17 s here): as many laws as a
+claim needs to be shown, and no more, even under `thorough`."""
 LAW = "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"
 ACCEPTANCE_RULES = {
     "sum p*q": lambda p, q: float(np.sum(p * q)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import mlx.core as mx
 import numpy as np
 from hypothesis import Phase, settings
@@ -286,11 +288,13 @@ def level_drafting_configs(draw, config_type, *, max_outcomes: int = 1024, dtype
                            masks=("ncm", "prefix_lm", "causal")):
     """Tiny NCMs whose whole-generation law can be enumerated: vocabulary <= 4, two or three
     levels of one or two slots, codebook <= 3, at most `max_outcomes` (latents, tokens) outcomes."""
-    vocab = draw(st.integers(2, 4), label="vocab_size")
+    # Built to fit `max_outcomes` rather than filtered: a filter turned 13 of 28 examples away.
     codes = draw(st.integers(1, 3), label="codebook_size")
-    levels = draw(st.lists(st.integers(1, 2), min_size=2, max_size=3)
-                  .filter(lambda sizes: int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes),
-                  label="level_sizes")
+    vocabs = [v for v in range(2, 5) if (codes * v) ** 2 <= max_outcomes] or [2]
+    vocab = draw(st.sampled_from(vocabs), label="vocab_size")
+    fitting = [sizes for length in (2, 3) for sizes in itertools.product((1, 2), repeat=length)
+               if int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes] or [(1, 1)]
+    levels = draw(st.sampled_from(fitting), label="level_sizes")
     d_model = draw(st.sampled_from([8, 16]), label="d_model")
     return config_type(
         vocab_size=vocab, prefix_length=draw(st.integers(1, 3), label="prefix_length"), level_sizes=tuple(levels),

@@ -56,7 +56,7 @@ EXACT_STEP_MUTANTS = {
 Each passed every other kernel property of commit 215d406 (the suite before the exact checks).
 """
 EVIDENCE_MUTANTS = {
-    "filtered_evidence": "correct where it answers, but turns two fixtures in three away as filtered examples",
+    "filtered_evidence": "correct where it answers, but turns every example of an even vocabulary away as filtered",
 }
 """Planted bugs no assertion can catch (the properties pass vacuously): the verdict must refuse to call
 their claims shown. Kept apart from `MUTANTS`, which must each fail some property."""

@@ -32,6 +32,7 @@ a{color:#1a4f8f}
 .shown,.passed,.caught{background:#d9f2d9;color:#145214}
 .failed,.error,.SURVIVED,.BROKEN-SWEEP{background:#f9d6d5;color:#7a1010}
 .not-run,.skipped,.not-shown{background:#eee;color:#555}
+.known-upstream-bugs{background:#fff3cd;color:#7a5a00}
 .not-checkable,.not-provided{background:#e4e9f7;color:#28407a}
 nav.toc{background:#f7f7f7;border:1px solid #ddd;padding:.4em 1em;margin:1em 0}
 nav.toc ol{margin:.2em 0;padding-left:1.6em;columns:3 14em}nav.toc li{margin:.1em 0}
