@@ -1,0 +1,278 @@
+"""The prefix cache against a model: a Hypothesis state machine drives the
+implementation's `PrefixCache` (store, lookup, eviction under a byte budget,
+save, load, a weight change, tenant namespaces) and a plain-Python LRU cache side
+by side, and compares every observable after every step: the payload a lookup
+serves, the hit/miss/eviction counters, the bytes and entries held.
+
+Keys carry token ids up to 2**20 and prefixes of varying lengths, with the near
+misses an exact-match contract requires (P[:-1], P+x, one token changed, also by
+exactly 2**16). Payloads are small synthetic K/V arrays whose every value names
+the store that wrote it, so a lookup that serves the wrong entry cannot pass.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule, \
+    run_state_machine_as_test
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ncm_verify.checks import assert_equal
+from ncm_verify.impl import ncm_api
+from ncm_verify.ncm.config import DTYPES, fixture_fields
+
+TOKEN_IDS = st.integers(0, 2**20 - 1)
+"""Beyond any 16-bit packing: a key that keeps only the low 16 bits aliases id t and t ^ 2**16."""
+NAMESPACE = st.sampled_from(("", "tenant-a", "tenant-b"))
+HEADS, LAYERS = st.integers(1, 3), st.integers(1, 2)
+AFTER = "after the last step of the state machine printed below"
+HEAD_DIM = 2
+MAX_PREFIX = 6
+BUDGETS = st.integers(0, 1200)
+"""Bytes; a payload holds 16 to 576 bytes here, so a budget keeps from none to a dozen entries."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """What a correct cache keys on: the tokens, which weights, the namespace."""
+
+    tokens: tuple[int, ...]
+    weights: int
+    namespace: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """A synthetic K/V entry: layer l's K holds 8 * uid + 2l, its V 8 * uid + 2l + 1 (exact in float32)."""
+
+    uid: int
+    length: int
+    heads: int
+    layers: int
+
+    def arrays(self, dtype) -> tuple[tuple[mx.array, mx.array], ...]:
+        shape = (self.heads, self.length, HEAD_DIM)
+        return tuple(
+            (mx.full(shape, 8 * self.uid + 2 * layer, dtype=dtype), mx.full(shape, 8 * self.uid + 2 * layer + 1,
+                                                                            dtype=dtype))
+            for layer in range(self.layers)
+        )
+
+    def nbytes(self, dtype) -> int:
+        return 2 * self.layers * self.heads * self.length * HEAD_DIM * dtype.size
+
+
+class LRUModel:
+    """A correct byte-bounded LRU cache in plain Python: the behaviour the implementation must show.
+
+    An entry larger than the whole budget is not stored and changes nothing; storing
+    under a held key replaces its payload and makes it the most recently used; a hit
+    makes it the most recently used; the least recently used go first.
+    """
+
+    def __init__(self, max_bytes: int, dtype):
+        self.max_bytes, self.dtype = max_bytes, dtype
+        self.entries: collections.OrderedDict[Slot, Payload] = collections.OrderedDict()
+        self.hits = self.misses = self.evictions = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(payload.nbytes(self.dtype) for payload in self.entries.values())
+
+    def store(self, slot: Slot, payload: Payload) -> None:
+        if payload.nbytes(self.dtype) > self.max_bytes:
+            return
+        self.entries.pop(slot, None)
+        self.entries[slot] = payload
+        while self.nbytes > self.max_bytes:
+            self.entries.popitem(last=False)
+            self.evictions += 1
+
+    def lookup(self, slot: Slot) -> Payload | None:
+        payload = self.entries.get(slot)
+        if payload is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(slot)
+        self.hits += 1
+        return payload
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedFile:
+    """A file the cache under test wrote, and what the model held when it did."""
+
+    path: Path
+    held: tuple[tuple[Slot, Payload], ...]
+
+    def __repr__(self) -> str:
+        return f"SavedFile({self.path.name}, {len(self.held)} entries)"
+
+
+def make_weight_change(api, model):
+    """A second model of the same config whose first weight moved by 0.5: an updated checkpoint."""
+    name, value = tree_flatten(model.parameters())[0]
+    changed = api.make_model(model.config)
+    flat = value.reshape(-1)
+    moved = mx.concatenate([flat[:1] + 0.5, flat[1:]]).reshape(value.shape).astype(value.dtype)
+    changed.update(tree_unflatten([(name, moved)]))
+    return changed
+
+
+def near_misses(tokens: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
+    """The prefixes an exact-match cache must tell from `tokens`: P[:-1], P+x, one token changed."""
+    changed = st.integers(0, len(tokens) - 1).flatmap(lambda i: st.one_of(
+        st.just(tokens[i] ^ 2**16), st.just(tokens[i] ^ 1), TOKEN_IDS.filter(lambda t: t != tokens[i]),
+    ).map(lambda t: tokens[:i] + (t,) + tokens[i + 1:]))
+    options = [changed]
+    if len(tokens) > 1:
+        options.append(st.just(tokens[:-1]))
+    if len(tokens) < MAX_PREFIX:
+        options.append(TOKEN_IDS.map(lambda t: tokens + (t,)))
+    return st.one_of(options)
+
+
+class PrefixCacheMachine(RuleBasedStateMachine):
+    """The implementation's cache and `LRUModel`, fed the same operations; `make_machine` binds the models."""
+
+    api = None
+    models: tuple = ()
+    prefixes = Bundle("prefixes")
+    files = Bundle("files")
+
+    def __init__(self):
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        self.dtype = DTYPES[self.models[0].config.dtype]
+        self.weights, self.uid, self.saves = 0, 0, 0
+        self.cache, self.model = None, None
+        self.stored: set[Slot] = set()
+
+    def teardown(self):
+        self.folder.cleanup()
+
+    def key_of(self, slot: Slot):
+        return self.cache.keys_for(self.models[slot.weights], [slot.tokens], slot.namespace)[0]
+
+    def describe(self, slot: Slot) -> str:
+        return f"lookup of {list(slot.tokens)} under weights {slot.weights}, namespace {slot.namespace!r}"
+
+    def check_lookup(self, slot: Slot) -> None:
+        """The implementation serves exactly what the model serves: nothing, or the same payload."""
+        expected, served = self.model.lookup(slot), self.cache.lookup(self.key_of(slot))
+        call = self.describe(slot)
+        assert_equal(served is not None, expected is not None, label="served (hit) vs model", call=call)
+        if expected is None:
+            return
+        arrays = expected.arrays(self.dtype)
+        assert_equal(len(served), len(arrays), label="layers served", call=call)
+        for layer, ((k, v), (want_k, want_v)) in enumerate(zip(served, arrays)):
+            assert_equal(k, want_k, label=f"K of layer {layer} (8 * store uid + 2 * layer)", call=call)
+            assert_equal(v, want_v, label=f"V of layer {layer} (8 * store uid + 2 * layer + 1)", call=call)
+
+    def reset(self, max_bytes: int) -> None:
+        self.cache, self.model = self.api.PrefixCache(max_bytes=max_bytes), LRUModel(max_bytes, self.dtype)
+
+    @initialize(max_bytes=BUDGETS)
+    def start(self, max_bytes):
+        self.reset(max_bytes)
+
+    def store_payload(self, prefix: tuple[int, ...], namespace: str, heads: int, layers: int) -> tuple[int, ...]:
+        """Store a fresh payload (its uid names this store) under `prefix` in both caches."""
+        self.uid += 1
+        slot, payload = Slot(prefix, self.weights, namespace), Payload(self.uid, len(prefix), heads, layers)
+        self.cache.store(self.key_of(slot), payload.arrays(self.dtype))
+        self.model.store(slot, payload)
+        self.stored.add(slot)
+        return prefix
+
+    @rule(target=prefixes, tokens=st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX), namespace=NAMESPACE,
+          heads=HEADS, layers=LAYERS)
+    def store_a_new_prefix(self, tokens, namespace, heads, layers):
+        return self.store_payload(tuple(tokens), namespace, heads, layers)
+
+    @rule(target=prefixes, prefix=prefixes, data=st.data(), namespace=NAMESPACE, heads=HEADS, layers=LAYERS)
+    def store_a_near_miss(self, prefix, data, namespace, heads, layers):
+        return self.store_payload(data.draw(near_misses(prefix), label="near_miss"), namespace, heads, layers)
+
+    @rule(prefix=prefixes, namespace=NAMESPACE, heads=HEADS, layers=LAYERS)
+    def store_again(self, prefix, namespace, heads, layers):
+        """A held key is replaced (new payload, most recently used); an evicted one comes back."""
+        self.store_payload(prefix, namespace, heads, layers)
+
+    @rule(prefix=prefixes, namespace=NAMESPACE)
+    def lookup(self, prefix, namespace):
+        self.check_lookup(Slot(prefix, self.weights, namespace))
+
+    @rule(prefix=prefixes, data=st.data(), namespace=NAMESPACE)
+    def lookup_a_near_miss(self, prefix, data, namespace):
+        self.check_lookup(Slot(data.draw(near_misses(prefix), label="near_miss"), self.weights, namespace))
+
+    @precondition(lambda self: self.stored)
+    @rule(data=st.data())
+    def lookup_every_stored_key(self, data):
+        """Which keys survived eviction, in a drawn order (each lookup refreshes recency in both)."""
+        for slot in data.draw(st.permutations(sorted(self.stored, key=repr)), label="lookup_order"):
+            self.check_lookup(slot)
+
+    @rule(weights=st.integers(0, 1))
+    def change_weights(self, weights):
+        """Serve the other checkpoint: its keys carry another fingerprint, so the old entries must miss."""
+        self.weights = weights
+
+    @rule(target=files)
+    def save(self):
+        self.saves += 1
+        path = Path(self.folder.name) / f"cache{self.saves}.safetensors"
+        self.cache.save(path)
+        return SavedFile(path, tuple(self.model.entries.items()))
+
+    def load(self, saved: SavedFile) -> None:
+        call = f"PrefixCache.load({saved})"
+        try:
+            loaded = self.cache.load(saved.path)
+        except ValueError as error:  # a cache that refuses its own file is wrong, not the test
+            raise AssertionError(f"a file this cache saved is refused: {error}\n  call: {call}") from error
+        assert_equal(loaded, len(saved.held), label="entries loaded", call=call)
+        for slot, payload in saved.held:
+            self.model.store(slot, payload)
+
+    @rule(saved=files, max_bytes=BUDGETS)
+    def load_into_a_new_cache(self, saved, max_bytes):
+        self.reset(max_bytes)
+        self.load(saved)
+
+    @rule(saved=files)
+    def load_into_this_cache(self, saved):
+        self.load(saved)
+
+    @invariant()
+    def counters_bytes_and_entries_agree_with_the_model(self):
+        for name in ("hits", "misses", "evictions", "nbytes"):
+            assert_equal(getattr(self.cache, name), getattr(self.model, name), label=f"{name} vs model", call=AFTER)
+        assert_equal(len(self.cache), len(self.model.entries), label="entries held vs model", call=AFTER)
+
+
+def make_machine(api, models) -> type[PrefixCacheMachine]:
+    """The machine bound to the implementation under test (the `impl` fixture cannot reach a TestCase class)."""
+    return type("PrefixCacheMachine", (PrefixCacheMachine,), {"api": api, "models": tuple(models)})
+
+
+def machine_settings() -> settings:
+    """The loaded profile's settings (examples, derandomization, phases) with runs of up to 50 steps."""
+    return settings(settings.default, stateful_step_count=50)
+
+
+@pytest.mark.claim("C2", "C3")
+def test_the_prefix_cache_serves_stores_evicts_and_persists_as_a_byte_bounded_lru_model(impl):
+    api = ncm_api(impl)
+    base = api.make_model(api.NCMConfig(**fixture_fields("ncm_tiny")))
+    run_state_machine_as_test(make_machine(api, (base, make_weight_change(api, base))), settings=machine_settings())
