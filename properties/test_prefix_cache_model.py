@@ -33,11 +33,16 @@ TOKEN_IDS = st.integers(0, 2**20 - 1)
 """Beyond any 16-bit packing: a key that keeps only the low 16 bits aliases id t and t ^ 2**16."""
 NAMESPACE = st.sampled_from(("", "tenant-a", "tenant-b"))
 HEADS, LAYERS = st.integers(1, 3), st.integers(1, 2)
+MODEL_VARIANTS = ((False, "float32"), (True, "float32"), (False, "float16"), (False, "bfloat16"))
+"""(weights changed?, dtype) of the models a run switches between; 0 and 1 differ only by a weight update."""
+STEPS = 50
+"""Rule calls per run: fewer than 64 stores, so every payload of a run is distinct."""
 AFTER = "after the last step of the state machine printed below"
 HEAD_DIM = 2
 MAX_PREFIX = 6
-BUDGETS = st.integers(0, 1200)
-"""Bytes; a payload holds 16 to 576 bytes here, so a budget keeps from none to a dozen entries."""
+BUDGETS = st.one_of(st.integers(240, 1200), st.integers(0, 240))
+"""Bytes; a float32 payload holds 16 to 576 bytes here, so a budget keeps from none to a few dozen entries;
+mostly several, where the eviction order shows."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,23 +56,26 @@ class Slot:
 
 @dataclasses.dataclass(frozen=True)
 class Payload:
-    """A synthetic K/V entry: layer l's K holds 8 * uid + 2l, its V 8 * uid + 2l + 1 (exact in float32)."""
+    """A synthetic K/V entry in the key's dtype: layer l's K is filled with 4 * uid + 2l and its V with
+    4 * uid + 2l + 1, integers below 256 and so exact even in bfloat16 (uid < 64, one per store of a run)."""
 
     uid: int
     length: int
     heads: int
     layers: int
+    dtype: str
 
-    def arrays(self, dtype) -> tuple[tuple[mx.array, mx.array], ...]:
-        shape = (self.heads, self.length, HEAD_DIM)
-        return tuple(
-            (mx.full(shape, 8 * self.uid + 2 * layer, dtype=dtype), mx.full(shape, 8 * self.uid + 2 * layer + 1,
-                                                                            dtype=dtype))
-            for layer in range(self.layers)
-        )
+    def values(self, layer: int) -> tuple[int, int]:
+        return 4 * self.uid + 2 * layer, 4 * self.uid + 2 * layer + 1
 
-    def nbytes(self, dtype) -> int:
-        return 2 * self.layers * self.heads * self.length * HEAD_DIM * dtype.size
+    def arrays(self) -> tuple[tuple[mx.array, mx.array], ...]:
+        shape, dtype = (self.heads, self.length, HEAD_DIM), DTYPES[self.dtype]
+        return tuple(tuple(mx.full(shape, value, dtype=dtype) for value in self.values(layer))
+                     for layer in range(self.layers))
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.layers * self.heads * self.length * HEAD_DIM * DTYPES[self.dtype].size
 
 
 class LRUModel:
@@ -78,17 +86,17 @@ class LRUModel:
     makes it the most recently used; the least recently used go first.
     """
 
-    def __init__(self, max_bytes: int, dtype):
-        self.max_bytes, self.dtype = max_bytes, dtype
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
         self.entries: collections.OrderedDict[Slot, Payload] = collections.OrderedDict()
         self.hits = self.misses = self.evictions = 0
 
     @property
     def nbytes(self) -> int:
-        return sum(payload.nbytes(self.dtype) for payload in self.entries.values())
+        return sum(payload.nbytes for payload in self.entries.values())
 
     def store(self, slot: Slot, payload: Payload) -> None:
-        if payload.nbytes(self.dtype) > self.max_bytes:
+        if payload.nbytes > self.max_bytes:
             return
         self.entries.pop(slot, None)
         self.entries[slot] = payload
@@ -117,14 +125,14 @@ class SavedFile:
         return f"SavedFile({self.path.name}, {len(self.held)} entries)"
 
 
-def make_weight_change(api, model):
-    """A second model of the same config whose first weight moved by 0.5: an updated checkpoint."""
+def make_weight_change(api, config):
+    """A model of `config` whose first weight moved by 0.5: an updated checkpoint."""
+    model = api.make_model(config)
     name, value = tree_flatten(model.parameters())[0]
-    changed = api.make_model(model.config)
     flat = value.reshape(-1)
     moved = mx.concatenate([flat[:1] + 0.5, flat[1:]]).reshape(value.shape).astype(value.dtype)
-    changed.update(tree_unflatten([(name, moved)]))
-    return changed
+    model.update(tree_unflatten([(name, moved)]))
+    return model
 
 
 def near_misses(tokens: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
@@ -151,7 +159,6 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.folder = tempfile.TemporaryDirectory()
-        self.dtype = DTYPES[self.models[0].config.dtype]
         self.weights, self.uid, self.saves = 0, 0, 0
         self.cache, self.model = None, None
         self.stored: set[Slot] = set()
@@ -172,14 +179,15 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         assert_equal(served is not None, expected is not None, label="served (hit) vs model", call=call)
         if expected is None:
             return
-        arrays = expected.arrays(self.dtype)
+        arrays = expected.arrays()
         assert_equal(len(served), len(arrays), label="layers served", call=call)
         for layer, ((k, v), (want_k, want_v)) in enumerate(zip(served, arrays)):
-            assert_equal(k, want_k, label=f"K of layer {layer} (8 * store uid + 2 * layer)", call=call)
-            assert_equal(v, want_v, label=f"V of layer {layer} (8 * store uid + 2 * layer + 1)", call=call)
+            assert_equal(str(k.dtype), str(want_k.dtype), label=f"dtype of layer {layer}", call=call)
+            assert_equal(k, want_k, label=f"K of layer {layer} (4 * store uid + 2 * layer)", call=call)
+            assert_equal(v, want_v, label=f"V of layer {layer} (4 * store uid + 2 * layer + 1)", call=call)
 
     def reset(self, max_bytes: int) -> None:
-        self.cache, self.model = self.api.PrefixCache(max_bytes=max_bytes), LRUModel(max_bytes, self.dtype)
+        self.cache, self.model = self.api.PrefixCache(max_bytes=max_bytes), LRUModel(max_bytes)
 
     @initialize(max_bytes=BUDGETS)
     def start(self, max_bytes):
@@ -188,8 +196,9 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def store_payload(self, prefix: tuple[int, ...], namespace: str, heads: int, layers: int) -> tuple[int, ...]:
         """Store a fresh payload (its uid names this store) under `prefix` in both caches."""
         self.uid += 1
-        slot, payload = Slot(prefix, self.weights, namespace), Payload(self.uid, len(prefix), heads, layers)
-        self.cache.store(self.key_of(slot), payload.arrays(self.dtype))
+        dtype = self.models[self.weights].config.dtype
+        slot, payload = Slot(prefix, self.weights, namespace), Payload(self.uid, len(prefix), heads, layers, dtype)
+        self.cache.store(self.key_of(slot), payload.arrays())
         self.model.store(slot, payload)
         self.stored.add(slot)
         return prefix
@@ -223,9 +232,9 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         for slot in data.draw(st.permutations(sorted(self.stored, key=repr)), label="lookup_order"):
             self.check_lookup(slot)
 
-    @rule(weights=st.integers(0, 1))
+    @rule(weights=st.integers(0, len(MODEL_VARIANTS) - 1))
     def change_weights(self, weights):
-        """Serve the other checkpoint: its keys carry another fingerprint, so the old entries must miss."""
+        """Serve another checkpoint or dtype: its keys differ, so the other entries must miss."""
         self.weights = weights
 
     @rule(target=files)
@@ -267,12 +276,19 @@ def make_machine(api, models) -> type[PrefixCacheMachine]:
 
 
 def machine_settings() -> settings:
-    """The loaded profile's settings (examples, derandomization, phases) with runs of up to 50 steps."""
-    return settings(settings.default, stateful_step_count=50)
+    """The loaded profile's settings (examples, derandomization, phases) with runs of up to `STEPS` steps."""
+    return settings(settings.default, stateful_step_count=STEPS)
+
+
+def make_models(api) -> tuple:
+    """`MODEL_VARIANTS` of the tiny fixture config, in that order."""
+    fields = fixture_fields("ncm_tiny")
+    configs = [api.NCMConfig(**{**fields, "dtype": dtype}) for _, dtype in MODEL_VARIANTS]
+    return tuple(make_weight_change(api, config) if changed else api.make_model(config)
+                 for config, (changed, _) in zip(configs, MODEL_VARIANTS))
 
 
 @pytest.mark.claim("C2", "C3")
 def test_the_prefix_cache_serves_stores_evicts_and_persists_as_a_byte_bounded_lru_model(impl):
     api = ncm_api(impl)
-    base = api.make_model(api.NCMConfig(**fixture_fields("ncm_tiny")))
-    run_state_machine_as_test(make_machine(api, (base, make_weight_change(api, base))), settings=machine_settings())
+    run_state_machine_as_test(make_machine(api, make_models(api)), settings=machine_settings())

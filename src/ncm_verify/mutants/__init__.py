@@ -28,7 +28,7 @@ MUTANTS = {
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
     "cache_lru_ignores_hits": "prefix cache hits do not refresh recency: first-in-first-out eviction",
     "cache_key_uint16_tokens": "prefix cache keys pack token ids as uint16 (id 65 541 serves the entry of id 5)",
-    "cache_replace_double_counts": "prefix cache replacing a held key keeps counting the old entry's bytes",
+    "cache_replace_keeps_recency": "prefix cache storing under a held key leaves it where it was in the LRU order",
     "cache_load_drops_namespace": "prefix cache files load every entry under the empty namespace",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
