@@ -21,8 +21,15 @@ import mlx.core as mx
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule, \
-    run_state_machine_as_test
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ncm_verify.checks import assert_equal
@@ -34,7 +41,7 @@ TOKEN_IDS = st.integers(0, 2**20 - 1)
 NAMESPACE = st.sampled_from(("", "tenant-a", "tenant-b"))
 HEADS, LAYERS = st.integers(1, 3), st.integers(1, 2)
 MODEL_VARIANTS = ((False, "float32"), (True, "float32"), (False, "float16"), (False, "bfloat16"))
-"""(weights changed?, dtype) of the models a run switches between; 0 and 1 differ only by a weight update."""
+"""(weights updated?, dtype) of the models a run switches between; 0 and 1 differ only by a weight update."""
 STEPS = 50
 """Rule calls per run: fewer than 64 stores, so every payload of a run is distinct."""
 AFTER = "after the last step of the state machine printed below"
@@ -47,10 +54,10 @@ mostly several, where the eviction order shows."""
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """What a correct cache keys on: the tokens, which weights, the namespace."""
+    """What a correct cache keys on: the tokens, which model (weights, dtype), the namespace."""
 
     tokens: tuple[int, ...]
-    weights: int
+    model: int
     namespace: str
 
 
@@ -159,7 +166,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.folder = tempfile.TemporaryDirectory()
-        self.weights, self.uid, self.saves = 0, 0, 0
+        self.current, self.uid, self.saves = 0, 0, 0
         self.cache, self.model = None, None
         self.stored: set[Slot] = set()
 
@@ -167,10 +174,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.folder.cleanup()
 
     def key_of(self, slot: Slot):
-        return self.cache.keys_for(self.models[slot.weights], [slot.tokens], slot.namespace)[0]
+        return self.cache.keys_for(self.models[slot.model], [slot.tokens], slot.namespace)[0]
 
     def describe(self, slot: Slot) -> str:
-        return f"lookup of {list(slot.tokens)} under weights {slot.weights}, namespace {slot.namespace!r}"
+        return f"lookup of {list(slot.tokens)} under model {slot.model}, namespace {slot.namespace!r}"
 
     def check_lookup(self, slot: Slot) -> None:
         """The implementation serves exactly what the model serves: nothing, or the same payload."""
@@ -196,8 +203,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def store_payload(self, prefix: tuple[int, ...], namespace: str, heads: int, layers: int) -> tuple[int, ...]:
         """Store a fresh payload (its uid names this store) under `prefix` in both caches."""
         self.uid += 1
-        dtype = self.models[self.weights].config.dtype
-        slot, payload = Slot(prefix, self.weights, namespace), Payload(self.uid, len(prefix), heads, layers, dtype)
+        dtype = self.models[self.current].config.dtype
+        slot, payload = Slot(prefix, self.current, namespace), Payload(self.uid, len(prefix), heads, layers, dtype)
         self.cache.store(self.key_of(slot), payload.arrays())
         self.model.store(slot, payload)
         self.stored.add(slot)
@@ -219,11 +226,11 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @rule(prefix=prefixes, namespace=NAMESPACE)
     def lookup(self, prefix, namespace):
-        self.check_lookup(Slot(prefix, self.weights, namespace))
+        self.check_lookup(Slot(prefix, self.current, namespace))
 
     @rule(prefix=prefixes, data=st.data(), namespace=NAMESPACE)
     def lookup_a_near_miss(self, prefix, data, namespace):
-        self.check_lookup(Slot(data.draw(near_misses(prefix), label="near_miss"), self.weights, namespace))
+        self.check_lookup(Slot(data.draw(near_misses(prefix), label="near_miss"), self.current, namespace))
 
     @precondition(lambda self: self.stored)
     @rule(data=st.data())
@@ -232,10 +239,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         for slot in data.draw(st.permutations(sorted(self.stored, key=repr)), label="lookup_order"):
             self.check_lookup(slot)
 
-    @rule(weights=st.integers(0, len(MODEL_VARIANTS) - 1))
-    def change_weights(self, weights):
-        """Serve another checkpoint or dtype: its keys differ, so the other entries must miss."""
-        self.weights = weights
+    @rule(model=st.integers(0, len(MODEL_VARIANTS) - 1))
+    def switch_model(self, model):
+        """Serve updated weights (another fingerprint) or another dtype: the other models' entries must miss."""
+        self.current = model
 
     @rule(target=files)
     def save(self):
