@@ -42,12 +42,12 @@ NAMESPACE = st.sampled_from(("", "tenant-a", "tenant-b"))
 HEADS, LAYERS = st.integers(1, 3), st.integers(1, 2)
 MODEL_VARIANTS = ((False, "float32"), (True, "float32"), (False, "float16"), (False, "bfloat16"))
 """(weights updated?, dtype) of the models a run switches between; 0 and 1 differ only by a weight update."""
-STEPS = 50
+STEPS = 60
 """Rule calls per run: fewer than 64 stores, so every payload of a run is distinct."""
 AFTER = "after the last step of the state machine printed below"
 HEAD_DIM = 2
 MAX_PREFIX = 6
-BUDGETS = st.one_of(st.integers(240, 1200), st.integers(0, 240))
+BUDGETS = st.one_of(st.integers(300, 1500), st.integers(0, 300))
 """Bytes; a float32 payload holds 16 to 576 bytes here, so a budget keeps from none to a few dozen entries;
 mostly several, where the eviction order shows."""
 
@@ -142,12 +142,19 @@ def make_weight_change(api, config):
     return model
 
 
+def one_token_changed(tokens: tuple[int, ...], change) -> st.SearchStrategy[tuple[int, ...]]:
+    """`tokens` with the token at a drawn position passed through `change(token) -> strategy of tokens`."""
+    return st.integers(0, len(tokens) - 1).flatmap(
+        lambda i: change(tokens[i]).map(lambda t: tokens[:i] + (t,) + tokens[i + 1:]))
+
+
 def near_misses(tokens: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
-    """The prefixes an exact-match cache must tell from `tokens`: P[:-1], P+x, one token changed."""
-    changed = st.integers(0, len(tokens) - 1).flatmap(lambda i: st.one_of(
-        st.just(tokens[i] ^ 2**16), st.just(tokens[i] ^ 1), TOKEN_IDS.filter(lambda t: t != tokens[i]),
-    ).map(lambda t: tokens[:i] + (t,) + tokens[i + 1:]))
-    options = [changed]
+    """The prefixes an exact-match cache must tell from `tokens`: one token changed by exactly 2**16 (equal
+    in the low 16 bits) or to any other id, P[:-1], P+x."""
+    options = [
+        one_token_changed(tokens, lambda t: st.just(t ^ 2**16)),
+        one_token_changed(tokens, lambda t: TOKEN_IDS.filter(lambda other: other != t)),
+    ]
     if len(tokens) > 1:
         options.append(st.just(tokens[:-1]))
     if len(tokens) < MAX_PREFIX:
@@ -200,37 +207,48 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def start(self, max_bytes):
         self.reset(max_bytes)
 
-    def store_payload(self, prefix: tuple[int, ...], namespace: str, heads: int, layers: int) -> tuple[int, ...]:
-        """Store a fresh payload (its uid names this store) under `prefix` in both caches."""
+    def store_payload(self, slot: Slot, heads: int, layers: int) -> tuple[int, ...]:
+        """Store a fresh payload (its uid names this store) under `slot` in both caches; returns its tokens."""
         self.uid += 1
-        dtype = self.models[self.current].config.dtype
-        slot, payload = Slot(prefix, self.current, namespace), Payload(self.uid, len(prefix), heads, layers, dtype)
+        dtype = self.models[slot.model].config.dtype
+        payload = Payload(self.uid, len(slot.tokens), heads, layers, dtype)
         self.cache.store(self.key_of(slot), payload.arrays())
         self.model.store(slot, payload)
         self.stored.add(slot)
-        return prefix
+        return slot.tokens
 
     @rule(target=prefixes, tokens=st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX), namespace=NAMESPACE,
           heads=HEADS, layers=LAYERS)
     def store_a_new_prefix(self, tokens, namespace, heads, layers):
-        return self.store_payload(tuple(tokens), namespace, heads, layers)
+        return self.store_payload(Slot(tuple(tokens), self.current, namespace), heads, layers)
 
     @rule(target=prefixes, prefix=prefixes, data=st.data(), namespace=NAMESPACE, heads=HEADS, layers=LAYERS)
     def store_a_near_miss(self, prefix, data, namespace, heads, layers):
-        return self.store_payload(data.draw(near_misses(prefix), label="near_miss"), namespace, heads, layers)
+        near_miss = data.draw(near_misses(prefix), label="near_miss")
+        return self.store_payload(Slot(near_miss, self.current, namespace), heads, layers)
 
-    @rule(prefix=prefixes, namespace=NAMESPACE, heads=HEADS, layers=LAYERS)
-    def store_again(self, prefix, namespace, heads, layers):
-        """A held key is replaced (new payload, most recently used); an evicted one comes back."""
-        self.store_payload(prefix, namespace, heads, layers)
+    @precondition(lambda self: self.model.entries)
+    @rule(data=st.data(), heads=HEADS, layers=LAYERS)
+    def replace_a_held_key(self, data, heads, layers):
+        """A held key (least recently used first) gets a new payload and becomes the most recently used."""
+        self.store_payload(data.draw(st.sampled_from(list(self.model.entries)), label="held_key"), heads, layers)
 
     @rule(prefix=prefixes, namespace=NAMESPACE)
     def lookup(self, prefix, namespace):
         self.check_lookup(Slot(prefix, self.current, namespace))
 
-    @rule(prefix=prefixes, data=st.data(), namespace=NAMESPACE)
-    def lookup_a_near_miss(self, prefix, data, namespace):
-        self.check_lookup(Slot(data.draw(near_misses(prefix), label="near_miss"), self.current, namespace))
+    @precondition(lambda self: self.model.entries)
+    @rule(data=st.data())
+    def lookup_a_held_key(self, data):
+        """A hit (least recently used first): it must serve the payload and make the key the most recently used."""
+        self.check_lookup(data.draw(st.sampled_from(list(self.model.entries)), label="held_key"))
+
+    @precondition(lambda self: self.model.entries)
+    @rule(data=st.data())
+    def lookup_a_near_miss_of_a_held_key(self, data):
+        """A near miss of a key held right now, under its model and namespace: it must miss unless held too."""
+        held = data.draw(st.sampled_from(list(self.model.entries)), label="held_key")
+        self.check_lookup(dataclasses.replace(held, tokens=data.draw(near_misses(held.tokens), label="near_miss")))
 
     @precondition(lambda self: self.stored)
     @rule(data=st.data())
