@@ -6,8 +6,14 @@ serves, the hit/miss/eviction counters, the bytes and entries held.
 
 Keys carry token ids up to 2**20 and prefixes of varying lengths, with the near
 misses an exact-match contract requires (P[:-1], P+x, one token changed, also by
-exactly 2**16). Payloads are small synthetic K/V arrays whose every value names
-the store that wrote it, so a lookup that serves the wrong entry cannot pass.
+exactly 2**16). Payloads are small synthetic K/V arrays (float32, float16,
+bfloat16: the key's dtype) whose every value names the store that wrote it, so a
+lookup that serves the wrong entry cannot pass. Keys come only from the
+implementation's `keys_for`, under four models of the tiny fixture config: two
+differing by a weight update, two by dtype.
+
+The machine runs inside a plain test function, so that it gets the `impl` fixture
+and its claim marker, and the evidence plugin counts its runs as examples.
 """
 
 from __future__ import annotations
@@ -290,9 +296,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def counters_bytes_and_entries_agree_with_the_model(self):
+        held = ", ".join(f"{list(slot.tokens)} model {slot.model} {slot.namespace!r}: {payload.nbytes} B"
+                         for slot, payload in self.model.entries.items())
+        call = f"{AFTER}; the model holds, least recently used first: [{held}]"
         for name in ("hits", "misses", "evictions", "nbytes"):
-            assert_equal(getattr(self.cache, name), getattr(self.model, name), label=f"{name} vs model", call=AFTER)
-        assert_equal(len(self.cache), len(self.model.entries), label="entries held vs model", call=AFTER)
+            assert_equal(getattr(self.cache, name), getattr(self.model, name), label=f"{name} vs model", call=call)
+        assert_equal(len(self.cache), len(self.model.entries), label="entries held vs model", call=call)
 
 
 def make_machine(api, models) -> type[PrefixCacheMachine]:
