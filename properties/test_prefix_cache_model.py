@@ -48,8 +48,10 @@ NAMESPACE = st.sampled_from(("", "tenant-a", "tenant-b"))
 HEADS, LAYERS = st.integers(1, 3), st.integers(1, 2)
 MODEL_VARIANTS = ((False, "float32"), (True, "float32"), (False, "float16"), (False, "bfloat16"))
 """(weights updated?, dtype) of the models a run switches between; 0 and 1 differ only by a weight update."""
-STEPS = 60
-"""Rule calls per run: fewer than 64 stores, so every payload of a run is distinct."""
+STEPS = 50
+"""Rule calls per run; with at most `BURST` stores each, fewer than 4096 stores, so every payload is distinct."""
+BURST = 12
+"""The most stores one rule makes while it fills the cache until something is evicted."""
 AFTER = "after the last step of the state machine printed below"
 HEAD_DIM = 2
 MAX_PREFIX = 6
@@ -69,8 +71,8 @@ class Slot:
 
 @dataclasses.dataclass(frozen=True)
 class Payload:
-    """A synthetic K/V entry in the key's dtype: layer l's K is filled with 4 * uid + 2l and its V with
-    4 * uid + 2l + 1, integers below 256 and so exact even in bfloat16 (uid < 64, one per store of a run)."""
+    """A synthetic K/V entry in the key's dtype: layer l's K is filled with 4 * (uid % 64) + 2l and its V with
+    4 * (uid // 64) + 2l + 1, integers below 256 and so exact even in bfloat16; (K, V) tells uids below 4096 apart."""
 
     uid: int
     length: int
@@ -79,7 +81,7 @@ class Payload:
     dtype: str
 
     def values(self, layer: int) -> tuple[int, int]:
-        return 4 * self.uid + 2 * layer, 4 * self.uid + 2 * layer + 1
+        return 4 * (self.uid % 64) + 2 * layer, 4 * (self.uid // 64) + 2 * layer + 1
 
     def arrays(self) -> tuple[tuple[mx.array, mx.array], ...]:
         shape, dtype = (self.heads, self.length, HEAD_DIM), DTYPES[self.dtype]
@@ -203,8 +205,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         assert_equal(len(served), len(arrays), label="layers served", call=call)
         for layer, ((k, v), (want_k, want_v)) in enumerate(zip(served, arrays)):
             assert_equal(str(k.dtype), str(want_k.dtype), label=f"dtype of layer {layer}", call=call)
-            assert_equal(k, want_k, label=f"K of layer {layer} (4 * store uid + 2 * layer)", call=call)
-            assert_equal(v, want_v, label=f"V of layer {layer} (4 * store uid + 2 * layer + 1)", call=call)
+            assert_equal(k, want_k, label=f"K of layer {layer} (4 * (store uid % 64) + 2 * layer)", call=call)
+            assert_equal(v, want_v, label=f"V of layer {layer} (4 * (store uid // 64) + 2 * layer + 1)", call=call)
 
     def reset(self, max_bytes: int) -> None:
         self.cache, self.model = self.api.PrefixCache(max_bytes=max_bytes), LRUModel(max_bytes)
@@ -227,6 +229,16 @@ class PrefixCacheMachine(RuleBasedStateMachine):
           heads=HEADS, layers=LAYERS)
     def store_a_new_prefix(self, tokens, namespace, heads, layers):
         return self.store_payload(Slot(tuple(tokens), self.current, namespace), heads, layers)
+
+    @rule(data=st.data())
+    def store_new_prefixes_until_an_eviction(self, data):
+        """Fill the cache until it evicts (up to `BURST` stores), so that the order of eviction shows now."""
+        evictions = self.model.evictions
+        for _ in range(BURST):
+            if self.model.evictions > evictions:
+                break
+            tokens = data.draw(st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX), label="burst_prefix")
+            self.store_payload(Slot(tuple(tokens), self.current, ""), 1, 1)
 
     @rule(target=prefixes, prefix=prefixes, data=st.data(), namespace=NAMESPACE, heads=HEADS, layers=LAYERS)
     def store_a_near_miss(self, prefix, data, namespace, heads, layers):
