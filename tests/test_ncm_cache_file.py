@@ -72,7 +72,7 @@ def test_the_running_byte_total_counts_a_replaced_entry_once_and_drops_evicted_o
     path, _ = saved
     cache = PrefixCache()
     cache.load(path)
-    (key, entry), one = list(cache._entries.values())[0], cache.nbytes
+    (key, entry), one = next(iter(cache._entries.values())), cache.nbytes
     assert one == entry_nbytes(entry) > 0
     cache.load(path)  # the same key again: replaced, not double counted
     cache.store(key, entry)
