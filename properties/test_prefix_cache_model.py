@@ -140,6 +140,16 @@ class SavedFile:
         return f"SavedFile({self.path.name}, {len(self.held)} entries)"
 
 
+def load_file(cache, saved: SavedFile) -> None:
+    """`cache.load` of a file the implementation saved: it must load every entry, never refuse it."""
+    call = f"PrefixCache.load({saved})"
+    try:
+        loaded = cache.load(saved.path)
+    except ValueError as error:  # a cache that refuses its own file is wrong, not the test
+        raise AssertionError(f"a file this cache saved is refused: {error}\n  call: {call}") from error
+    assert_equal(loaded, len(saved.held), label="entries loaded", call=call)
+
+
 def make_weight_change(api, config):
     """A model of `config` whose first weight moved by 0.5: an updated checkpoint."""
     model = api.make_model(config)
@@ -194,9 +204,11 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def describe(self, slot: Slot) -> str:
         return f"lookup of {list(slot.tokens)} under model {slot.model}, namespace {slot.namespace!r}"
 
-    def check_lookup(self, slot: Slot) -> None:
-        """The implementation serves exactly what the model serves: nothing, or the same payload."""
-        expected, served = self.model.lookup(slot), self.cache.lookup(self.key_of(slot))
+    def check_lookup(self, slot: Slot, cache=None, model: LRUModel | None = None) -> None:
+        """The implementation serves exactly what the model serves: nothing, or the same payload
+        (`cache` and `model` default to the machine's own)."""
+        cache, model = cache or self.cache, model or self.model
+        expected, served = model.lookup(slot), cache.lookup(self.key_of(slot))
         call = self.describe(slot)
         assert_equal(served is not None, expected is not None, label="served (hit) vs model", call=call)
         if expected is None:
@@ -285,17 +297,27 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.saves += 1
         path = Path(self.folder.name) / f"cache{self.saves}.safetensors"
         self.cache.save(path)
-        return SavedFile(path, tuple(self.model.entries.items()))
+        saved = SavedFile(path, tuple(self.model.entries.items()))
+        self.check_round_trip(saved)
+        return saved
+
+    def check_round_trip(self, saved: SavedFile) -> None:
+        """A new cache of the same budget, loaded from the file, serves every saved entry under its own key."""
+        reader, model = self.api.PrefixCache(max_bytes=self.model.max_bytes), LRUModel(self.model.max_bytes)
+        load_file(reader, saved)
+        for slot, payload in saved.held:
+            model.store(slot, payload)
+        for slot, _ in saved.held:
+            self.check_lookup(slot, reader, model)
 
     def load(self, saved: SavedFile) -> None:
-        call = f"PrefixCache.load({saved})"
-        try:
-            loaded = self.cache.load(saved.path)
-        except ValueError as error:  # a cache that refuses its own file is wrong, not the test
-            raise AssertionError(f"a file this cache saved is refused: {error}\n  call: {call}") from error
-        assert_equal(loaded, len(saved.held), label="entries loaded", call=call)
+        load_file(self.cache, saved)
         for slot, payload in saved.held:
             self.model.store(slot, payload)
+        # every loaded entry still held serves its saved payload; looked up in the file's LRU order, so the
+        # recency order stays the file's
+        for slot in [slot for slot, _ in saved.held if slot in self.model.entries]:
+            self.check_lookup(slot)
 
     @rule(saved=files, max_bytes=BUDGETS)
     def load_into_a_new_cache(self, saved, max_bytes):
