@@ -181,11 +181,13 @@ def near_misses(tokens: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
 
 
 def slot_near_misses(slot: Slot) -> st.SearchStrategy[Slot]:
-    """`slot` with one field changed: its tokens to a near miss, its model, or its namespace."""
+    """`slot` with one field changed: its tokens to a near miss, its model (also its weight update alone,
+    models 0 and 1), or its namespace."""
     return st.one_of(
         near_misses(slot.tokens).map(lambda tokens: dataclasses.replace(slot, tokens=tokens)),
         st.sampled_from([m for m in range(len(MODEL_VARIANTS)) if m != slot.model]).map(
             lambda model: dataclasses.replace(slot, model=model)),
+        st.just(dataclasses.replace(slot, model=1 - slot.model)) if slot.model < 2 else st.nothing(),
         NAMESPACE.filter(lambda name: name != slot.namespace).map(
             lambda name: dataclasses.replace(slot, namespace=name)),
     )
