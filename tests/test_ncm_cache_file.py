@@ -56,6 +56,8 @@ def test_writes_leave_no_temporary_file(saved):
     (CacheKey((1,), "ab", "c", "float32"), CacheKey((1,), "a", "bc", "float32")),
     (CacheKey((1,), "f", "ncm", "float32", "t1"), CacheKey((1,), "f", "ncm", "float32t", "1")),
     (CacheKey((), "f", "ncm", "float32"), CacheKey((0,), "f", "ncm", "float32")),
+    (CacheKey((65541,), "f", "ncm", "float32"), CacheKey((5,), "f", "ncm", "float32")),
+    (CacheKey((2**20 - 1,), "f", "ncm", "float32"), CacheKey((2**16 - 1,), "f", "ncm", "float32")),
 ])
 def test_distinct_keys_never_share_an_encoding(first, second):
     assert first.encode() != second.encode()
@@ -70,7 +72,7 @@ def test_the_running_byte_total_counts_a_replaced_entry_once_and_drops_evicted_o
     path, _ = saved
     cache = PrefixCache()
     cache.load(path)
-    (key, entry), one = list(cache._entries.values())[0], cache.nbytes
+    (key, entry), one = next(iter(cache._entries.values())), cache.nbytes
     assert one == entry_nbytes(entry) > 0
     cache.load(path)  # the same key again: replaced, not double counted
     cache.store(key, entry)
@@ -80,3 +82,19 @@ def test_the_running_byte_total_counts_a_replaced_entry_once_and_drops_evicted_o
         small.store(CacheKey((token,), "f", "ncm", "float16"), entry)
         assert small.nbytes == sum(entry_nbytes(e) for _, e in small._entries.values()) <= small.max_bytes
     assert (len(small), small.evictions, small.nbytes) == (2, 3, 2 * one)
+
+
+@pytest.mark.parametrize("refresh", ["lookup", "store"])
+def test_a_hit_or_a_store_under_a_held_key_makes_it_the_most_recently_used(refresh):
+    entry = ((mx.zeros((1, 1, 2)), mx.zeros((1, 1, 2))),)
+    first, second, third = (CacheKey((token,), "f", "ncm", "float32") for token in (1, 2, 3))
+    cache = PrefixCache(max_bytes=2 * entry_nbytes(entry))
+    cache.store(first, entry)
+    cache.store(second, entry)
+    if refresh == "lookup":
+        cache.lookup(first)
+    else:
+        cache.store(first, entry)
+    cache.store(third, entry)  # over budget: the least recently used, `second`, goes
+    assert [cache.lookup(key) is not None for key in (first, second, third)] == [True, False, True]
+    assert (cache.evictions, cache.nbytes) == (1, 2 * entry_nbytes(entry))

@@ -41,6 +41,10 @@ MUTANTS = {
     "level_tokens_under_other_latent": "level drafting: tokens drafted under another latent than the one verified",
     "level_rejected_kv_kept": "level drafting: a changed level keeps the K/V of its rejected draft",
     "level_corrected_tokens_not_redrawn": "level drafting: a corrected latent's tokens come from the drafted latent's rows",
+    "cache_lru_ignores_hits": "prefix cache hits do not refresh recency: first-in-first-out eviction",
+    "cache_key_uint16_tokens": "prefix cache keys pack token ids as uint16 (id 65 541 serves the entry of id 5)",
+    "cache_replace_keeps_recency": "prefix cache storing under a held key leaves it where it was in the LRU order",
+    "cache_load_drops_namespace": "prefix cache files load every entry under the empty namespace",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""

@@ -112,7 +112,7 @@ class PrefixCache:
         if found is None:
             self.misses += 1
             return None
-        self._entries.move_to_end(key.encode())
+        self._touch(key.encode())
         self.hits += 1
         return found[1]
 
@@ -122,9 +122,7 @@ class PrefixCache:
         if size > self.max_bytes:
             return
         encoded = key.encode()
-        replaced = self._entries.pop(encoded, None)
-        if replaced is not None:
-            self._nbytes -= entry_nbytes(replaced[1])
+        self._discard(encoded)
         self._entries[encoded] = (key, tuple(entry))
         self._nbytes += size
         self.stores += 1
@@ -132,6 +130,16 @@ class PrefixCache:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._nbytes -= entry_nbytes(evicted)
             self.evictions += 1
+
+    def _touch(self, encoded: bytes) -> None:
+        """Mark the entry under `encoded` as the most recently used."""
+        self._entries.move_to_end(encoded)
+
+    def _discard(self, encoded: bytes) -> None:
+        """Drop the entry under `encoded`, if any, from the entries and the byte total."""
+        replaced = self._entries.pop(encoded, None)
+        if replaced is not None:
+            self._nbytes -= entry_nbytes(replaced[1])
 
     def save(self, path: str | Path) -> None:
         """Write every entry atomically (temporary file in the same folder, then rename)."""
