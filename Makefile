@@ -11,12 +11,12 @@ JOBS ?= 2
 SEED ?=
 PYTEST := $(PY) -m pytest
 
-.PHONY: install verify test help bench bench-compare install-peers clean
+.PHONY: install lint verify test help bench bench-compare install-peers clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
 ## install: create .venv and install the project into it
@@ -28,8 +28,13 @@ verify: install
 	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) \
 		$(if $(SEED),--seed=$(SEED))
 
-## test: the suite's own tests (ledger, report, cache files, configs), then `make verify`
-test: install
+## lint: ruff's format check and lint rules (configured in pyproject.toml)
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+## test: lint, the suite's own tests (ledger, report, cache files, configs), then `make verify`
+test: install lint
 	$(PYTEST) tests -m "not teeth" -q -n $(JOBS)
 	$(MAKE) verify
 

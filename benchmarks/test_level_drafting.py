@@ -28,16 +28,33 @@ import pytest
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ncm_verify import speculative
-from ncm_verify.ncm import NCMConfig, generate_cached, make_model
-from ncm_verify.ncm import exact_levels
+from ncm_verify.ncm import NCMConfig, exact_levels, generate_cached, make_model
 from ncm_verify.ncm.level_draft import generate_level_speculative, make_draft_model
 
-CONFIG = dict(vocab_size=4, prefix_length=4, level_sizes=[1, 1, 1, 1], codebook_size=3, d_model=16, num_heads=2,
-              num_layers=2, mask="ncm", seed=5)
+CONFIG = dict(
+    vocab_size=4,
+    prefix_length=4,
+    level_sizes=[1, 1, 1, 1],
+    codebook_size=3,
+    d_model=16,
+    num_heads=2,
+    num_layers=2,
+    mask="ncm",
+    seed=5,
+)
 PREFIX = [0, 1, 2, 3]
 NUM_DRAFT = 3
-LARGE = dict(vocab_size=8, prefix_length=8, level_sizes=[1] * 8, codebook_size=4, d_model=64, num_heads=4,
-             num_layers=6, mask="ncm", seed=5)
+LARGE = dict(
+    vocab_size=8,
+    prefix_length=8,
+    level_sizes=[1] * 8,
+    codebook_size=4,
+    d_model=64,
+    num_heads=4,
+    num_layers=6,
+    mask="ncm",
+    seed=5,
+)
 LARGE_PREFIX = [0, 1, 2, 3, 4, 5, 6, 7]
 LARGE_NUM_DRAFT = 4
 BATCH = 8
@@ -70,8 +87,11 @@ def make_smaller_draft(target, fields: dict, seed: int = 1):
 def make_truncated_draft(target, layers: int):
     """The target cut to its first `layers` layers, every kept weight shared with it."""
     draft = make_smaller_draft(target, {"num_layers": layers})
-    kept = [(name, value) for name, value in tree_flatten(target.parameters())
-            if not name.startswith("layers.") or int(name.split(".")[1]) < layers]
+    kept = [
+        (name, value)
+        for name, value in tree_flatten(target.parameters())
+        if not name.startswith("layers.") or int(name.split(".")[1]) < layers
+    ]
     draft.update(tree_unflatten(kept))
     mx.eval(draft.parameters())
     return draft
@@ -135,8 +155,14 @@ def wall_ratio(drafting, level_by_level, repeats: int = RATIO_REPEATS) -> dict:
 
 def sampled_counts(target, draft, prefix: list, num_draft: int, counted: int) -> dict:
     """Measured counts per generation from `counted` sampled generations (from scratch)."""
-    run = generate_level_speculative(target, draft, mx.array([prefix] * counted, dtype=mx.int32),
-                                     mx.random.key(1), num_draft=num_draft, recompute=True)
+    run = generate_level_speculative(
+        target,
+        draft,
+        mx.array([prefix] * counted, dtype=mx.int32),
+        mx.random.key(1),
+        num_draft=num_draft,
+        recompute=True,
+    )
     return {
         "target_passes_per_generation": float(run.target_passes.mean()),
         "accepted_levels_per_pass": float(run.accepted_levels.sum() / run.target_passes.sum()),
@@ -152,21 +178,34 @@ def exact_predictions(tables, draft) -> dict:
     """The same figures predicted from the exact law of the tiny target's speculative generation."""
     law = exact_levels.speculative_level_law(tables, exact_levels.make_level_tables(draft, PREFIX), NUM_DRAFT)
     passes, accepted, verified = exact_levels.expected_cost(law)
-    return {"target_passes_predicted": float(passes), "accepted_levels_per_pass_predicted": float(accepted / passes),
-            "acceptance_per_drafted_level_predicted": float(accepted / verified)}
+    return {
+        "target_passes_predicted": float(passes),
+        "accepted_levels_per_pass_predicted": float(accepted / passes),
+        "acceptance_per_drafted_level_predicted": float(accepted / verified),
+    }
 
 
-def wall_figures(target, draft, prefix: list, num_draft: int, batch: int = BATCH, repeats: int = RATIO_REPEATS,
-                 suffix: str = "") -> dict:
+def wall_figures(
+    target, draft, prefix: list, num_draft: int, batch: int = BATCH, repeats: int = RATIO_REPEATS, suffix: str = ""
+) -> dict:
     """Wall-time ratios at `batch`, validated and not, and the batched chain calls per generation (mean)."""
     rows = mx.array(np.tile(prefix, (batch, 1)), dtype=mx.int32)
     figures = {}
     for validate, tail in ((True, suffix), (False, suffix + "_unvalidated")):
         kernels = make_counting_kernels(validate)
-        drafting = functools.partial(evaluated, generate_level_speculative, target, draft, rows, mx.random.key(0),
-                                     num_draft=num_draft, kernels=kernels)
-        ratio = wall_ratio(drafting, functools.partial(evaluated, generate_cached, target, rows, mx.random.key(0)),
-                           repeats)
+        drafting = functools.partial(
+            evaluated,
+            generate_level_speculative,
+            target,
+            draft,
+            rows,
+            mx.random.key(0),
+            num_draft=num_draft,
+            kernels=kernels,
+        )
+        ratio = wall_ratio(
+            drafting, functools.partial(evaluated, generate_cached, target, rows, mx.random.key(0)), repeats
+        )
         figures.update({name + tail: value for name, value in ratio.items()})
         figures["chain_calls_per_generation" + tail] = kernels.calls / (repeats + 1)
     return figures
@@ -177,9 +216,15 @@ def wall_figures(target, draft, prefix: list, num_draft: int, batch: int = BATCH
 def test_level_drafting_latency(benchmark, tiny, kind):
     model, tables = tiny
     draft = make_draft(model, kind)
-    benchmark.extra_info.update(batch=BATCH, num_draft=NUM_DRAFT, draft=kind, target="tiny",
-                                **sampled_counts(model, draft, PREFIX, NUM_DRAFT, COUNTED),
-                                **exact_predictions(tables, draft), **wall_figures(model, draft, PREFIX, NUM_DRAFT))
+    benchmark.extra_info.update(
+        batch=BATCH,
+        num_draft=NUM_DRAFT,
+        draft=kind,
+        target="tiny",
+        **sampled_counts(model, draft, PREFIX, NUM_DRAFT, COUNTED),
+        **exact_predictions(tables, draft),
+        **wall_figures(model, draft, PREFIX, NUM_DRAFT),
+    )
     prefix = mx.array(np.tile(PREFIX, (BATCH, 1)), dtype=mx.int32)
     benchmark(evaluated, generate_level_speculative, model, draft, prefix, mx.random.key(0), num_draft=NUM_DRAFT)
 
@@ -188,14 +233,27 @@ def test_level_drafting_latency(benchmark, tiny, kind):
 @pytest.mark.parametrize("kind", LARGE_DRAFTS)
 def test_level_drafting_latency_on_a_larger_target(benchmark, large, kind):
     draft = make_draft(large, kind)
-    benchmark.extra_info.update(batch=BATCH, num_draft=LARGE_NUM_DRAFT, draft=kind, target="larger",
-                                **sampled_counts(large, draft, LARGE_PREFIX, LARGE_NUM_DRAFT, LARGE_COUNTED))
+    benchmark.extra_info.update(
+        batch=BATCH,
+        num_draft=LARGE_NUM_DRAFT,
+        draft=kind,
+        target="larger",
+        **sampled_counts(large, draft, LARGE_PREFIX, LARGE_NUM_DRAFT, LARGE_COUNTED),
+    )
     for batch in LARGE_BATCHES:
-        benchmark.extra_info.update(wall_figures(large, draft, LARGE_PREFIX, LARGE_NUM_DRAFT, batch,
-                                                 LARGE_RATIO_REPEATS, suffix=f"_batch{batch}"))
+        benchmark.extra_info.update(
+            wall_figures(
+                large, draft, LARGE_PREFIX, LARGE_NUM_DRAFT, batch, LARGE_RATIO_REPEATS, suffix=f"_batch{batch}"
+            )
+        )
     prefix = mx.array(np.tile(LARGE_PREFIX, (BATCH, 1)), dtype=mx.int32)
-    benchmark.pedantic(evaluated, args=(generate_level_speculative, large, draft, prefix, mx.random.key(0)),
-                       kwargs=dict(num_draft=LARGE_NUM_DRAFT), rounds=5, warmup_rounds=1)
+    benchmark.pedantic(
+        evaluated,
+        args=(generate_level_speculative, large, draft, prefix, mx.random.key(0)),
+        kwargs=dict(num_draft=LARGE_NUM_DRAFT),
+        rounds=5,
+        warmup_rounds=1,
+    )
 
 
 @pytest.mark.benchmark(group="level drafting")
@@ -210,5 +268,4 @@ def test_level_by_level_latency(benchmark, tiny):
 def test_level_by_level_latency_on_a_larger_target(benchmark, large):
     benchmark.extra_info.update(batch=BATCH, target_passes_per_generation=len(LARGE["level_sizes"]))
     prefix = mx.array(np.tile(LARGE_PREFIX, (BATCH, 1)), dtype=mx.int32)
-    benchmark.pedantic(evaluated, args=(generate_cached, large, prefix, mx.random.key(0)), rounds=5,
-                       warmup_rounds=1)
+    benchmark.pedantic(evaluated, args=(generate_cached, large, prefix, mx.random.key(0)), rounds=5, warmup_rounds=1)

@@ -24,7 +24,10 @@ OUTCOME_SHAPES = {
     "chain": lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
     "factorized": lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
     "latent_chain": lambda b, c: {
-        "latent": (b,), "latent_accepted": (b,), "tokens": (b, c - 1), "accepted": (b, c - 1)
+        "latent": (b,),
+        "latent_accepted": (b,),
+        "tokens": (b, c - 1),
+        "accepted": (b, c - 1),
     },
 }
 """Each outcome field's shape for a batch b and c uniform columns."""

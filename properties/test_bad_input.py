@@ -21,8 +21,13 @@ SIGNATURES = {
     "greedy": ("target", "draft_tokens", "num_draft"),
     "factorized": ("target_probs", "draft_probs", "draft_tokens", "key"),
     "latent_chain": (
-        "target_latent_probs", "draft_latent_probs", "draft_latent",
-        "target_token_probs", "draft_token_probs", "draft_tokens", "key",
+        "target_latent_probs",
+        "draft_latent_probs",
+        "draft_latent",
+        "target_token_probs",
+        "draft_token_probs",
+        "draft_tokens",
+        "key",
     ),
     "residual_distribution": ("p", "q"),
 }
@@ -202,9 +207,7 @@ def call_kernel(impl, kernel: str, arguments: dict):
 @given(data=st.data())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel, corruption, data):
     source = {"greedy": "chain", "residual_distribution": "factorized"}.get(kernel, kernel)
-    case = data.draw(
-        kernel_cases(batch=4, kernels=(source,), dtypes=FLOAT_DTYPES, drafting=True), label="valid call"
-    )
+    case = data.draw(kernel_cases(batch=4, kernels=(source,), dtypes=FLOAT_DTYPES, drafting=True), label="valid call")
     name = data.draw(st.sampled_from(applicable(kernel, corruption)), label="argument")
     variants = CORRUPTIONS[corruption][role_of(name)]
     how = data.draw(st.sampled_from(sorted(variants)), label="variant")

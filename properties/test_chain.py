@@ -54,8 +54,11 @@ def test_chain_verification_samples_the_target_joint(impl, max_draft, mixed, see
     # One-hot targets make the joint a single outcome: the enumeration and greedy properties cover them.
     fixture = data.draw(
         autoregressive_fixtures(
-            max_outcomes=SAMPLED_OUTCOMES, min_length=2, one_hot_targets=st.just(False),
-            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, mixed, seed),
+            max_outcomes=SAMPLED_OUTCOMES,
+            min_length=2,
+            one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS),
+            salt=(max_draft, mixed, seed),
         ),
         label="fixture",
     )
@@ -81,8 +84,12 @@ def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, m
     # Only the first round is sampled, so the fixture may be long: up to 4 drafts and a bonus row.
     fixture = data.draw(
         autoregressive_fixtures(
-            min_length=2, max_length=5, max_outcomes=8**5, one_hot_targets=st.just(False),
-            relations=st.sampled_from(REJECTING_RELATIONS), salt=(max_draft, seed),
+            min_length=2,
+            max_length=5,
+            max_outcomes=8**5,
+            one_hot_targets=st.just(False),
+            relations=st.sampled_from(REJECTING_RELATIONS),
+            salt=(max_draft, seed),
         ),
         label="fixture",
     )
@@ -96,6 +103,10 @@ def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, m
         return np.ravel_multi_index((run.num_draft, run.num_accepted, run.emitted), law.shape)
 
     checks.assert_sampler_matches(
-        "drafts, accepted count and emitted token", law.ravel(), sample, seed=seed, call=call,
+        "drafts, accepted count and emitted token",
+        law.ravel(),
+        sample,
+        seed=seed,
+        call=call,
         label_outcome=checks.outcome_labels(law.shape, "drafts", "accepted", "emitted"),
     )

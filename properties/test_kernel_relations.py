@@ -45,4 +45,6 @@ def test_the_compiled_kernel_equals_the_eager_kernel(impl, case, seed):
     call = f"mx.compile(verify_{case.kernel}, validate=False)(B={case.batch}, key({seed}))"
     note(call)
     compiled = mx.compile(partial(case.call, impl, validate=False))
-    assert_same_outcome(compiled(mx.random.key(seed)), case.call(impl, mx.random.key(seed)), label="compiled", call=call)
+    assert_same_outcome(
+        compiled(mx.random.key(seed)), case.call(impl, mx.random.key(seed)), label="compiled", call=call
+    )

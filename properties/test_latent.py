@@ -45,12 +45,16 @@ def test_latent_chain_enumerates_to_the_target_level_joint_and_its_marginal(fixt
     steer(fixture)
     produced = exact.latent_chain_output_distribution(fixture)
     checks.assert_distributions_equal(
-        produced, target_level_joint(fixture), label="latent chain (z, x) vs p(z) p(x|z)",
+        produced,
+        target_level_joint(fixture),
+        label="latent chain (z, x) vs p(z) p(x|z)",
         call="latent_chain_output_distribution",
     )
     checks.assert_distributions_equal(
-        exact.tokens_marginal(produced), exact.latent_marginal(fixture),
-        label="latent chain tokens vs latent marginal", call="latent_chain_output_distribution",
+        exact.tokens_marginal(produced),
+        exact.latent_marginal(fixture),
+        label="latent chain tokens vs latent marginal",
+        call="latent_chain_output_distribution",
     )
 
 
@@ -67,8 +71,10 @@ def test_tokens_verified_under_the_wrong_latent_miss_the_latent_marginal():
         exact.latent_marginal(found),
     )
     checks.assert_distributions_equal(
-        exact.tokens_marginal(exact.latent_chain_output_distribution(found)), exact.latent_marginal(found),
-        label="the correct procedure on the flawed variant's counterexample", call=f"flawed TV {deviation:.3f}",
+        exact.tokens_marginal(exact.latent_chain_output_distribution(found)),
+        exact.latent_marginal(found),
+        label="the correct procedure on the flawed variant's counterexample",
+        call=f"flawed TV {deviation:.3f}",
     )
 
 

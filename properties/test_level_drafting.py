@@ -6,10 +6,10 @@ the latent chain decides level by level through the implementation's kernels.
 
 from __future__ import annotations
 
+import hypothesis
 import mlx.core as mx
 import numpy as np
 import pytest
-import hypothesis
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -61,26 +61,41 @@ def test_one_target_pass_reads_every_drafted_level_as_level_by_level_generation_
     bonus = level + count < levels and data.draw(st.booleans(), label="bonus block")
     cached = data.draw(st.integers(0, level), label="levels whose K/V are cached")
     batch = data.draw(st.integers(1, 2), label="batch")
-    earlier = data.draw(st.lists(prefixes(config, config.level_start(level)), min_size=batch, max_size=batch),
-                        label="prefix and earlier levels")
-    drafted = [data.draw(st.lists(prefixes(config, config.level_sizes[l]), min_size=batch, max_size=batch),
-                         label=f"drafted level {l}") for l in range(level, level + count)]
+    earlier = data.draw(
+        st.lists(prefixes(config, config.level_start(level)), min_size=batch, max_size=batch),
+        label="prefix and earlier levels",
+    )
+    drafted = [
+        data.draw(
+            st.lists(prefixes(config, config.level_sizes[lv]), min_size=batch, max_size=batch),
+            label=f"drafted level {lv}",
+        )
+        for lv in range(level, level + count)
+    ]
     tokens, drafted = mx.array(earlier, dtype=mx.int32), [mx.array(d, dtype=mx.int32) for d in drafted]
     covered = config.level_start(cached)
-    call = (f"verify_drafted_levels(make_model({config}), covered={covered}, level={level}, count={count}, "
-            f"bonus={bonus})")
+    call = (
+        f"verify_drafted_levels(make_model({config}), covered={covered}, level={level}, count={count}, bonus={bonus})"
+    )
     note(call)
     kv = model(tokens[:, :covered])[1]
     with_kv = api.verify_drafted_levels(model, kv, covered, tokens, drafted, level, bonus)
     from_scratch = api.verify_drafted_levels(model, None, 0, tokens, drafted, level, bonus)
     sequence = tokens
-    for index, l in enumerate(range(level, level + count + int(bonus))):
+    for index, lv in enumerate(range(level, level + count + int(bonus))):
         expected = level_distributions(model, sequence)
         for name, result in (("cached K/V", with_kv), ("from scratch", from_scratch)):
-            for part, (actual, wanted) in (("latent logits", (result[0][index], expected[0])),
-                                           ("token logits", (result[1][index], expected[1]))):
-                checks.assert_close(actual, wanted, dtype=DTYPES[dtype], label=f"one pass ({name}) vs level by level: "
-                                    f"{part}", call=f"{call}; level {l}")
+            for part, (actual, wanted) in (
+                ("latent logits", (result[0][index], expected[0])),
+                ("token logits", (result[1][index], expected[1])),
+            ):
+                checks.assert_close(
+                    actual,
+                    wanted,
+                    dtype=DTYPES[dtype],
+                    label=f"one pass ({name}) vs level by level: {part}",
+                    call=f"{call}; level {lv}",
+                )
         if index < count:
             sequence = mx.concatenate([sequence, drafted[index]], axis=1)
 
@@ -94,7 +109,8 @@ def test_level_drafting_enumerates_to_the_target_law_of_latents_and_tokens(impl,
     target_tables = exact_levels.make_level_tables(target, prefix)
     law = exact_levels.speculative_level_law(target_tables, exact_levels.make_level_tables(draft, prefix), num_draft)
     checks.assert_distributions_equal(
-        exact_levels.outcome_law(law), exact_levels.target_level_law(target_tables),
+        exact_levels.outcome_law(law),
+        exact_levels.target_level_law(target_tables),
         label="speculative level drafting (z, x per level) vs the target's level-by-level law",
         call=f"speculative_level_law({call}, prefix={prefix})",
     )
@@ -109,15 +125,23 @@ def test_level_drafting_samples_the_target_law_of_latents_and_tokens(impl, data)
     prefix = data.draw(prefixes(target.config), label="prefix")
     seed = data.draw(seeds, label="sampler_seed")
     config = target.config
-    probs = exact.as_vector(exact_levels.target_level_law(exact_levels.make_level_tables(target, prefix)),
-                            exact_levels.outcome_shape(config))
+    probs = exact.as_vector(
+        exact_levels.target_level_law(exact_levels.make_level_tables(target, prefix)),
+        exact_levels.outcome_shape(config),
+    )
     call = f"generate_level_speculative({call}, prefix={prefix}, key=mx.random.key({seed}), recompute=True)"
     note(call)
 
     def sample(n):
         generation = api.generate_level_speculative(
-            target, draft, mx.array([prefix] * n, dtype=mx.int32), mx.random.key(seed), num_draft=num_draft,
-            recompute=True, kernels=impl)
+            target,
+            draft,
+            mx.array([prefix] * n, dtype=mx.int32),
+            mx.random.key(seed),
+            num_draft=num_draft,
+            recompute=True,
+            kernels=impl,
+        )
         return outcome_indices(generation, config)
 
     checks.assert_sampler_matches("level drafting (z, x per level)", probs, sample, seed=seed, call=call)
@@ -149,8 +173,11 @@ def test_cached_and_uncached_level_drafting_emit_the_same_levels(impl, data):
     reference = generate(recompute=True)
     steer_to_rejections(reference)
     cache = impl.PrefixCache()
-    runs = {"no prefix cache": generate(), "cold prefix cache": generate(cache=cache),
-            "warm prefix cache": generate(cache=cache)}
+    runs = {
+        "no prefix cache": generate(),
+        "cold prefix cache": generate(cache=cache),
+        "warm prefix cache": generate(cache=cache),
+    }
     checks.assert_equal(cache.hits, 2 * prefix.shape[0], label="warm prefix cache hits (target and draft)", call=call)
     for name, result in runs.items():
         for level, (actual, expected) in enumerate(zip(result.tokens, reference.tokens)):
@@ -172,17 +199,33 @@ def test_a_batch_drafts_the_levels_of_its_rows_one_at_a_time(impl, data):
     keys = mx.random.split(mx.random.key(seed), len(batch))
     call = f"generate_level_speculative({call}, prefix={batch}, key=split(mx.random.key({seed}), {len(batch)}))"
     note(call)
-    together = api.generate_level_speculative(target, draft, mx.array(batch, dtype=mx.int32), keys,
-                                              num_draft=num_draft, kernels=api, recompute=True)
+    together = api.generate_level_speculative(
+        target, draft, mx.array(batch, dtype=mx.int32), keys, num_draft=num_draft, kernels=api, recompute=True
+    )
     steer_to_rejections(together)
     for row, prefix in enumerate(batch):
-        alone = api.generate_level_speculative(target, draft, mx.array([prefix], dtype=mx.int32), keys[row:row + 1],
-                                               num_draft=num_draft, kernels=api, recompute=True)
+        alone = api.generate_level_speculative(
+            target,
+            draft,
+            mx.array([prefix], dtype=mx.int32),
+            keys[row : row + 1],
+            num_draft=num_draft,
+            kernels=api,
+            recompute=True,
+        )
         for level, tokens in enumerate(alone.tokens):
-            checks.assert_equal(together.tokens[level][row:row + 1], tokens, label=f"level {level} tokens in a batch "
-                                "vs alone", call=f"{call}; row {row}")
-        checks.assert_equal(together.latents[row:row + 1], alone.latents, label="latents in a batch vs alone",
-                            call=f"{call}; row {row}")
+            checks.assert_equal(
+                together.tokens[level][row : row + 1],
+                tokens,
+                label=f"level {level} tokens in a batch vs alone",
+                call=f"{call}; row {row}",
+            )
+        checks.assert_equal(
+            together.latents[row : row + 1],
+            alone.latents,
+            label="latents in a batch vs alone",
+            call=f"{call}; row {row}",
+        )
 
 
 @given(data=st.data())
@@ -197,29 +240,43 @@ def test_the_kv_kept_after_level_drafting_is_the_kv_of_the_emitted_levels_only(i
     checks.assert_equal(finished, np.arange(prefix.shape[0]), label="rows with a final K/V state", call=call)
     for rows, target_covered, target_kv, draft_covered, draft_kv in result.final_states:
         tokens = emitted[mx.array(rows)]
-        for name, model, covered, kept in (("target", target, target_covered, target_kv),
-                                           ("draft", draft, draft_covered, draft_kv)):
+        for name, model, covered, kept in (
+            ("target", target, target_covered, target_kv),
+            ("draft", draft, draft_covered, draft_kv),
+        ):
             rebuilt = model(tokens[:, :covered])[1]
             checks.assert_equal(len(kept), len(rebuilt), label=f"{name} layers with K/V kept", call=call)
             for layer, ((k, v), (k_fresh, v_fresh)) in enumerate(zip(kept, rebuilt)):
                 for part, actual, expected in (("K", k, k_fresh), ("V", v, v_fresh)):
-                    checks.assert_close(actual, expected, dtype=dtype, label=f"{name} {part} kept vs rebuilt from "
-                                        "the emitted tokens", call=f"{call}; rows {rows.tolist()}, layer {layer}")
+                    checks.assert_close(
+                        actual,
+                        expected,
+                        dtype=dtype,
+                        label=f"{name} {part} kept vs rebuilt from the emitted tokens",
+                        call=f"{call}; rows {rows.tolist()}, layer {layer}",
+                    )
 
 
 @given(data=st.data())
 def test_greedy_level_drafting_reproduces_the_target_greedy_level_by_level_generation(impl, data):
-    target, _, prefix, generate, call = draw_generation(data, level_draft_api(impl), dtypes=("float32", "float16"),
-                                                        greedy=True)
+    target, _, prefix, generate, call = draw_generation(
+        data, level_draft_api(impl), dtypes=("float32", "float16"), greedy=True
+    )
     result = generate()
     tokens, latents, decisive = generate_greedy_levels(target, prefix)
     margin = min(checks.top_two_gap(logits) for logits in decisive)
     scale = max(float(np.abs(checks.as_numpy(logits)).max()) for logits in decisive)
     actual = np.concatenate([np.array(result.latents), *[np.array(t) for t in result.tokens]], axis=1)
     expected = np.concatenate([np.array(latents), *[np.array(t) for t in tokens]], axis=1)
-    checks.assert_decodings_equal(actual.ravel().tolist(), expected.ravel().tolist(), margin=margin, scale=scale,
-                                  dtype=DTYPES[target.config.dtype], label="greedy level drafting vs target greedy",
-                                  call=call)
+    checks.assert_decodings_equal(
+        actual.ravel().tolist(),
+        expected.ravel().tolist(),
+        margin=margin,
+        scale=scale,
+        dtype=DTYPES[target.config.dtype],
+        label="greedy level drafting vs target greedy",
+        call=call,
+    )
 
 
 BAD_GENERATION_CALLS = {
@@ -271,5 +328,6 @@ def test_invalid_verification_pass_arguments_raise_a_value_error_naming_the_argu
     kv = changes.get("kv", model(mx.zeros((1, 2), dtype=mx.int32))[1])
     drafted = [mx.array(d, dtype=mx.int32) for d in changes.get("drafted", [[[0, 1]]])]
     with pytest.raises(ValueError, match=rf"^{name}:"):
-        api.verify_drafted_levels(model, kv, changes.get("covered", 2), tokens, drafted, changes.get("level", 0),
-                                  changes.get("bonus", False))
+        api.verify_drafted_levels(
+            model, kv, changes.get("covered", 2), tokens, drafted, changes.get("level", 0), changes.get("bonus", False)
+        )

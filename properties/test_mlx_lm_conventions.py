@@ -47,8 +47,10 @@ def draw_request(data, impl, min_tokens: int = 1):
     prompt = data.draw(strategies.prefixes(config, length), label="prompt")
     max_tokens = data.draw(st.integers(min_tokens, config.total_length - length), label="max_tokens")
     num_draft = data.draw(st.integers(1, 4), label="num_draft")
-    call = (f"speculative_generate(make_model({config}), draft seed {draft_config.seed}, {prompt}, "
-            f"max_tokens={max_tokens}, num_draft={num_draft}")
+    call = (
+        f"speculative_generate(make_model({config}), draft seed {draft_config.seed}, {prompt}, "
+        f"max_tokens={max_tokens}, num_draft={num_draft}"
+    )
     return config, target, draft, prompt, max_tokens, num_draft, call
 
 
@@ -57,14 +59,15 @@ def whole_sequence_logits(impl, model, tokens: list[int]) -> mx.array:
     return impl.apply_model(model, mx.array([tokens], dtype=mx.int32), impl.make_prompt_cache(model))[0]
 
 
-def assert_caches_attend_like(impl, actual: list, model, tokens: list[int], probe: list[int], *, label: str,
-                              call: str) -> None:
+def assert_caches_attend_like(
+    impl, actual: list, model, tokens: list[int], probe: list[int], *, label: str, call: str
+) -> None:
     """`actual` holds `tokens` as the model attends to it: a probe continuation's logits equal the whole pass's."""
     assert_equal([layer.offset for layer in actual], [len(tokens)] * len(actual), label=f"{label}: offsets", call=call)
     if not probe:  # the context is full: nothing more can attend
         return
     got = impl.apply_model(model, mx.array([probe], dtype=mx.int32), actual)[0]
-    want = whole_sequence_logits(impl, model, tokens + probe)[len(tokens):]
+    want = whole_sequence_logits(impl, model, tokens + probe)[len(tokens) :]
     assert_close(got, want, dtype=mx.float32, label=f"{label}: probe logits", call=call)
 
 
@@ -85,12 +88,19 @@ def test_prefilling_all_but_the_last_token_then_feeding_it_gives_the_whole_promp
     assert_equal([layer.offset for layer in cache], [length - 1] * len(cache), label="positions prefilled", call=call)
     logits = decode.apply_model(model, last, cache)[0, -1]
     expected = whole_sequence_logits(decode, model, prompt)[-1]
-    assert_close(logits, expected, dtype=DTYPES[dtype], label="last-token logits after prefill vs whole prompt",
-                 call=call)
+    assert_close(
+        logits, expected, dtype=DTYPES[dtype], label="last-token logits after prefill vs whole prompt", call=call
+    )
     scale = float(np.abs(as_numpy(expected)).max())
-    assert_decodings_equal([int(mx.argmax(logits).item())], [int(mx.argmax(expected).item())],
-                           margin=top_two_gap(expected), scale=scale, dtype=DTYPES[dtype],
-                           label="next token after prefill vs whole prompt", call=call)
+    assert_decodings_equal(
+        [int(mx.argmax(logits).item())],
+        [int(mx.argmax(expected).item())],
+        margin=top_two_gap(expected),
+        scale=scale,
+        dtype=DTYPES[dtype],
+        label="next token after prefill vs whole prompt",
+        call=call,
+    )
 
 
 def planned_drafts(impl, data, model, prompt: list[int], num_draft: int, planned: int) -> list[int]:
@@ -138,17 +148,33 @@ def test_caches_rewound_by_the_rejected_count_equal_caches_built_from_the_accept
         outcome = impl.verify_chain(probs[0], probs[1], drafted, key=mx.random.key(seed))
     accepted = int(outcome.num_accepted[0].item())
     event(f"accepted {accepted} of {num_draft}")
-    call = (f"round(target={config}, draft seed {draft_config.seed}, prompt={prompt}, drafts={drafts}, "
-            f"{verifier} verify_seed={seed}) -> accepted {accepted}; rewind_caches(..., {num_draft}, {accepted})")
+    call = (
+        f"round(target={config}, draft seed {draft_config.seed}, prompt={prompt}, drafts={drafts}, "
+        f"{verifier} verify_seed={seed}) -> accepted {accepted}; rewind_caches(..., {num_draft}, {accepted})"
+    )
     note(call)
     decode.rewind_caches(target_cache, draft_cache, num_draft, accepted)
     kept = prompt + drafts[:accepted]
     room = config.total_length - len(kept)
-    assert_caches_attend_like(decode, target_cache, target, kept, probe[:room], call=call,
-                              label="target cache after rewind vs built from the accepted tokens")
-    kept = prompt + drafts[:min(accepted, num_draft - 1)]
-    assert_caches_attend_like(decode, draft_cache, draft, kept, probe[:config.total_length - len(kept)], call=call,
-                              label="draft cache after rewind vs built from the accepted tokens")
+    assert_caches_attend_like(
+        decode,
+        target_cache,
+        target,
+        kept,
+        probe[:room],
+        call=call,
+        label="target cache after rewind vs built from the accepted tokens",
+    )
+    kept = prompt + drafts[: min(accepted, num_draft - 1)]
+    assert_caches_attend_like(
+        decode,
+        draft_cache,
+        draft,
+        kept,
+        probe[: config.total_length - len(kept)],
+        call=call,
+        label="draft cache after rewind vs built from the accepted tokens",
+    )
 
 
 def greedy_decoding(impl, model, prompt: list[int], max_tokens: int) -> tuple[list[int], float, float]:
@@ -170,11 +196,25 @@ def test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding(im
     step = data.draw(st.integers(1, 4), label="prefill_step_size")
     call += f", prefill_step_size={step})"
     note(call)
-    emitted = decode.speculative_generate(target, draft, mx.array(prompt, dtype=mx.int32), max_tokens,
-                                          num_draft=num_draft, kernels=impl, prefill_step_size=step)
+    emitted = decode.speculative_generate(
+        target,
+        draft,
+        mx.array(prompt, dtype=mx.int32),
+        max_tokens,
+        num_draft=num_draft,
+        kernels=impl,
+        prefill_step_size=step,
+    )
     expected, margin, scale = greedy_decoding(decode, target, prompt, max_tokens)
-    assert_decodings_equal(emitted, expected, margin=margin, scale=scale, dtype=mx.float32,
-                           label="greedy speculative tokens vs target greedy decoding", call=call)
+    assert_decodings_equal(
+        emitted,
+        expected,
+        margin=margin,
+        scale=scale,
+        dtype=mx.float32,
+        label="greedy speculative tokens vs target greedy decoding",
+        call=call,
+    )
 
 
 @pytest.mark.claim("C8")
@@ -251,9 +291,15 @@ def test_speculative_decoding_emits_exactly_max_tokens_for_every_budget_includin
     seed = data.draw(st.none() | strategies.seeds, label="sampler seed (None: greedy)")
     call += f", key={seed})"
     note(call)
-    emitted = decode.speculative_generate(target, draft, mx.array(prompt, dtype=mx.int32), max_tokens,
-                                          num_draft=num_draft, kernels=impl,
-                                          key=None if seed is None else mx.random.key(seed))
+    emitted = decode.speculative_generate(
+        target,
+        draft,
+        mx.array(prompt, dtype=mx.int32),
+        max_tokens,
+        num_draft=num_draft,
+        kernels=impl,
+        key=None if seed is None else mx.random.key(seed),
+    )
     assert_equal(len(emitted), max_tokens, label="tokens emitted vs max_tokens", call=call)
     assert all(0 <= token < config.vocab_size for token in emitted), f"ids outside [0, {config.vocab_size}): {emitted}"
 
@@ -292,7 +338,7 @@ def test_a_rotating_cache_attends_to_the_positions_mlx_lm_s_rotating_cache_atten
     positions = mx.arange(sum(sizes), dtype=mx.float32).reshape(1, 1, -1, 1)
     begin = 0
     for step, size in enumerate(sizes):
-        new = positions[:, :, begin:begin + size]
+        new = positions[:, :, begin : begin + size]
         begin += size
         # a key's only feature is its position; mlx-lm's ring is not in temporal order, so compare sets
         got, want = (sorted(np.array(cache.update_and_fetch(new, new)[0]).ravel().tolist()) for cache in (ours, theirs))

@@ -21,7 +21,6 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from ncm_verify import stats, strategies
-from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 from ncm_verify.checks import (
     as_numpy,
     assert_close,
@@ -40,6 +39,7 @@ from ncm_verify.mlx_lm_real.models import (
     next_token_logprobs,
     outcome_index,
 )
+from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 
 
 def cases(prop: str, kinds=KINDS):
@@ -85,11 +85,17 @@ def test_prefilling_all_but_the_last_token_leaves_the_first_step_logits_unchange
     note(call)
     expected = next_token_logprobs(target, mx.array([prompt], dtype=mx.int32))[0]
     plain = next(decoder.generate_step(mx.array(prompt), target, max_tokens=1, prefill_step_size=step))
-    speculative = next(decoder.speculative_generate_step(mx.array(prompt), target, draft, max_tokens=1,
-                                                         prefill_step_size=step))
+    speculative = next(
+        decoder.speculative_generate_step(mx.array(prompt), target, draft, max_tokens=1, prefill_step_size=step)
+    )
     for label, (_, logprobs, *_) in (("generate_step", plain), ("speculative_generate_step", speculative)):
-        assert_close(logprobs, expected, dtype=mx.float32,
-                     label=f"{label}: first-step log-probabilities after prefill vs the whole prompt", call=call)
+        assert_close(
+            logprobs,
+            expected,
+            dtype=mx.float32,
+            label=f"{label}: first-step log-probabilities after prefill vs the whole prompt",
+            call=call,
+        )
 
 
 def draw_decoding(data, kind: str):
@@ -98,8 +104,10 @@ def draw_decoding(data, kind: str):
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
     max_tokens = data.draw(st.integers(1, 16), label="max_tokens")
     num_draft = data.draw(st.integers(1, 4), label="num_draft_tokens")
-    call = (f"speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), make_tiny_model({draft_spec}), "
-            f"num_draft_tokens={num_draft}, max_tokens={max_tokens}")
+    call = (
+        f"speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), make_tiny_model({draft_spec}), "
+        f"num_draft_tokens={num_draft}, max_tokens={max_tokens}"
+    )
     return spec, target, draft, prompt, max_tokens, num_draft, call
 
 
@@ -123,9 +131,17 @@ def test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_
     caches = {"target": decoder.make_prompt_cache(target), "draft": decoder.make_prompt_cache(draft)}
     if seed is not None:
         mx.random.seed(seed)
-    steps = list(decoder.speculative_generate_step(
-        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=max_tokens,
-        sampler=decoder.make_sampler(0.0 if seed is None else 1.0), prompt_cache=caches["target"] + caches["draft"]))
+    steps = list(
+        decoder.speculative_generate_step(
+            mx.array(prompt),
+            target,
+            draft,
+            num_draft_tokens=num_draft,
+            max_tokens=max_tokens,
+            sampler=decoder.make_sampler(0.0 if seed is None else 1.0),
+            prompt_cache=caches["target"] + caches["draft"],
+        )
+    )
     tokens = prompt + tokens_of(steps)
     event(f"drafts accepted: {sum(bool(step[2]) for step in steps)} of {len(steps)} tokens")
     for name, model in (("target", target), ("draft", draft)):
@@ -133,12 +149,18 @@ def test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_
         held = offsets[0]
         assert len(set(offsets)) == 1 and held <= len(tokens), (
             f"{name} cache: layer offsets {offsets} after {len(tokens)} tokens (prompt {len(prompt)}, "
-            f"{len(steps)} emitted): a cache cannot hold more positions than tokens exist\n  call: {call}")
+            f"{len(steps)} emitted): a cache cannot hold more positions than tokens exist\n  call: {call}"
+        )
         # as the model attends to it: a probe continuation's logits, vs the held tokens in one uncached pass
         got = probe_logits(model, caches[name], probe)
         want = model(mx.array([tokens[:held] + probe], dtype=mx.uint32))[0, held:].astype(mx.float32)
-        assert_close(got, want, dtype=mx.float32,
-                     label=f"{name} cache after decoding vs built from the {held} tokens it claims", call=call)
+        assert_close(
+            got,
+            want,
+            dtype=mx.float32,
+            label=f"{name} cache after decoding vs built from the {held} tokens it claims",
+            call=call,
+        )
 
 
 GREEDY = "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding"
@@ -153,12 +175,22 @@ def test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding(d
     call += ") vs generate_step(..., max_tokens=...)"
     note(call)
     plain = list(decoder.generate_step(mx.array(prompt), target, max_tokens=max_tokens))
-    speculative = tokens_of(decoder.speculative_generate_step(
-        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=max_tokens))
+    speculative = tokens_of(
+        decoder.speculative_generate_step(
+            mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=max_tokens
+        )
+    )
     margin = min(top_two_gap(logprobs) for _, logprobs in plain)
     scale = max(float(np.abs(as_numpy(logprobs)).max()) for _, logprobs in plain)
-    assert_decodings_equal(speculative, tokens_of(plain), margin=margin, scale=scale, dtype=mx.float32,
-                           label="greedy speculative tokens vs generate_step's", call=call)
+    assert_decodings_equal(
+        speculative,
+        tokens_of(plain),
+        margin=margin,
+        scale=scale,
+        dtype=mx.float32,
+        label="greedy speculative tokens vs generate_step's",
+        call=call,
+    )
 
 
 ZERO = "test_a_budget_of_zero_tokens_yields_nothing"
@@ -177,7 +209,8 @@ def test_a_budget_of_zero_tokens_yields_nothing(decoder_name, kind, data):
     speculative = list(decoder.speculative_generate_step(mx.array(prompt), target, draft, max_tokens=0))
     assert (len(plain), len(speculative)) == (0, 0), (
         f"max_tokens=0 yielded {len(plain)} (generate_step) and {len(speculative)} "
-        f"(speculative_generate_step) tokens, expected none\n  call: {call}")
+        f"(speculative_generate_step) tokens, expected none\n  call: {call}"
+    )
 
 
 UNBOUNDED = "test_a_budget_of_minus_one_is_unbounded"
@@ -192,15 +225,24 @@ def test_a_budget_of_minus_one_is_unbounded(decoder_name, kind, data):
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
     wanted = data.draw(st.integers(1, 24), label="tokens taken")
     num_draft = data.draw(st.integers(1, 4), label="num_draft_tokens")
-    call = (f"islice(speculative_generate_step(mx.array({prompt}), {spec}, draft, num_draft_tokens={num_draft}, "
-            f"max_tokens=-1), {wanted})")
+    call = (
+        f"islice(speculative_generate_step(mx.array({prompt}), {spec}, draft, num_draft_tokens={num_draft}, "
+        f"max_tokens=-1), {wanted})"
+    )
     note(call)
     plain = tokens_of(itertools.islice(decoder.generate_step(mx.array(prompt), target, max_tokens=-1), wanted))
-    speculative = tokens_of(itertools.islice(decoder.speculative_generate_step(
-        mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=-1), wanted))
+    speculative = tokens_of(
+        itertools.islice(
+            decoder.speculative_generate_step(
+                mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=-1
+            ),
+            wanted,
+        )
+    )
     assert (len(plain), len(speculative)) == (wanted, wanted), (
         f"max_tokens=-1 stopped after {len(plain)} (generate_step) and {len(speculative)} "
-        f"(speculative_generate_step) of {wanted} tokens taken\n  call: {call}")
+        f"(speculative_generate_step) of {wanted} tokens taken\n  call: {call}"
+    )
 
 
 ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept"
@@ -209,8 +251,13 @@ ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept
 @pytest.mark.claim("C8")
 @pytest.mark.parametrize(
     ("decoder_name", "kind"),
-    [param for name in DECODERS if hasattr(load_decoder(name), "RotatingKVCache")
-     for param in cases(ROTATING, kinds=("cache alone",)) if param.values[0] == name],
+    [
+        param
+        for name in DECODERS
+        if hasattr(load_decoder(name), "RotatingKVCache")
+        for param in cases(ROTATING, kinds=("cache alone",))
+        if param.values[0] == name
+    ],
 )
 @given(data=st.data())
 def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder_name, kind, data):
@@ -259,9 +306,11 @@ def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate
     q = first_tokens_law(draft, prompt, 1, distribution.probs)
     rule = decoder.ACCEPTANCE_RULE
     accept = ACCEPTANCE_RULES[rule](p, q)
-    call = (f"mx.random.seed({seed}); speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), "
-            f"make_tiny_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={length}, "
-            f"sampler=make_sampler(temp={temp}, top_k={top_k}))  # acceptance {rule} = {accept:.4f}")
+    call = (
+        f"mx.random.seed({seed}); speculative_generate_step(mx.array({prompt}), make_tiny_model({spec}), "
+        f"make_tiny_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={length}, "
+        f"sampler=make_sampler(temp={temp}, top_k={top_k}))  # acceptance {rule} = {accept:.4f}"
+    )
     note(call)
 
     def sample(n: int) -> dict[str, np.ndarray]:
@@ -269,12 +318,19 @@ def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate
         sampler = decoder.make_sampler(temp=temp, top_k=top_k)
         outcomes, stood = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         for i in range(n):
-            steps = list(decoder.speculative_generate_step(
-                mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=length, sampler=sampler))
+            steps = list(
+                decoder.speculative_generate_step(
+                    mx.array(prompt), target, draft, num_draft_tokens=num_draft, max_tokens=length, sampler=sampler
+                )
+            )
             outcomes[i] = outcome_index(tokens_of(steps), spec.vocab_size)
             stood[i] = 0 if steps[0][2] else 1
         return {"first tokens": outcomes, "first draft stood": stood}
 
     assert_joint_sample_fits(
-        {"first tokens": law, "first draft stood": np.array([accept, 1.0 - accept])}, sample,
-        target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)
+        {"first tokens": law, "first draft stood": np.array([accept, 1.0 - accept])},
+        sample,
+        target_tv=stats.LOOP_TARGET_TV,
+        seed=seed,
+        call=call,
+    )

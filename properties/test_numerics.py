@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from ncm_verify import checks, drivers, exact
 from ncm_verify.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
-from ncm_verify.tolerances import tolerance_for
 
 pytestmark = pytest.mark.claim("C5", "C6")
 
@@ -123,7 +122,9 @@ def test_a_draft_equal_to_the_target_is_always_accepted_without_nan(impl, fixtur
     checks.assert_equal(outcome.num_accepted, case.num_draft, label="accepted drafts when p == q", call=f"seed {seed}")
     residual = np.array(impl.residual_distribution(case.args[0][:, 0], case.args[0][:, 0]))
     assert np.isfinite(residual).all(), "residual_distribution(p, p) produced NaN or inf"
-    checks.assert_close(residual, np.array(case.args[0][:, 0]), dtype=mx.float32, label="residual(p, p) falls back to p")
+    checks.assert_close(
+        residual, np.array(case.args[0][:, 0]), dtype=mx.float32, label="residual(p, p) falls back to p"
+    )
 
 
 @given(fixture=autoregressive_fixtures(), scale=st.sampled_from([1e-7, 1e-6, 1e-3]), seed=seeds)

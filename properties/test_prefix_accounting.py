@@ -21,20 +21,36 @@ def assert_counts_match(api, config, batch, call: str) -> dict:
     prefix, layers, size = mx.array(batch, dtype=mx.int32), config.num_layers, len(batch)
     distinct = len({tuple(row) for row in batch})
     uncached = api.generate_uncached(model, prefix, key)
-    assert_equal(uncached.positions, [accounting.uncached_positions(config, size)] * layers,
-                 label="uncached positions per layer", call=call)
+    assert_equal(
+        uncached.positions,
+        [accounting.uncached_positions(config, size)] * layers,
+        label="uncached positions per layer",
+        call=call,
+    )
     cold = api.generate_cached(model, prefix, key, cache)
-    assert_equal(cold.positions, [accounting.cached_positions(config, size)] * layers,
-                 label="cold cached positions per layer", call=call)
+    assert_equal(
+        cold.positions,
+        [accounting.cached_positions(config, size)] * layers,
+        label="cold cached positions per layer",
+        call=call,
+    )
     assert_equal(cache.nbytes, distinct * accounting.payload_bytes(config), label="bytes held", call=call)
     warm = api.generate_cached(model, prefix, key, cache)
     assert_equal(warm.cache_hits, size, label="rows served from the cache", call=call)
     assert_equal(cache.hits, size, label="cache hits", call=call)
-    assert_equal(warm.positions, [accounting.cached_positions(config, size, prefix_hits=size)] * layers,
-                 label="warm cached positions per layer", call=call)
+    assert_equal(
+        warm.positions,
+        [accounting.cached_positions(config, size, prefix_hits=size)] * layers,
+        label="warm cached positions per layer",
+        call=call,
+    )
     avoided = [u - w for u, w in zip(uncached.positions, warm.positions)]
-    assert_equal(avoided, [accounting.avoided_positions(config, size, prefix_hits=size)] * layers,
-                 label="avoided positions per layer", call=call)
+    assert_equal(
+        avoided,
+        [accounting.avoided_positions(config, size, prefix_hits=size)] * layers,
+        label="avoided positions per layer",
+        call=call,
+    )
     return {"uncached": uncached.positions, "cold": cold.positions, "warm": warm.positions, "bytes": cache.nbytes}
 
 
@@ -54,9 +70,11 @@ def test_sudoku_shaped_config_counts_equal_the_instrumented_ones(impl):
     api = ncm_api(impl)
     config = api.NCMConfig(**fixture_fields("ncm_sudoku"))
     puzzle = [(5 * row + 3 * column) % 10 for row in range(9) for column in range(9)]
-    print(f"sudoku analytic: payload {accounting.payload_bytes(config)} bytes per prefix; per layer "
-          f"uncached {accounting.uncached_positions(config)}, cached cold {accounting.cached_positions(config)}, "
-          f"warm {accounting.cached_positions(config, prefix_hits=1)} positions")
+    print(
+        f"sudoku analytic: payload {accounting.payload_bytes(config)} bytes per prefix; per layer "
+        f"uncached {accounting.uncached_positions(config)}, cached cold {accounting.cached_positions(config)}, "
+        f"warm {accounting.cached_positions(config, prefix_hits=1)} positions"
+    )
     measured = assert_counts_match(api, config, [puzzle], call=f"generate_*(sudoku config, puzzle={puzzle})")
     print(f"sudoku instrumented: {measured}")
 
@@ -67,8 +85,10 @@ def test_the_cache_evicts_least_recently_used_entries_to_stay_within_its_byte_bu
     api = ncm_api(impl)
     config = data.draw(strategies.ncm_configs(api.NCMConfig, min_prefix_length=2), label="config")
     capacity = data.draw(st.integers(1, 3), label="capacity_in_entries")
-    rows = data.draw(st.lists(strategies.prefixes(config), min_size=capacity + 1, max_size=capacity + 3,
-                              unique_by=tuple), label="prefixes")
+    rows = data.draw(
+        st.lists(strategies.prefixes(config), min_size=capacity + 1, max_size=capacity + 3, unique_by=tuple),
+        label="prefixes",
+    )
     call = f"PrefixCache(max_bytes={capacity} entries) fed {rows} under make_model({config})"
     note(call)
     model = api.make_model(config)
@@ -80,4 +100,5 @@ def test_the_cache_evicts_least_recently_used_entries_to_stay_within_its_byte_bu
     for row, key in zip(rows, cache.keys_for(model, rows)):
         expected_hit = row in rows[-capacity:]
         assert (cache.lookup(key) is not None) == expected_hit, (
-            f"prefix {row}: {'missed' if expected_hit else 'served'} after LRU eviction\n  call: {call}")
+            f"prefix {row}: {'missed' if expected_hit else 'served'} after LRU eviction\n  call: {call}"
+        )

@@ -36,8 +36,10 @@ def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_res
     seed = data.draw(strategies.seeds, label="prefix_row_seed")
     first, first_row = batch_with(data, config, prefix, "building")
     second, second_row = batch_with(data, config, prefix, "serving")
-    call = (f"make_model({config}); generate_cached({first}) then generate_cached({second}); "
-            f"prefix row keyed mx.random.key({seed}), other rows key(row index)")
+    call = (
+        f"make_model({config}); generate_cached({first}) then generate_cached({second}); "
+        f"prefix row keyed mx.random.key({seed}), other rows key(row index)"
+    )
     note(call)
     model, cache = api.make_model(config), api.PrefixCache()
     first_keys = row_keys([seed if i == first_row else i for i in range(len(first))])
@@ -48,12 +50,15 @@ def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_res
     assert cache.hits > hits_before and served.cache_hits >= 1, f"the prefix row was not served\n  call: {call}"
     pairs = [("latents", built.latents[first_row], served.latents[second_row])]
     for level in range(len(config.level_sizes)):
-        pairs += [("tokens", built.tokens[level][first_row], served.tokens[level][second_row]),
-                  ("latent logits", built.latent_logits[level][first_row], served.latent_logits[level][second_row]),
-                  ("token logits", built.token_logits[level][first_row], served.token_logits[level][second_row])]
+        pairs += [
+            ("tokens", built.tokens[level][first_row], served.tokens[level][second_row]),
+            ("latent logits", built.latent_logits[level][first_row], served.latent_logits[level][second_row]),
+            ("token logits", built.token_logits[level][first_row], served.token_logits[level][second_row]),
+        ]
     for label, a, b in pairs:
-        assert_equal(b, a, label=f"served at another batch size: {label}",
-                     call=f"{call}; batch {len(second)} vs {len(first)}")
+        assert_equal(
+            b, a, label=f"served at another batch size: {label}", call=f"{call}; batch {len(second)} vs {len(first)}"
+        )
 
 
 def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, levels: int, label: str, call: str) -> None:
@@ -61,11 +66,16 @@ def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, leve
     # Labels name the check only (one report row each); the row and level go into the call.
     pairs = [("latents", None, actual.latents[actual_row], expected.latents[expected_row])]
     for level in range(levels):
-        pairs += [("tokens", level, actual.tokens[level][actual_row], expected.tokens[level][expected_row]),
-                  ("latent logits", level, actual.latent_logits[level][actual_row],
-                   expected.latent_logits[level][expected_row]),
-                  ("token logits", level, actual.token_logits[level][actual_row],
-                   expected.token_logits[level][expected_row])]
+        pairs += [
+            ("tokens", level, actual.tokens[level][actual_row], expected.tokens[level][expected_row]),
+            (
+                "latent logits",
+                level,
+                actual.latent_logits[level][actual_row],
+                expected.latent_logits[level][expected_row],
+            ),
+            ("token logits", level, actual.token_logits[level][actual_row], expected.token_logits[level][expected_row]),
+        ]
     for what, level, a, b in pairs:
         where = f"row {actual_row} vs row {expected_row}" + ("" if level is None else f", level {level}")
         assert_equal(a, b, label=f"{label}: {what}", call=f"{call} ({where})")
@@ -75,7 +85,8 @@ def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, leve
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @given(data=st.data())
 def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_are_sampled_independently(
-        impl, dtype, data):
+    impl, dtype, data
+):
     api = ncm_api(impl)
     config = data.draw(strategies.ncm_configs(api.NCMConfig, dtypes=(dtype,)), label="config")
     prefix = data.draw(strategies.prefixes(config), label="prefix")
@@ -93,11 +104,19 @@ def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_ar
         single = generate(model, batch, key)
         explicit = generate(model, batch, split)
         for row in range(copies):
-            assert_rows_equal(single, row, explicit, row, levels,
-                              label=f"{name}: one key vs its explicit split", call=call)
-            alone = generate(model, batch[row:row + 1], split[row:row + 1])
-            assert_rows_equal(single, row, alone, 0, levels,
-                              label=f"{name}: a row in the batch vs alone with its split key", call=call)
+            assert_rows_equal(
+                single, row, explicit, row, levels, label=f"{name}: one key vs its explicit split", call=call
+            )
+            alone = generate(model, batch[row : row + 1], split[row : row + 1])
+            assert_rows_equal(
+                single,
+                row,
+                alone,
+                0,
+                levels,
+                label=f"{name}: a row in the batch vs alone with its split key",
+                call=call,
+            )
 
 
 @pytest.mark.claim("C2")
@@ -116,5 +135,9 @@ def test_copies_of_one_prefix_under_one_key_are_not_all_sampled_alike_on_the_tin
         # the old broadcast semantics, spelled out: one key repeated per row forces identical draws
         repeated = getattr(api, name)(model, batch, mx.broadcast_to(mx.random.key(seed), (copies, 2)))
         for level, tokens in enumerate(repeated.tokens):
-            assert_equal(tokens, mx.broadcast_to(tokens[:1], tokens.shape),
-                         label=f"{name}: level {level} tokens under one key repeated per row", call=call)
+            assert_equal(
+                tokens,
+                mx.broadcast_to(tokens[:1], tokens.shape),
+                label=f"{name}: level {level} tokens under one key repeated per row",
+                call=call,
+            )

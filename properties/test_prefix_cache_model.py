@@ -85,8 +85,9 @@ class Payload:
 
     def arrays(self) -> tuple[tuple[mx.array, mx.array], ...]:
         shape, dtype = (self.heads, self.length, HEAD_DIM), DTYPES[self.dtype]
-        return tuple(tuple(mx.full(shape, value, dtype=dtype) for value in self.values(layer))
-                     for layer in range(self.layers))
+        return tuple(
+            tuple(mx.full(shape, value, dtype=dtype) for value in self.values(layer)) for layer in range(self.layers)
+        )
 
     @property
     def nbytes(self) -> int:
@@ -163,7 +164,8 @@ def make_weight_change(api, config):
 def one_token_changed(tokens: tuple[int, ...], change) -> st.SearchStrategy[tuple[int, ...]]:
     """`tokens` with the token at a drawn position passed through `change(token) -> strategy of tokens`."""
     return st.integers(0, len(tokens) - 1).flatmap(
-        lambda i: change(tokens[i]).map(lambda t: tokens[:i] + (t,) + tokens[i + 1:]))
+        lambda i: change(tokens[i]).map(lambda t: tokens[:i] + (t,) + tokens[i + 1 :])
+    )
 
 
 def near_misses(tokens: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
@@ -186,10 +188,12 @@ def slot_near_misses(slot: Slot) -> st.SearchStrategy[Slot]:
     return st.one_of(
         near_misses(slot.tokens).map(lambda tokens: dataclasses.replace(slot, tokens=tokens)),
         st.sampled_from([m for m in range(len(MODEL_VARIANTS)) if m != slot.model]).map(
-            lambda model: dataclasses.replace(slot, model=model)),
+            lambda model: dataclasses.replace(slot, model=model)
+        ),
         st.just(dataclasses.replace(slot, model=1 - slot.model)) if slot.model < 2 else st.nothing(),
         NAMESPACE.filter(lambda name: name != slot.namespace).map(
-            lambda name: dataclasses.replace(slot, namespace=name)),
+            lambda name: dataclasses.replace(slot, namespace=name)
+        ),
     )
 
 
@@ -250,8 +254,13 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.stored.add(slot)
         return slot.tokens
 
-    @rule(target=prefixes, tokens=st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX), namespace=NAMESPACE,
-          heads=HEADS, layers=LAYERS)
+    @rule(
+        target=prefixes,
+        tokens=st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX),
+        namespace=NAMESPACE,
+        heads=HEADS,
+        layers=LAYERS,
+    )
     def store_a_new_prefix(self, tokens, namespace, heads, layers):
         return self.store_payload(Slot(tuple(tokens), self.current, namespace), heads, layers)
 
@@ -343,8 +352,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def counters_bytes_and_entries_agree_with_the_model(self):
-        held = ", ".join(f"{list(slot.tokens)} model {slot.model} {slot.namespace!r}: {payload.nbytes} B"
-                         for slot, payload in self.model.entries.items())
+        held = ", ".join(
+            f"{list(slot.tokens)} model {slot.model} {slot.namespace!r}: {payload.nbytes} B"
+            for slot, payload in self.model.entries.items()
+        )
         call = f"{AFTER}; the model holds, least recently used first: [{held}]"
         for name in ("hits", "misses", "evictions", "nbytes"):
             assert_equal(getattr(self.cache, name), getattr(self.model, name), label=f"{name} vs model", call=call)
@@ -365,8 +376,10 @@ def make_models(api) -> tuple:
     """`MODEL_VARIANTS` of the tiny fixture config, in that order."""
     fields = fixture_fields("ncm_tiny")
     configs = [api.NCMConfig(**{**fields, "dtype": dtype}) for _, dtype in MODEL_VARIANTS]
-    return tuple(make_weight_change(api, config) if changed else api.make_model(config)
-                 for config, (changed, _) in zip(configs, MODEL_VARIANTS))
+    return tuple(
+        make_weight_change(api, config) if changed else api.make_model(config)
+        for config, (changed, _) in zip(configs, MODEL_VARIANTS)
+    )
 
 
 @pytest.mark.claim("C2", "C3")

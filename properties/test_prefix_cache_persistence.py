@@ -20,18 +20,26 @@ from ncm_verify.checks import assert_equal, assert_generations_equal
 from ncm_verify.impl import ncm_api
 from ncm_verify.ncm.config import DTYPES
 
-CORRUPTIONS = ("truncate", "flip byte", "edit tokens", "edit fingerprint", "edit format version",
-               "edit sha256", "model weights file", "another model's cache")
+CORRUPTIONS = (
+    "truncate",
+    "flip byte",
+    "edit tokens",
+    "edit fingerprint",
+    "edit format version",
+    "edit sha256",
+    "model weights file",
+    "another model's cache",
+)
 
 
 def edit_metadata(blob: bytes, edit) -> bytes:
     """`blob` with its safetensors metadata passed through `edit`, re-encoded validly."""
     (length,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + length])
+    header = json.loads(blob[8 : 8 + length])
     edit(header["__metadata__"])
     encoded = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    return struct.pack("<Q", len(encoded)) + encoded + blob[8 + length:]
+    return struct.pack("<Q", len(encoded)) + encoded + blob[8 + length :]
 
 
 def edit_entries(field: str, change):
@@ -39,6 +47,7 @@ def edit_entries(field: str, change):
         entries = json.loads(metadata["entries"])
         entries[0][field] = change(entries[0][field])
         metadata["entries"] = json.dumps(entries, sort_keys=True, separators=(",", ":"))
+
     return edit
 
 
@@ -73,8 +82,7 @@ def corrupted_file(api, kind: str, blob: bytes, model, config, prefix, data) -> 
     other_config = api.NCMConfig(**{**config.__dict__, "seed": config.seed + 1})
     if kind == "another model's cache":
         foreign = api.PrefixCache()
-        api.generate_cached(api.make_model(other_config), mx.array([prefix], dtype=mx.int32),
-                            mx.random.key(0), foreign)
+        api.generate_cached(api.make_model(other_config), mx.array([prefix], dtype=mx.int32), mx.random.key(0), foreign)
         with tempfile.TemporaryDirectory() as folder:
             foreign.save(Path(folder) / "foreign.safetensors")
             return (Path(folder) / "foreign.safetensors").read_bytes()
@@ -83,15 +91,22 @@ def corrupted_file(api, kind: str, blob: bytes, model, config, prefix, data) -> 
             api.save_model(model, Path(folder) / "model.safetensors")
             return (Path(folder) / "model.safetensors").read_bytes()
     if kind == "truncate":
-        return blob[:data.draw(st.integers(0, len(blob) - 1), label="truncate_at")]
+        return blob[: data.draw(st.integers(0, len(blob) - 1), label="truncate_at")]
     if kind == "flip byte":
         offset = data.draw(st.integers(0, len(blob) - 1), label="flip_offset")
         mask = data.draw(st.integers(1, 255), label="flip_mask")
-        return blob[:offset] + bytes([blob[offset] ^ mask]) + blob[offset + 1:]
+        return blob[:offset] + bytes([blob[offset] ^ mask]) + blob[offset + 1 :]
     if kind == "edit tokens":
         position = data.draw(st.integers(0, config.prefix_length - 1), label="edited_position")
-        return edit_metadata(blob, edit_entries("tokens", lambda tokens: tokens[:position] + [
-            (tokens[position] + 1) % config.vocab_size] + tokens[position + 1:]))
+        return edit_metadata(
+            blob,
+            edit_entries(
+                "tokens",
+                lambda tokens: (
+                    tokens[:position] + [(tokens[position] + 1) % config.vocab_size] + tokens[position + 1 :]
+                ),
+            ),
+        )
     if kind == "edit fingerprint":
         other = api.fingerprint(api.make_model(other_config))
         return edit_metadata(blob, edit_entries("fingerprint", lambda value: other))

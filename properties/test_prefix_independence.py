@@ -4,7 +4,6 @@ and the cache refuses."""
 
 from __future__ import annotations
 
-
 import mlx.core as mx
 import pytest
 from hypothesis import find, given, note, settings
@@ -33,8 +32,9 @@ def test_prefix_states_are_the_same_whatever_the_generated_levels_hold(impl, dat
     model = api.make_model(config)
     call = f"layer_states(make_model({config}), prefix={prefix} + filling {first} vs {second})"
     note(call)
-    for layer, (a, b) in enumerate(zip(prefix_rows(api, model, prefix, first),
-                                       prefix_rows(api, model, prefix, second))):
+    for layer, (a, b) in enumerate(
+        zip(prefix_rows(api, model, prefix, first), prefix_rows(api, model, prefix, second))
+    ):
         assert_equal(a, b, label=f"prefix states at layer {layer}", call=call)
 
 

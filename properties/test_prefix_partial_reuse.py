@@ -25,8 +25,10 @@ def head_states(api, model, prefix, k: int) -> list[mx.array]:
 def shared_heads(config):
     """Two prefixes of `config` sharing their first k tokens (1 <= k < P), with k."""
     return st.integers(1, config.prefix_length - 1).flatmap(
-        lambda k: st.tuples(st.just(k), strategies.prefixes(config),
-                            strategies.prefixes(config, config.prefix_length - k)))
+        lambda k: st.tuples(
+            st.just(k), strategies.prefixes(config), strategies.prefixes(config, config.prefix_length - k)
+        )
+    )
 
 
 @pytest.mark.claim("C3")
@@ -34,17 +36,21 @@ def test_bidirectional_prefix_states_of_a_shared_head_depend_on_the_rest_and_the
     api = ncm_api(impl)
     config = api.NCMConfig(**fixture_fields("ncm_tiny"))
     model = api.make_model(config)
-    assert not is_partial_prefix_isolated(make_mask("ncm", config.prefix_length, config.level_sizes),
-                                          config.prefix_length)
+    assert not is_partial_prefix_isolated(
+        make_mask("ncm", config.prefix_length, config.level_sizes), config.prefix_length
+    )
 
     def heads_differ(example) -> bool:
         k, prefix, tail = example
         other = prefix[:k] + tail
-        return any(not mx.array_equal(a, b).item()
-                   for a, b in zip(head_states(api, model, prefix, k), head_states(api, model, other, k)))
+        return any(
+            not mx.array_equal(a, b).item()
+            for a, b in zip(head_states(api, model, prefix, k), head_states(api, model, other, k))
+        )
 
-    k, prefix, tail = find(shared_heads(config), heads_differ,
-                           settings=settings(max_examples=50, database=None, derandomize=True))
+    k, prefix, tail = find(
+        shared_heads(config), heads_differ, settings=settings(max_examples=50, database=None, derandomize=True)
+    )
     other = prefix[:k] + tail
     print(f"ncm: prefixes {prefix} and {other} share {k} tokens but not their states")
     cache = api.PrefixCache()
@@ -89,14 +95,17 @@ def test_the_cache_misses_every_near_miss_of_a_stored_prefix_and_hits_the_prefix
 @given(data=st.data())
 def test_causal_prefix_states_of_a_shared_head_do_not_depend_on_the_rest(impl, data):
     api = ncm_api(impl)
-    config = data.draw(strategies.ncm_configs(api.NCMConfig, masks=("causal",), dtypes=("float32", "float16"),
-                                              min_prefix_length=2), label="config")
+    config = data.draw(
+        strategies.ncm_configs(api.NCMConfig, masks=("causal",), dtypes=("float32", "float16"), min_prefix_length=2),
+        label="config",
+    )
     k, prefix, tail = data.draw(shared_heads(config), label="shared_head")
     other = prefix[:k] + tail
     model = api.make_model(config)
     call = f"layer_states(make_model({config}), {prefix} vs {other})[:, :{k}]"
     note(call)
-    assert is_partial_prefix_isolated(make_mask("causal", config.prefix_length, config.level_sizes),
-                                      config.prefix_length)
+    assert is_partial_prefix_isolated(
+        make_mask("causal", config.prefix_length, config.level_sizes), config.prefix_length
+    )
     for layer, (a, b) in enumerate(zip(head_states(api, model, prefix, k), head_states(api, model, other, k))):
         assert_equal(a, b, label=f"causal head states at layer {layer}", call=call)

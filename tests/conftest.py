@@ -26,7 +26,9 @@ def nested_environment():
 def parts(name: str) -> dict[str, dict]:
     """The JSON parts the teeth tests left under reports/<name>/, by file stem."""
     folder = report_dir() / name
-    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    return (
+        {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    )
 
 
 def pytest_sessionfinish(session):
@@ -40,8 +42,12 @@ def pytest_sessionfinish(session):
     if calibration:
         planted = [part for stem, part in calibration.items() if stem.startswith("planted")]
         # The report shows one planted deviation in its summary: the one with the most outcomes.
-        merged = {**calibration.get("nominal", {}), "planted": max(planted, key=lambda p: p["df"], default=None),
-                  "power_cases": planted, "size": calibration.get("size")}
+        merged = {
+            **calibration.get("nominal", {}),
+            "planted": max(planted, key=lambda p: p["df"], default=None),
+            "power_cases": planted,
+            "size": calibration.get("size"),
+        }
         (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
 
 

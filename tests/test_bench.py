@@ -15,8 +15,12 @@ import pytest
 from ncm_verify import bench, bench_ratios, speculative
 from ncm_verify.impl import load_implementation
 
-SMALL = [bench.KernelCase("chain", 37, 3, 5), bench.KernelCase("chain", 1500, 2, 3, "bfloat16"),
-         bench.KernelCase("greedy", 37, 3, 4), bench.KernelCase("factorized", 37, 3, 4)]
+SMALL = [
+    bench.KernelCase("chain", 37, 3, 5),
+    bench.KernelCase("chain", 1500, 2, 3, "bfloat16"),
+    bench.KernelCase("greedy", 37, 3, 4),
+    bench.KernelCase("factorized", 37, 3, 4),
+]
 
 
 def outcome_arrays(outcome) -> list[np.ndarray]:
@@ -39,8 +43,11 @@ def test_the_numpy_chain_peer_equals_apply_chain_given_the_same_uniforms(case):
     num_draft = np.arange(case.batch) % (case.drafts + 1)  # every draft length, 0 included
     uniforms = bench.numpy_uniforms(np.random.default_rng(2), (case.batch, 2, case.drafts + 1))
     want = speculative.apply_chain(
-        mx.array(inputs["np_target"]), mx.array(inputs["np_draft"]), inputs["tokens"],
-        mx.array(num_draft.astype(np.int32)), mx.array(uniforms),
+        mx.array(inputs["np_target"]),
+        mx.array(inputs["np_draft"]),
+        inputs["tokens"],
+        mx.array(num_draft.astype(np.int32)),
+        mx.array(uniforms),
     )
     got = bench.numpy_chain_step(inputs["np_target"], inputs["np_draft"], inputs["np_tokens"], num_draft, uniforms)
     for part, (g, w) in zip(("tokens", "num_accepted"), zip(got, outcome_arrays(want))):
@@ -107,18 +114,37 @@ def test_validation_still_names_the_first_bad_argument():
 
 
 def fake_bench(speedup: float, floor_multiple: float, commit: str = "abc") -> dict:
-    ratios = {"vs numpy": bench_ratios.ratio(speedup, "higher", ""), "x mlx reduction floor": bench_ratios.ratio(
-        floor_multiple, "lower", "")}
-    kernel = {"case": "chain V=128256 G=4 B=1 float32", "step": "chain", "vocab": 128_256, "drafts": 4, "batch": 1,
-              "dtype": "float32", "contenders": {name: {"median_s": 1e-3, "calls": 9, "ratios": ratios,
-                                                        "ratios_of_minima": ratios}
-                                                 for name in ("eager", "validated")}}
-    speedups = {"vs uncached": bench_ratios.ratio(2.0, "higher", ""),
-                "of predicted": bench_ratios.ratio(0.8, "higher", "")}
+    ratios = {
+        "vs numpy": bench_ratios.ratio(speedup, "higher", ""),
+        "x mlx reduction floor": bench_ratios.ratio(floor_multiple, "lower", ""),
+    }
+    kernel = {
+        "case": "chain V=128256 G=4 B=1 float32",
+        "step": "chain",
+        "vocab": 128_256,
+        "drafts": 4,
+        "batch": 1,
+        "dtype": "float32",
+        "contenders": {
+            name: {"median_s": 1e-3, "calls": 9, "ratios": ratios, "ratios_of_minima": ratios}
+            for name in ("eager", "validated")
+        },
+    }
+    speedups = {
+        "vs uncached": bench_ratios.ratio(2.0, "higher", ""),
+        "of predicted": bench_ratios.ratio(0.8, "higher", ""),
+    }
     warm = {"median_s": 0.1, "calls": 9, "ratios": speedups, "ratios_of_minima": speedups}
     generation = {"case": "generation sudoku B=8", "contenders": {"cached warm": warm}}
-    return {"schema": bench_ratios.BENCH_SCHEMA, "impl": "ncm_verify.reference", "commit": commit, "datetime": "d",
-            "device": "cpu", "kernels": [kernel], "generation": [generation]}
+    return {
+        "schema": bench_ratios.BENCH_SCHEMA,
+        "impl": "ncm_verify.reference",
+        "commit": commit,
+        "datetime": "d",
+        "device": "cpu",
+        "kernels": [kernel],
+        "generation": [generation],
+    }
 
 
 def test_a_grouped_ratio_worse_than_the_baseline_past_the_threshold_is_a_regression_either_way():
@@ -153,8 +179,9 @@ def test_the_c9_line_shows_ratios_only_for_the_same_implementation_and_commit():
 
 def test_a_tiny_bench_run_writes_every_ratio_and_renders_its_table():
     cases = [bench.KernelCase("chain", 300, 2, 2), bench.KernelCase("greedy", 300, 2, 2)]
-    run = bench.run_bench("ncm_verify.reference", "quick", 2, 0.1, cases=cases, cache_configs={"sudoku": {}},
-                          progress=lambda text: None)
+    run = bench.run_bench(
+        "ncm_verify.reference", "quick", 2, 0.1, cases=cases, cache_configs={"sudoku": {}}, progress=lambda text: None
+    )
     chain = run["kernels"][0]["contenders"]
     assert set(chain["eager"]["ratios"]) >= {"vs numpy", "x numpy copy floor", "x mlx reduction floor"}
     assert "vs eager" in chain["compiled"]["ratios"]
@@ -170,8 +197,14 @@ def test_the_report_c9_row_carries_the_bench_line_of_the_same_commit():
     from ncm_verify.report.ledger import read_ledger
 
     ledger, _ = read_ledger(None)
-    evidence = {"properties": [], "impl": "ncm_verify.reference", "profile": "ci", "environment": {"commit": "abc"},
-                "policy": {}, "budget": {}}
+    evidence = {
+        "properties": [],
+        "impl": "ncm_verify.reference",
+        "profile": "ci",
+        "environment": {"commit": "abc"},
+        "policy": {},
+        "budget": {},
+    }
     rows = {c["id"]: c for c in document.build_report(ledger, evidence, bench=fake_bench(4.0, 2.0))["claims"]}
     assert "B=1 eager: vs numpy 4.00" in rows["C9"]["reason"]
     unmeasured = {c["id"]: c for c in document.build_report(ledger, evidence)["claims"]}

@@ -57,8 +57,12 @@ def verify_policy(env: dict) -> stats.Policy:
         "print('PLANNED', stats.current_policy().planned_tests)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env,
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     _POLICIES[profile] = stats.Policy(planned_tests=int(re.search(r"PLANNED (\d+)", done.stdout).group(1)))
     return _POLICIES[profile]
@@ -93,21 +97,33 @@ def test_correct_kernels_reject_at_the_nominal_rate_with_uniform_p_values(report
     bins = stats.make_bins(probs, CALIBRATION_SAMPLES)
     critical = float(scipy_stats.chi2.isf(CALIBRATION_ALPHA, len(bins[1]) - 1))
     loose = stats.Plan(
-        CALIBRATION_SAMPLES, CALIBRATION_ALPHA, *bins,
-        min_detectable_tv=stats.min_detectable_tv(CALIBRATION_SAMPLES, len(bins[1]) - 1, critical), critical=critical,
+        CALIBRATION_SAMPLES,
+        CALIBRATION_ALPHA,
+        *bins,
+        min_detectable_tv=stats.min_detectable_tv(CALIBRATION_SAMPLES, len(bins[1]) - 1, critical),
+        critical=critical,
     )
     p_values = chain_p_values(loose, CALIBRATION_RUNS)
     rejections = int(sum(p < CALIBRATION_ALPHA for p in p_values))
     binomial = scipy_stats.binomtest(rejections, CALIBRATION_RUNS, CALIBRATION_ALPHA).pvalue
     uniformity = scipy_stats.kstest(p_values, "uniform").pvalue
-    keep(reports, "nominal", {
-        "alpha": CALIBRATION_ALPHA, "runs": CALIBRATION_RUNS, "samples": CALIBRATION_SAMPLES, "rejections": rejections,
-        "binomial_p_value": binomial, "ks_uniform_p_value": uniformity, "check_budget": CHECK_BUDGET,
-        "p_values": p_values, "passed": bool(binomial >= CHECK_BUDGET and uniformity >= CHECK_BUDGET),
-    })
+    keep(
+        reports,
+        "nominal",
+        {
+            "alpha": CALIBRATION_ALPHA,
+            "runs": CALIBRATION_RUNS,
+            "samples": CALIBRATION_SAMPLES,
+            "rejections": rejections,
+            "binomial_p_value": binomial,
+            "ks_uniform_p_value": uniformity,
+            "check_budget": CHECK_BUDGET,
+            "p_values": p_values,
+            "passed": bool(binomial >= CHECK_BUDGET and uniformity >= CHECK_BUDGET),
+        },
+    )
     assert binomial >= CHECK_BUDGET, f"{rejections}/{CALIBRATION_RUNS} rejections at alpha {CALIBRATION_ALPHA}"
     assert uniformity >= CHECK_BUDGET, f"p-values of correct kernels are not uniform (KS p = {uniformity:.3g})"
-
 
 
 # --- Size: the true size of the worst plans make_plan builds, computed by summation, at the run's alphas.
@@ -217,17 +233,31 @@ def test_the_worst_plans_make_plan_builds_hold_their_size_at_the_run_alpha(repor
                     assert stats.p_value_of(plan.critical * (1 - 1e-9), plan.bin_probs, plan.n) > alpha
                     size = stats.statistic_sf(plan.bin_probs, plan.n, plan.critical, grid=SIZE_GRID)
                 smallest = float(plan.bin_probs.min() * plan.n)
-                rows.append({"profile": profile, "alpha": alpha, "df": df, "n": plan.n, "method": plan.method,
-                             "smallest_expected": smallest, "bins": len(plan.bin_probs), "size": size,
-                             "ratio": size / alpha})
+                rows.append(
+                    {
+                        "profile": profile,
+                        "alpha": alpha,
+                        "df": df,
+                        "n": plan.n,
+                        "method": plan.method,
+                        "smallest_expected": smallest,
+                        "bins": len(plan.bin_probs),
+                        "size": size,
+                        "ratio": size / alpha,
+                    }
+                )
     worst = max(rows, key=lambda row: row["ratio"])
     over = sorted((row for row in rows if row["size"] > row["alpha"]), key=lambda row: -row["ratio"])
     ratios = {profile: max(r["ratio"] for r in rows if r["profile"] == profile) for profile in SIZE_PROFILES}
-    keep(reports, "size", {"rows": rows, "largest_ratio": worst["ratio"], "worst": worst, "ratios": ratios,
-                           "passed": not over})
+    keep(
+        reports,
+        "size",
+        {"rows": rows, "largest_ratio": worst["ratio"], "worst": worst, "ratios": ratios, "passed": not over},
+    )
     assert not over, "true size above alpha:\n" + "\n".join(
         f"  {r['profile']} df {r['df']} n {r['n']} smallest bin {r['smallest_expected']:.1f}: "
-        f"size {r['size']:.3g} = {r['ratio']:.2f} x alpha {r['alpha']:.3g}" for r in over[:5]
+        f"size {r['size']:.3g} = {r['ratio']:.2f} x alpha {r['alpha']:.3g}"
+        for r in over[:5]
     )
 
 
@@ -335,13 +365,26 @@ def test_a_deviation_at_the_power_boundary_is_caught_at_the_predicted_rate(repor
         for _ in range(POWER_RUNS)
     )
     needed = fewest_rejections(POWER_RUNS, stats.POWER, CHECK_BUDGET)
-    keep(reports, f"planted {case} {shape}", {
-        "name": f"{case}: TV {tv:.4f} ({shape}), predicted power {predicted:.3f}", "runs": POWER_RUNS,
-        "rejections": int(caught), "rejection_rate": caught / POWER_RUNS, "needed": needed, "tv": tv,
-        "predicted_power": predicted, "passed": bool(caught >= needed),
-        "false_pass_at_power_095": float(scipy_stats.binom.sf(needed - 1, POWER_RUNS, 0.95)),
-        "alpha": plan.alpha, "n": plan.n, "df": plan.df, "pooled_mass": plan.pooled_mass,
-        "planned_tests": policy.planned_tests, "method": plan.method,
-        "min_detectable_tv": plan.min_detectable_tv,
-    })
+    keep(
+        reports,
+        f"planted {case} {shape}",
+        {
+            "name": f"{case}: TV {tv:.4f} ({shape}), predicted power {predicted:.3f}",
+            "runs": POWER_RUNS,
+            "rejections": int(caught),
+            "rejection_rate": caught / POWER_RUNS,
+            "needed": needed,
+            "tv": tv,
+            "predicted_power": predicted,
+            "passed": bool(caught >= needed),
+            "false_pass_at_power_095": float(scipy_stats.binom.sf(needed - 1, POWER_RUNS, 0.95)),
+            "alpha": plan.alpha,
+            "n": plan.n,
+            "df": plan.df,
+            "pooled_mass": plan.pooled_mass,
+            "planned_tests": policy.planned_tests,
+            "method": plan.method,
+            "min_detectable_tv": plan.min_detectable_tv,
+        },
+    )
     assert caught >= needed, f"TV {tv:.4f} ({shape}): caught in {caught}/{POWER_RUNS} runs, power 0.99 needs {needed}"

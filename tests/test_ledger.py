@@ -58,13 +58,32 @@ def test_ledger_agrees_with_the_properties_pytest_collects(ledger, inventory):
 def valid_ledger() -> dict:
     return {
         "schema": "ncm-verify/ledger/1",
-        "sources": [{"id": "S01", "title": "t", "url": "https://example.org/a", "kind": "paper",
-                     "read_scope": "abstract", "supports": "s"}],
+        "sources": [
+            {
+                "id": "S01",
+                "title": "t",
+                "url": "https://example.org/a",
+                "kind": "paper",
+                "read_scope": "abstract",
+                "supports": "s",
+            }
+        ],
         "claims": [
-            {"id": "C1", "statement": "s", "sources": ["S01"], "paths": [],
-             "properties": ["properties/test_a.py::test_b"]},
-            {"id": "C2", "statement": "s", "sources": [], "paths": [], "properties": [],
-             "not_checkable": "a hypothesis"},
+            {
+                "id": "C1",
+                "statement": "s",
+                "sources": ["S01"],
+                "paths": [],
+                "properties": ["properties/test_a.py::test_b"],
+            },
+            {
+                "id": "C2",
+                "statement": "s",
+                "sources": [],
+                "paths": [],
+                "properties": [],
+                "not_checkable": "a hypothesis",
+            },
         ],
     }
 
@@ -74,8 +93,7 @@ def valid_ledger() -> dict:
     [
         (lambda d: d["claims"][0].update(status="shown"), "unknown field 'status'"),
         (lambda d: d["claims"][0]["sources"].append("S99"), "source 'S99' is not in sources"),
-        (lambda d: d["claims"][0]["properties"].append("properties/test_a.py::test_c[1]"),
-         "without parametrization"),
+        (lambda d: d["claims"][0]["properties"].append("properties/test_a.py::test_c[1]"), "without parametrization"),
         (lambda d: d["claims"][1].pop("not_checkable"), "no not_checkable reason says why"),
         (lambda d: d["sources"][0].pop("supports"), "missing 'supports'"),
         (lambda d: d["sources"].append(dict(d["sources"][0])), "appears more than once"),

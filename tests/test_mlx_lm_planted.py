@@ -24,8 +24,12 @@ from ncm_verify.ncm import decode, kv_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED_SETTINGS = settings(
-    max_examples=30, derandomize=True, database=None, deadline=None,
-    phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+    max_examples=30,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
 )
 CONVENTIONS = "test_mlx_lm_conventions.py"
 LOOP = "test_mlx_lm_loop.py"
@@ -93,6 +97,7 @@ def prefill_whole_prompt(model, prompt, cache, prefill_step_size=512):
 def make_prompt_cache_with(cache_type):
     def make_prompt_cache(model, max_kv_size=None):
         return [cache_type() for _ in model.layers]
+
     return make_prompt_cache
 
 
@@ -149,45 +154,56 @@ def planted_decoder(**changes) -> types.ModuleType:
 
 PLANTED = {
     "silent_rotating_trim": (
-        CONVENTIONS, dict(impl=planted(RotatingKVCache=SilentRotatingKVCache)),
+        CONVENTIONS,
+        dict(impl=planted(RotatingKVCache=SilentRotatingKVCache)),
         "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept_or_refuses",
     ),
     "no_op_rotating_trim": (
-        CONVENTIONS, dict(impl=planted(RotatingKVCache=NoOpRotatingKVCache)),
+        CONVENTIONS,
+        dict(impl=planted(RotatingKVCache=NoOpRotatingKVCache)),
         "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept_or_refuses",
     ),
     "fetch_returns_stale_values": (
-        CONVENTIONS, dict(impl=planted(make_prompt_cache=make_prompt_cache_with(StaleValuesKVCache)), dtype="float32"),
+        CONVENTIONS,
+        dict(impl=planted(make_prompt_cache=make_prompt_cache_with(StaleValuesKVCache)), dtype="float32"),
         "test_prefilling_all_but_the_last_token_then_feeding_it_gives_the_whole_prompt_logits",
     ),
     "rewind_one_short": (
-        CONVENTIONS, dict(impl=planted(rewind_caches=rewind_one_short)),
+        CONVENTIONS,
+        dict(impl=planted(rewind_caches=rewind_one_short)),
         "test_caches_rewound_by_the_rejected_count_equal_caches_built_from_the_accepted_tokens",
     ),
     "draft_never_rewound": (
-        CONVENTIONS, dict(impl=planted(rewind_caches=rewind_target_only)),
+        CONVENTIONS,
+        dict(impl=planted(rewind_caches=rewind_target_only)),
         "test_caches_rewound_by_the_rejected_count_equal_caches_built_from_the_accepted_tokens",
     ),
     "prefill_whole_prompt": (
-        CONVENTIONS, dict(impl=planted(apply_prefill=prefill_whole_prompt), dtype="float32"),
+        CONVENTIONS,
+        dict(impl=planted(apply_prefill=prefill_whole_prompt), dtype="float32"),
         "test_prefilling_all_but_the_last_token_then_feeding_it_gives_the_whole_prompt_logits",
     ),
     "surplus_not_cut": (
-        CONVENTIONS, dict(impl=planted(speculative_generate=generate_without_cut)),
+        CONVENTIONS,
+        dict(impl=planted(speculative_generate=generate_without_cut)),
         "test_speculative_decoding_emits_exactly_max_tokens_for_every_budget_including_zero",
     ),
     "negative_budget_accepted": (
-        CONVENTIONS, dict(impl=planted(speculative_generate=generate_accepting_negative_budgets)),
+        CONVENTIONS,
+        dict(impl=planted(speculative_generate=generate_accepting_negative_budgets)),
         "test_a_budget_that_is_negative_not_an_integer_or_beyond_the_context_raises_a_value_error_naming_max_tokens",
     ),
     "loop_ignores_a_refused_trim": (
-        LOOP, dict(decoder_name=planted_decoder(speculative_generate_step=speculative_ignoring_refused_trims),
-                   kind="sliding-window llama"),
+        LOOP,
+        dict(
+            decoder_name=planted_decoder(speculative_generate_step=speculative_ignoring_refused_trims),
+            kind="sliding-window llama",
+        ),
         "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding",
     ),
     "every_draft_stands": (
-        LOOP, dict(decoder_name=planted_decoder(speculative_generate_step=speculative_accepting_every_draft),
-                   kind="llama"),
+        LOOP,
+        dict(decoder_name=planted_decoder(speculative_generate_step=speculative_accepting_every_draft), kind="llama"),
         "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule",
     ),
 }
@@ -210,8 +226,9 @@ def test_each_planted_decoding_bug_fails_the_property_aimed_at_it(name):
 
 
 def test_the_same_properties_pass_on_the_reference_under_these_settings():
-    for filename, arguments, prop in {prop: (f, a, prop) for f, a, prop in PLANTED.values()
-                                      if prop not in SAMPLING}.values():
+    for filename, arguments, prop in {
+        prop: (f, a, prop) for f, a, prop in PLANTED.values() if prop not in SAMPLING
+    }.values():
         correct = {"impl": reference} if "impl" in arguments else {"decoder_name": "exact verifier"}
         run_property(filename, prop, **{**arguments, **correct})
 
@@ -220,8 +237,11 @@ def test_the_greedy_decoding_property_catches_a_rewind_that_keeps_a_rejected_dra
     # Stale entries either change a token (AssertionError) or overrun the context the
     # reference refuses to exceed (ValueError on valid input): both fail the property.
     with pytest.raises((AssertionError, ValueError)):
-        run_property(CONVENTIONS, "test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding",
-                     impl=planted(speculative_generate=generate_with_stale_rewind))
+        run_property(
+            CONVENTIONS,
+            "test_greedy_speculative_decoding_emits_exactly_the_target_greedy_decoding",
+            impl=planted(speculative_generate=generate_with_stale_rewind),
+        )
 
 
 def generate_with_stale_rewind(target, draft, prompt, max_tokens, **options):

@@ -11,7 +11,7 @@ import textwrap
 from ncm_verify.report import markdown, mlx_lm_section
 from ncm_verify.report.document import build_report
 
-SUITE = '''
+SUITE = """
 import pytest
 
 @pytest.mark.claim("C8")
@@ -27,7 +27,7 @@ def test_fixed_bug():
 @pytest.mark.claim("C8")
 def test_pass():
     assert True
-'''
+"""
 
 
 def run_suite(tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
@@ -36,9 +36,19 @@ def run_suite(tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
     (folder / "test_mlx_lm_loop.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "properties",
-         f"--ncm-report-dir={tmp_path / 'reports'}"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "properties",
+            f"--ncm-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     return result, json.loads((tmp_path / "reports" / "evidence.json").read_text())
 
@@ -71,7 +81,11 @@ def test_a_claim_whose_property_ran_only_as_a_known_upstream_bug_is_held_back_as
     from ncm_verify.report.status import KNOWN_UPSTREAM_BUGS, derive_status, property_summary
 
     claim = {"id": "C8", "properties": ["p.py::test_a", "p.py::test_b"]}
-    nodes = [{"nodeid": "p.py::test_a", "property": "p.py::test_a", "outcome": "passed"},
-             {"nodeid": "p.py::test_b[mlx-lm]", "property": "p.py::test_b", "outcome": "xfailed"}]
+    nodes = [
+        {"nodeid": "p.py::test_a", "property": "p.py::test_a", "outcome": "passed"},
+        {"nodeid": "p.py::test_b[mlx-lm]", "property": "p.py::test_b", "outcome": "xfailed"},
+    ]
     status, reason = derive_status(claim, [property_summary(n, {"impl": "ncm_verify.reference"}, "C8") for n in nodes])
-    assert status == KNOWN_UPSTREAM_BUGS and reason.startswith("1 listed property ran only as known upstream bugs"), reason
+    assert status == KNOWN_UPSTREAM_BUGS and reason.startswith("1 listed property ran only as known upstream bugs"), (
+        reason
+    )

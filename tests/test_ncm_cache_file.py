@@ -41,7 +41,7 @@ def test_every_single_bit_flip_is_rejected(saved, tmp_path, bit):
     _, blob = saved
     target = tmp_path / "flipped.safetensors"
     for offset in range(len(blob)):
-        target.write_bytes(blob[:offset] + bytes([blob[offset] ^ (1 << bit)]) + blob[offset + 1:])
+        target.write_bytes(blob[:offset] + bytes([blob[offset] ^ (1 << bit)]) + blob[offset + 1 :])
         with pytest.raises(ValueError, match="path"):
             PrefixCache().load(target)
 
@@ -51,14 +51,17 @@ def test_writes_leave_no_temporary_file(saved):
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
-@pytest.mark.parametrize("first, second", [
-    (CacheKey((1, 23), "f", "ncm", "float32"), CacheKey((12, 3), "f", "ncm", "float32")),
-    (CacheKey((1,), "ab", "c", "float32"), CacheKey((1,), "a", "bc", "float32")),
-    (CacheKey((1,), "f", "ncm", "float32", "t1"), CacheKey((1,), "f", "ncm", "float32t", "1")),
-    (CacheKey((), "f", "ncm", "float32"), CacheKey((0,), "f", "ncm", "float32")),
-    (CacheKey((65541,), "f", "ncm", "float32"), CacheKey((5,), "f", "ncm", "float32")),
-    (CacheKey((2**20 - 1,), "f", "ncm", "float32"), CacheKey((2**16 - 1,), "f", "ncm", "float32")),
-])
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        (CacheKey((1, 23), "f", "ncm", "float32"), CacheKey((12, 3), "f", "ncm", "float32")),
+        (CacheKey((1,), "ab", "c", "float32"), CacheKey((1,), "a", "bc", "float32")),
+        (CacheKey((1,), "f", "ncm", "float32", "t1"), CacheKey((1,), "f", "ncm", "float32t", "1")),
+        (CacheKey((), "f", "ncm", "float32"), CacheKey((0,), "f", "ncm", "float32")),
+        (CacheKey((65541,), "f", "ncm", "float32"), CacheKey((5,), "f", "ncm", "float32")),
+        (CacheKey((2**20 - 1,), "f", "ncm", "float32"), CacheKey((2**16 - 1,), "f", "ncm", "float32")),
+    ],
+)
 def test_distinct_keys_never_share_an_encoding(first, second):
     assert first.encode() != second.encode()
 

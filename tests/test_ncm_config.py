@@ -9,18 +9,40 @@ import numpy as np
 import pytest
 
 from ncm_verify.impl import ncm_api
-from ncm_verify.ncm import (ISOLATED_MASK_NAMES, MASKS, NCMConfig, generate_cached, generate_uncached,
-                            is_partial_prefix_isolated, is_prefix_isolated, make_model)
-from ncm_verify.ncm.config import fixture_fields, load_config, FIXTURES
+from ncm_verify.ncm import (
+    ISOLATED_MASK_NAMES,
+    MASKS,
+    NCMConfig,
+    generate_cached,
+    generate_uncached,
+    is_partial_prefix_isolated,
+    is_prefix_isolated,
+    make_model,
+)
+from ncm_verify.ncm.config import FIXTURES, fixture_fields, load_config
 
 GOOD = fixture_fields("ncm_tiny")
 
 
-@pytest.mark.parametrize("field, value", [
-    ("vocab_size", 1), ("prefix_length", 0), ("level_sizes", []), ("level_sizes", [2, 0]),
-    ("codebook_size", 0), ("d_model", 0), ("num_heads", 3), ("num_layers", 0), ("mask", "bidirectional"),
-    ("dropout", 1.0), ("dtype", "int8"), ("seed", -1), ("vocab_size", 2.5), ("num_layers", True),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", 1),
+        ("prefix_length", 0),
+        ("level_sizes", []),
+        ("level_sizes", [2, 0]),
+        ("codebook_size", 0),
+        ("d_model", 0),
+        ("num_heads", 3),
+        ("num_layers", 0),
+        ("mask", "bidirectional"),
+        ("dropout", 1.0),
+        ("dtype", "int8"),
+        ("seed", -1),
+        ("vocab_size", 2.5),
+        ("num_layers", True),
+    ],
+)
 def test_an_invalid_config_field_is_a_value_error_naming_it(field, value):
     with pytest.raises(ValueError, match=field):
         NCMConfig(**{**GOOD, field: value})
@@ -58,10 +80,17 @@ def test_a_module_without_the_ncm_names_fails_with_a_message_naming_them():
 
 
 @pytest.mark.parametrize("generate", [generate_uncached, generate_cached], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("prefix", [
-    mx.array([[0.0, 1.0, 2.0, 3.0]]), mx.array([[0.5, 1.0, 2.0, 3.0]]), np.array([[0.9, 1.0, 2.0, 3.0]]),
-    [[0, 1.5, 2, 3]], mx.array([[True, False, True, False]]),
-], ids=["whole floats", "fractional float", "numpy float", "list with a float", "bool"])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        mx.array([[0.0, 1.0, 2.0, 3.0]]),
+        mx.array([[0.5, 1.0, 2.0, 3.0]]),
+        np.array([[0.9, 1.0, 2.0, 3.0]]),
+        [[0, 1.5, 2, 3]],
+        mx.array([[True, False, True, False]]),
+    ],
+    ids=["whole floats", "fractional float", "numpy float", "list with a float", "bool"],
+)
 def test_a_non_integer_prefix_is_a_value_error_naming_prefix_not_a_silent_truncation(generate, prefix):
     model = make_model(NCMConfig(**GOOD))
     with pytest.raises(ValueError, match="^prefix:"):

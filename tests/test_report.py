@@ -19,26 +19,55 @@ from ncm_verify.report.terminal import render_terminal
 
 REPRODUCE = "@reproduce_failure('6.170.17', b'AEEy')"
 POLICY = {
-    "family_budget": 1e-3, "planned_tests": 60, "per_test_share": 1.67e-5, "alpha": 8.3e-6,
-    "alpha_fraction": 0.5, "min_expected": 20, "power": 0.99, "power_safety": 1.75, "target_tv": 0.02,
+    "family_budget": 1e-3,
+    "planned_tests": 60,
+    "per_test_share": 1.67e-5,
+    "alpha": 8.3e-6,
+    "alpha_fraction": 0.5,
+    "min_expected": 20,
+    "power": 0.99,
+    "power_safety": 1.75,
+    "target_tv": 0.02,
 }
 
 
 def chi_square_record(test: str, p_value: float, passed: bool = True, law: str = "a") -> dict:
-    return {"law_digest": law,
-        "name": "chain output", "n": 8192, "df": 3, "statistic": 2.5, "p_value": p_value,
-        "alpha": POLICY["alpha"], "min_detectable_tv": 0.019, "pooled_mass": 0.01, "impossible_count": 0,
-        "expected": [4096.0, 2048.0, 1024.0, 1024.0], "observed": [4100.0, 2040.0, 1030.0, 1022.0],
-        "context": {"seed": 3}, "passed": passed, "test": test,
+    return {
+        "law_digest": law,
+        "name": "chain output",
+        "n": 8192,
+        "df": 3,
+        "statistic": 2.5,
+        "p_value": p_value,
+        "alpha": POLICY["alpha"],
+        "min_detectable_tv": 0.019,
+        "pooled_mass": 0.01,
+        "impossible_count": 0,
+        "expected": [4096.0, 2048.0, 1024.0, 1024.0],
+        "observed": [4100.0, 2040.0, 1030.0, 1022.0],
+        "context": {"seed": 3},
+        "passed": passed,
+        "test": test,
     }
 
 
 def node(nodeid: str, claims: list[str], outcome: str = "passed", **extra) -> dict:
     entry = {
-        "nodeid": nodeid, "property": nodeid.split("[", 1)[0], "outcome": outcome, "duration_s": 0.5,
-        "claims": claims, "stats": [], "differences": [], "failure": None, "skip_reason": None,
-        "hypothesis": {"examples": 30, "failing_examples": 0, "invalid_examples": 0,
-                       "stopped_because": "settings.max_examples=30"},
+        "nodeid": nodeid,
+        "property": nodeid.split("[", 1)[0],
+        "outcome": outcome,
+        "duration_s": 0.5,
+        "claims": claims,
+        "stats": [],
+        "differences": [],
+        "failure": None,
+        "skip_reason": None,
+        "hypothesis": {
+            "examples": 30,
+            "failing_examples": 0,
+            "invalid_examples": 0,
+            "stopped_because": "settings.max_examples=30",
+        },
         "calls": {"verify_chain": {"calls": 30, "own": True, "origin": "ncm_verify.speculative"}},
     }
     entry.update(extra)
@@ -50,19 +79,49 @@ def ledger() -> dict:
     claim = {"sources": ["S01"], "paths": ["src/x.py"]}
     return {
         "schema": "ncm-verify/ledger/1",
-        "sources": [{"id": "S01", "title": "A paper", "url": "https://example.org/p", "kind": "paper",
-                     "read_scope": "abstract", "supports": "the identity"}],
+        "sources": [
+            {
+                "id": "S01",
+                "title": "A paper",
+                "url": "https://example.org/p",
+                "kind": "paper",
+                "read_scope": "abstract",
+                "supports": "the identity",
+            }
+        ],
         "claims": [
-            {"id": "C1", "statement": "prefix isolated", **claim,
-             "properties": ["properties/test_prefix.py::test_isolated"]},
-            {"id": "C2", "statement": "cached equals uncached", **claim,
-             "properties": ["properties/test_prefix.py::test_cached"]},
-            {"id": "C5", "statement": "chain preserves the target", **claim,
-             "properties": ["properties/test_chain.py::test_samples"]},
-            {"id": "C7", "statement": "greedy exact", **claim,
-             "properties": ["properties/test_greedy.py::test_greedy"]},
-            {"id": "C10", "statement": "a hypothesis", "sources": [], "paths": [], "properties": [],
-             "not_checkable": "literature only"},
+            {
+                "id": "C1",
+                "statement": "prefix isolated",
+                **claim,
+                "properties": ["properties/test_prefix.py::test_isolated"],
+            },
+            {
+                "id": "C2",
+                "statement": "cached equals uncached",
+                **claim,
+                "properties": ["properties/test_prefix.py::test_cached"],
+            },
+            {
+                "id": "C5",
+                "statement": "chain preserves the target",
+                **claim,
+                "properties": ["properties/test_chain.py::test_samples"],
+            },
+            {
+                "id": "C7",
+                "statement": "greedy exact",
+                **claim,
+                "properties": ["properties/test_greedy.py::test_greedy"],
+            },
+            {
+                "id": "C10",
+                "statement": "a hypothesis",
+                "sources": [],
+                "paths": [],
+                "properties": [],
+                "not_checkable": "literature only",
+            },
         ],
     }
 
@@ -70,23 +129,41 @@ def ledger() -> dict:
 @pytest.fixture
 def evidence() -> dict:
     failure = {
-        "phase": "call", "message": "AssertionError: tokens differ", "seed": None,
-        "falsifying_example": "Failing test case: test_cached(\n    seed=3,\n)", "reproduce_failure": REPRODUCE,
+        "phase": "call",
+        "message": "AssertionError: tokens differ",
+        "seed": None,
+        "falsifying_example": "Failing test case: test_cached(\n    seed=3,\n)",
+        "reproduce_failure": REPRODUCE,
     }
     samples = "properties/test_chain.py::test_samples[float32]"
     return {
-        "schema": "ncm-verify/evidence/1", "impl": "ncm_verify.reference", "profile": "ci", "exit_status": 1,
+        "schema": "ncm-verify/evidence/1",
+        "impl": "ncm_verify.reference",
+        "profile": "ci",
+        "exit_status": 1,
         "environment": {"mlx": "0.32.4", "mlx_default_device": "Device(gpu, 0)", "platform": "test"},
         "policy": POLICY,
-        "budget": {"planned_tests": 60, "chi_square_tests_run": 2, "within_plan": True,
-                   "run_failed_by_budget": False, "note": "2 chi-square tests run of 60 planned"},
+        "budget": {
+            "planned_tests": 60,
+            "chi_square_tests_run": 2,
+            "within_plan": True,
+            "run_failed_by_budget": False,
+            "note": "2 chi-square tests run of 60 planned",
+        },
         "properties": [
-            node("properties/test_prefix.py::test_isolated", ["C1"],
-                 differences=[{"test": "t", "check": "states", "difference": 1e-7, "tolerance": 1e-5}]),
+            node(
+                "properties/test_prefix.py::test_isolated",
+                ["C1"],
+                differences=[{"test": "t", "check": "states", "difference": 1e-7, "tolerance": 1e-5}],
+            ),
             node("properties/test_prefix.py::test_cached", ["C2"], outcome="failed", failure=failure),
-            node(samples, ["C5"], statistical_tests_per_example=1,
-                 stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(11)]
-                 + [chi_square_record(samples, 0.03, law="law0")]),
+            node(
+                samples,
+                ["C5"],
+                statistical_tests_per_example=1,
+                stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(11)]
+                + [chi_square_record(samples, 0.03, law="law0")],
+            ),
         ],
     }
 
@@ -98,7 +175,11 @@ def claims_by_id(report: dict) -> dict:
 def test_statuses_are_derived_from_the_evidence(ledger, evidence):
     claims = claims_by_id(doc.build_report(ledger, evidence))
     assert {key: claim["status"] for key, claim in claims.items()} == {
-        "C1": "shown", "C2": "failed", "C5": "shown", "C7": "not run", "C10": "not checkable",
+        "C1": "shown",
+        "C2": "failed",
+        "C5": "shown",
+        "C7": "not run",
+        "C10": "not checkable",
     }
     assert claims["C5"]["distinct_examples"] == 11 and claims["C5"]["property_count"] == 1
     statistics = claims["C5"]["properties"][0]["statistics"]
@@ -153,9 +234,14 @@ def test_no_evidence_reports_every_claim_not_run(ledger):
 
 
 def test_html_is_self_contained(ledger, evidence):
-    calibration = {"alpha": 0.05, "runs": 100, "rejections": 4, "binomial_p_value": 0.74,
-                   "p_values": [i / 100 for i in range(100)],
-                   "planted": {"name": "ratio_inverted", "runs": 20, "rejections": 20, "rejection_rate": 1.0}}
+    calibration = {
+        "alpha": 0.05,
+        "runs": 100,
+        "rejections": 4,
+        "binomial_p_value": 0.74,
+        "p_values": [i / 100 for i in range(100)],
+        "planted": {"name": "ratio_inverted", "runs": 20, "rejections": 20, "rejection_rate": 1.0},
+    }
     page = render_html(doc.build_report(ledger, evidence, calibration=calibration))
     assert "<script" not in page and "<link" not in page and " src=" not in page
     assert page.count("<svg") == 2  # one frequency plot, one calibration histogram
@@ -164,12 +250,30 @@ def test_html_is_self_contained(ledger, evidence):
 
 
 def test_planted_bug_table_names_the_claims_that_caught_each_bug(ledger, evidence):
-    mutants = {"generated": "2026-11-30T00:00:00", "profile": "selftest", "mutants": [
-        {"name": "ratio_inverted", "module": "m.a", "description": "p/q inverted", "caught": True,
-         "caught_by": ["properties/test_chain.py::test_samples[float32]"], "failed": ["x"], "passed": []},
-        {"name": "off_by_one", "module": "m.b", "description": "bonus skipped", "caught": False,
-         "caught_by": [], "failed": [], "passed": ["y"]},
-    ]}
+    mutants = {
+        "generated": "2026-11-30T00:00:00",
+        "profile": "selftest",
+        "mutants": [
+            {
+                "name": "ratio_inverted",
+                "module": "m.a",
+                "description": "p/q inverted",
+                "caught": True,
+                "caught_by": ["properties/test_chain.py::test_samples[float32]"],
+                "failed": ["x"],
+                "passed": [],
+            },
+            {
+                "name": "off_by_one",
+                "module": "m.b",
+                "description": "bonus skipped",
+                "caught": False,
+                "caught_by": [],
+                "failed": [],
+                "passed": ["y"],
+            },
+        ],
+    }
     report = doc.build_report(ledger, evidence, mutants=mutants)
     rows = {row["name"]: row for row in report["mutants"]["mutants"]}
     assert rows["ratio_inverted"]["claims"] == ["C5"]
@@ -187,15 +291,22 @@ def test_an_overspent_budget_fails_the_run(ledger, evidence):
 
 
 def test_bench_summary_is_linked_when_present(ledger, evidence):
-    bench = {"datetime": "2026-11-30", "machine_info": {"node": "n"}, "benchmarks": [
-        {"fullname": "benchmarks/test_b.py::test_kernel", "stats": {"median": 0.001, "mean": 0.0011,
-                                                                    "stddev": 1e-5, "rounds": 50}}]}
+    bench = {
+        "datetime": "2026-11-30",
+        "machine_info": {"node": "n"},
+        "benchmarks": [
+            {
+                "fullname": "benchmarks/test_b.py::test_kernel",
+                "stats": {"median": 0.001, "mean": 0.0011, "stddev": 1e-5, "rounds": 50},
+            }
+        ],
+    }
     report = doc.build_report(ledger, evidence, bench=bench)
     assert report["bench"]["benchmarks"][0]["rounds"] == 50
     assert '<a href="bench.json">' in render_html(report)
 
 
-SUITE = '''
+SUITE = """
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
@@ -211,7 +322,7 @@ def test_counts_examples(x):
 @given(x=st.integers(0, 100))
 def test_fails(x):
     assert x < 50
-'''
+"""
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
@@ -219,9 +330,19 @@ def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
-         f"--ncm-report-dir={tmp_path / 'reports'}"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *workers,
+            f"--ncm-report-dir={tmp_path / 'reports'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     evidence = json.loads((tmp_path / "reports" / "evidence.json").read_text())
@@ -237,7 +358,7 @@ def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers
     assert evidence["policy"]["family_budget"] == 1e-3
 
 
-OVERSPENT = '''
+OVERSPENT = """
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -253,7 +374,7 @@ def test_runs_two_tests_but_plans_one(seed):
     for offset in range(2):
         outcomes = np.random.default_rng(seed + offset).choice(2, size=plan.n, p=probs)
         checks.assert_fits(stats.chi_square_test("coin", outcomes, plan))
-'''
+"""
 
 
 def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path):
@@ -261,7 +382,9 @@ def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--ncm-report-dir={tmp_path / 'r'}"],
-        cwd=tmp_path, capture_output=True, text=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     budget = json.loads((tmp_path / "r" / "evidence.json").read_text())["budget"]
     assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
@@ -272,15 +395,34 @@ def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path
 # --- one verdict: every way a part can fail gives a failing verdict, the same in the report and the exit status ---
 
 PASSING_SELFTESTS = {
-    "mutants": {"profile": "selftest", "mutants": [
-        {"name": name, "module": f"m.{name}", "description": "a bug", "caught": True,
-         "caught_by": ["properties/test_chain.py::test_samples[float32]"], "failed": ["x"], "passed": [],
-         "sweep_error": None} for name in doc.registered_mutants()]},
+    "mutants": {
+        "profile": "selftest",
+        "mutants": [
+            {
+                "name": name,
+                "module": f"m.{name}",
+                "description": "a bug",
+                "caught": True,
+                "caught_by": ["properties/test_chain.py::test_samples[float32]"],
+                "failed": ["x"],
+                "passed": [],
+                "sweep_error": None,
+            }
+            for name in doc.registered_mutants()
+        ],
+    },
     "calibration": {
-        "alpha": 0.05, "runs": 400, "rejections": 20, "binomial_p_value": 0.9, "ks_uniform_p_value": 0.5,
-        "check_budget": 3.3e-5, "p_values": [],
-        "power_cases": [{"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216,
-                         "alpha": 3.3e-6} for i in range(4)],
+        "alpha": 0.05,
+        "runs": 400,
+        "rejections": 20,
+        "binomial_p_value": 0.9,
+        "ks_uniform_p_value": 0.5,
+        "check_budget": 3.3e-5,
+        "p_values": [],
+        "power_cases": [
+            {"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216, "alpha": 3.3e-6}
+            for i in range(4)
+        ],
         "size": {"passed": True, "largest_ratio": 0.9999},
     },
 }
@@ -293,8 +435,12 @@ def passing(evidence) -> dict:
     evidence["properties"] = [
         node("properties/test_prefix.py::test_isolated", ["C1"]),
         node("properties/test_prefix.py::test_cached", ["C2"]),
-        node(samples, ["C5"], statistical_tests_per_example=1,
-             stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(12)]),
+        node(
+            samples,
+            ["C5"],
+            statistical_tests_per_example=1,
+            stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(12)],
+        ),
         node("properties/test_greedy.py::test_greedy", ["C7"]),
     ]
     return evidence
@@ -316,7 +462,12 @@ def test_a_run_with_every_part_passing_passes_and_exits_zero(ledger, passing, tm
     assert report["run"]["reasons"] == [] and report["run"]["verdict"] == "passed"
     assert exit_status == 0 == report["run"]["exit_status"]
     assert {c["id"]: c["status"] for c in report["claims"]} == {
-        "C1": "shown", "C2": "shown", "C5": "shown", "C7": "shown", "C10": "not checkable"}
+        "C1": "shown",
+        "C2": "shown",
+        "C5": "shown",
+        "C7": "shown",
+        "C10": "not checkable",
+    }
 
 
 def set_path(data: dict, path: str, value) -> None:
@@ -332,20 +483,35 @@ NODE_BREAKS = {
     "a skipped property": ("3.outcome", "skipped", "C7", "not run", "skipped"),
     "zero examples": ("3.hypothesis.examples", 0, "C7", "not shown", "0 distinct examples < 10"),
     "a mostly filtered property": (
-        "3.hypothesis.invalid_examples", 299, "C7", "not shown", "299 of 329 examples filtered"),
+        "3.hypothesis.invalid_examples",
+        299,
+        "C7",
+        "not shown",
+        "299 of 329 examples filtered",
+    ),
     "zero chi-square tests": ("2.stats", [], "C5", "not shown", "statistical but ran no chi-square test"),
     "a statistical property testing few laws": (
-        "2.stats", [chi_square_record("s", 0.4, law="same")] * 30, "C5", "not shown", "1 distinct law < 10"),
+        "2.stats",
+        [chi_square_record("s", 0.4, law="same")] * 30,
+        "C5",
+        "not shown",
+        "1 distinct law < 10",
+    ),
     "no call into the implementation": ("3.calls", {}, "C7", "not shown", "suite's own check"),
     "calls only into inherited names": (
-        "3.calls", {"verify_greedy": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}},
-        "C7", "not provided", "only inherited names"),
+        "3.calls",
+        {"verify_greedy": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}},
+        "C7",
+        "not provided",
+        "only inherited names",
+    ),
 }
 
 
 @pytest.mark.parametrize("break_name", sorted(NODE_BREAKS))
 def test_each_way_a_property_lacks_evidence_gives_its_claim_a_status_and_the_run_a_failing_verdict(
-        break_name, ledger, passing, tmp_path):
+    break_name, ledger, passing, tmp_path
+):
     path, value, claim_id, expected_status, words = NODE_BREAKS[break_name]
     set_path(passing["properties"], path, value)
     exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
@@ -367,7 +533,11 @@ PART_BREAKS = {
     "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
     "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
     "a surviving planted bug": (
-        "mutants", "mutants.0.caught", False, "planted bugs", f"not caught: {doc.registered_mutants()[0]}"
+        "mutants",
+        "mutants.0.caught",
+        False,
+        "planted bugs",
+        f"not caught: {doc.registered_mutants()[0]}",
     ),
     "a broken sweep": ("mutants", "mutants.0.sweep_error", "pytest exited 4", "planted bugs", "sweep broken"),
 }
@@ -401,7 +571,8 @@ def test_a_claim_marker_that_names_no_ledger_entry_fails_the_ledger_part(ledger,
     passing["properties"][0]["claims"] = ["C1", "C99"]
     exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
     assert report["run"]["parts"]["ledger"]["reasons"] == [
-        "properties/test_prefix.py::test_isolated: claim marker C99 names no ledger entry"]
+        "properties/test_prefix.py::test_isolated: claim marker C99 names no ledger entry"
+    ]
     assert exit_status == 1
 
 
@@ -420,9 +591,17 @@ def test_a_phase_that_exits_without_a_verdict_fails_the_run(ledger, passing):
 def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(ledger, passing):
     """A property under C5 and C7 that failed on a greedy example fails C7 only; C5 is left not shown."""
     shared = passing["properties"][3]
-    shared.update(claims=["C5", "C7"], outcome="failed",
-                  failure={"phase": "call", "kind": "assertion", "claims": ["C7"], "kernels": ["verify_greedy"],
-                           "message": "AssertionError"})
+    shared.update(
+        claims=["C5", "C7"],
+        outcome="failed",
+        failure={
+            "phase": "call",
+            "kind": "assertion",
+            "claims": ["C7"],
+            "kernels": ["verify_greedy"],
+            "message": "AssertionError",
+        },
+    )
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C7"]["status"] == "failed"
     assert claims["C5"]["status"] == "not shown" and "another claim's kernel" in claims["C5"]["reason"]
@@ -436,7 +615,7 @@ def verify_greedy(target, draft_tokens, *, num_draft=None):
     return "mine"
 '''
 
-PORT_SUITE = '''
+PORT_SUITE = """
 import mlx.core as mx
 import pytest
 
@@ -464,7 +643,7 @@ def test_raises_an_error_that_is_not_a_check(impl):
 def test_fails_a_check(impl):
     with pytest.raises(ValueError):
         impl.verify_greedy(None, None)
-'''
+"""
 
 
 def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path):
@@ -472,10 +651,24 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
-         f"--impl={tmp_path / 'my_port.py'}", "--ncm-planned-tests=7", f"--ncm-report-dir={tmp_path / 'r'}",
-         "--ncm-run-id=run-1"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "test_port.py",
+            f"--impl={tmp_path / 'my_port.py'}",
+            "--ncm-planned-tests=7",
+            f"--ncm-report-dir={tmp_path / 'r'}",
+            "--ncm-run-id=run-1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
@@ -485,7 +678,10 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     assert len(evidence["implementation"]["sha256"]) == 64
     nodes = {n["nodeid"].split("::")[1]: n for n in evidence["properties"]}
     assert nodes["test_calls_its_own_kernel"]["calls"]["verify_greedy"] == {
-        "calls": 1, "own": True, "origin": "my_port"}
+        "calls": 1,
+        "own": True,
+        "origin": "my_port",
+    }
     assert nodes["test_calls_an_inherited_kernel"]["calls"]["residual_distribution"]["own"] is False
     assert nodes["test_needs_the_cache"]["outcome"] == "not provided"
     assert nodes["test_enumerates_without_the_implementation"]["calls"] == {}
@@ -499,9 +695,21 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
 def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path):
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_port.py",
-         "--impl=ncm_verify.mutants.ratio_invrted"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "test_port.py",
+            "--impl=ncm_verify.mutants.ratio_invrted",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 4
     output = result.stdout + result.stderr
@@ -576,8 +784,10 @@ def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_
     """A port of verify_chain alone: the relation property shows C5 but leaves C7 not provided."""
     relation = passing["properties"][3]
     relation["claims"] = ["C5", "C7"]
-    relation["calls"] = {"verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
-                         "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"}}
+    relation["calls"] = {
+        "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
+        "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
+    }
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C5"]["status"] == "shown"
     assert claims["C7"]["status"] == "not provided" and "(verify_greedy)" in claims["C7"]["reason"]
@@ -606,7 +816,12 @@ def test_a_property_the_ledger_does_not_list_fails_the_run_that_collected_it(led
 
 def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_not(ledger, passing):
     passing["properties"][2]["stats"] = [chi_square_record("s", 0.4, law="one")] * 12  # provided, one law
-    passing["properties"].append(node("properties/test_chain.py::test_numerics", ["C5"], calls={
-        "apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.speculative"}}))
+    passing["properties"].append(
+        node(
+            "properties/test_chain.py::test_numerics",
+            ["C5"],
+            calls={"apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.speculative"}},
+        )
+    )
     claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
     assert claim["status"] == "not shown" and "1 distinct law < 10" in claim["reason"]

@@ -29,7 +29,11 @@ LONG_ID = "properties/test_chain.py::test_chain_verification_samples_the_target_
 SEARCH_BINS = 229
 """Bins of the first failing test Hypothesis met while searching: the plot must not show this one."""
 MINIMAL_LABELS = [
-    "tokens (0,)", "tokens (1,)", "tokens (0, 1)", "tokens (1, 1, 2)", "3 pooled outcomes (tokens (2,), ...)",
+    "tokens (0,)",
+    "tokens (1,)",
+    "tokens (0, 1)",
+    "tokens (1, 1, 2)",
+    "3 pooled outcomes (tokens (2,), ...)",
 ]
 
 
@@ -38,12 +42,24 @@ def chi_square_record(test: str, bins: int, passed: bool, n: int, labels: list[s
     observed = [e * (1.5 if i == 0 and not passed else 1.0) for i, e in enumerate(expected)]
     context = {"seed": 3}
     if labels:
-        context.update(bin_labels=labels, worst_bins=[
-            {"outcome": labels[0], "expected": expected[0], "observed": observed[0], "contribution": 50.0}])
+        context.update(
+            bin_labels=labels,
+            worst_bins=[{"outcome": labels[0], "expected": expected[0], "observed": observed[0], "contribution": 50.0}],
+        )
     return {
-        "name": "chain output", "n": n, "df": bins - 1, "statistic": 90.0 if not passed else 2.0,
-        "p_value": 1e-9 if not passed else 0.4, "alpha": 1e-5, "min_detectable_tv": 0.02, "pooled_mass": 0.01,
-        "impossible_count": 0, "expected": expected, "observed": observed, "context": context, "passed": passed,
+        "name": "chain output",
+        "n": n,
+        "df": bins - 1,
+        "statistic": 90.0 if not passed else 2.0,
+        "p_value": 1e-9 if not passed else 0.4,
+        "alpha": 1e-5,
+        "min_detectable_tv": 0.02,
+        "pooled_mass": 0.01,
+        "impossible_count": 0,
+        "expected": expected,
+        "observed": observed,
+        "context": context,
+        "passed": passed,
         "test": test,
     }
 
@@ -55,16 +71,35 @@ def make_ledger() -> dict:
     failing = LONG_ID.split("[", 1)[0] + "_fails"
     return {
         "schema": "ncm-verify/ledger/1",
-        "sources": [{"id": "S01", "authors": "A. Author, B. Author, C. Author", "title": "A paper " * 8,
-                     "version": "v2", "url": "https://arxiv.org/abs/2401.00001" + "/x" * 40, "kind": "paper",
-                     "read_scope": "abstract and section 3", "supports": supports}],
+        "sources": [
+            {
+                "id": "S01",
+                "authors": "A. Author, B. Author, C. Author",
+                "title": "A paper " * 8,
+                "version": "v2",
+                "url": "https://arxiv.org/abs/2401.00001" + "/x" * 40,
+                "kind": "paper",
+                "read_scope": "abstract and section 3",
+                "supports": supports,
+            }
+        ],
         "claims": [
             {"id": "C1", "statement": "prefix isolated " * 10, **claim, "properties": [LONG_ID.split("[", 1)[0]]},
             {"id": "C5", "statement": "chain preserves the target", **claim, "properties": [failing]},
-            {"id": "C7", "statement": "greedy exact", **claim,
-             "properties": ["properties/test_greedy.py::test_greedy"]},
-            {"id": "C10", "statement": "a hypothesis", "sources": [], "paths": [], "properties": [],
-             "not_checkable": "literature only"},
+            {
+                "id": "C7",
+                "statement": "greedy exact",
+                **claim,
+                "properties": ["properties/test_greedy.py::test_greedy"],
+            },
+            {
+                "id": "C10",
+                "statement": "a hypothesis",
+                "sources": [],
+                "paths": [],
+                "properties": [],
+                "not_checkable": "literature only",
+            },
         ],
     }
 
@@ -74,45 +109,80 @@ def make_evidence(device: str = "Device(cpu, 0)") -> dict:
     search = chi_square_record(failing, SEARCH_BINS, passed=False, n=99_001)
     minimal = chi_square_record(failing, len(MINIMAL_LABELS), passed=False, n=4_242, labels=MINIMAL_LABELS)
     failure = {
-        "phase": "call", "message": "AssertionError: chi-square rejects " + "x" * 300,
-        "falsifying_example": "Failing test case: test(\n    seed=" + "9" * 200 + ",\n)", "seed": None,
+        "phase": "call",
+        "message": "AssertionError: chi-square rejects " + "x" * 300,
+        "falsifying_example": "Failing test case: test(\n    seed=" + "9" * 200 + ",\n)",
+        "seed": None,
         "reproduce_failure": "@reproduce_failure('6.170.17', b'" + "A" * 250 + "')",
     }
     return {
-        "schema": "ncm-verify/evidence/1", "impl": "my_package.kernels_with_a_rather_long_module_name",
-        "profile": "ci", "exit_status": 1,
+        "schema": "ncm-verify/evidence/1",
+        "impl": "my_package.kernels_with_a_rather_long_module_name",
+        "profile": "ci",
+        "exit_status": 1,
         "environment": {"mlx": "0.32.4", "mlx_default_device": device, "platform": "Linux-" + "6.18.44-fc-" * 12},
-        "policy": {"family_budget": 1e-3, "planned_tests": 60, "per_test_share": 1.67e-5, "alpha": 8.3e-6,
-                   "alpha_fraction": 0.5, "min_expected": 20, "power": 0.99, "power_safety": 1.75, "target_tv": 0.02},
-        "budget": {"planned_tests": 60, "chi_square_tests_run": 3, "within_plan": True,
-                   "run_failed_by_budget": False, "note": "3 chi-square tests run of 60 planned"},
+        "policy": {
+            "family_budget": 1e-3,
+            "planned_tests": 60,
+            "per_test_share": 1.67e-5,
+            "alpha": 8.3e-6,
+            "alpha_fraction": 0.5,
+            "min_expected": 20,
+            "power": 0.99,
+            "power_safety": 1.75,
+            "target_tv": 0.02,
+        },
+        "budget": {
+            "planned_tests": 60,
+            "chi_square_tests_run": 3,
+            "within_plan": True,
+            "run_failed_by_budget": False,
+            "note": "3 chi-square tests run of 60 planned",
+        },
         "properties": [
             node(LONG_ID + "[float32-" + "G" * 40 + "]", ["C1"]),
-            node(failing, ["C5"], outcome="failed", failure=failure,
-                 stats=[search, chi_square_record(failing, 4, passed=True, n=800), minimal]),
+            node(
+                failing,
+                ["C5"],
+                outcome="failed",
+                failure=failure,
+                stats=[search, chi_square_record(failing, 4, passed=True, n=800), minimal],
+            ),
             node("properties/test_unlisted_" + "y" * 90 + ".py::test_z", ["C9"]),
         ],
     }
 
 
 def make_mutants() -> dict:
-    return {"profile": "selftest", "mutants": [
-        {"name": "bonus_wrong_row_" + "z" * 40, "module": "ncm_verify.mutants.bonus", "caught": True,
-         "caught_by": [LONG_ID.split("[", 1)[0] + f"[case{i}]" for i in range(4)],
-         "description": "draws the bonus token from the last draft's target row " * 5},
-    ]}
+    return {
+        "profile": "selftest",
+        "mutants": [
+            {
+                "name": "bonus_wrong_row_" + "z" * 40,
+                "module": "ncm_verify.mutants.bonus",
+                "caught": True,
+                "caught_by": [LONG_ID.split("[", 1)[0] + f"[case{i}]" for i in range(4)],
+                "description": "draws the bonus token from the last draft's target row " * 5,
+            },
+        ],
+    }
 
 
 def make_report(device: str = "Device(cpu, 0)") -> dict:
-    calibration = {"alpha": 0.05, "runs": 100, "rejections": 4, "binomial_p_value": 0.74,
-                   "p_values": [i / 100 for i in range(100)]}
+    calibration = {
+        "alpha": 0.05,
+        "runs": 100,
+        "rejections": 4,
+        "binomial_p_value": 0.74,
+        "p_values": [i / 100 for i in range(100)],
+    }
     return doc.build_report(make_ledger(), make_evidence(device), make_mutants(), calibration)
 
 
 def figure_of(page: str, nodeid: str) -> str:
     """The <figure> whose heading links to `nodeid`."""
     start = page.index(f'<figure><div><a href="#{property_anchor(nodeid)}">')
-    return page[start: page.index("</figure>", start)]
+    return page[start : page.index("</figure>", start)]
 
 
 # --- the page's structure ---
@@ -221,9 +291,19 @@ def measure_overflow(page: str, width: int, folder: Path) -> dict:
     browser = find_browser()
     path = folder / f"page-{width}.html"
     path.write_text(page.replace("</body>", OVERFLOW_PROBE + "</body>"), encoding="utf-8")
-    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-               "--hide-scrollbars", f"--user-data-dir={folder / f'profile-{width}'}", f"--window-size={width},900",
-               "--dump-dom", path.as_uri()]
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={folder / f'profile-{width}'}",
+        f"--window-size={width},900",
+        "--dump-dom",
+        path.as_uri(),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     found = re.search(r'<pre id="overflow-probe">(.*?)</pre>', result.stdout, re.DOTALL)
     assert found, f"the probe wrote nothing (exit {result.returncode}): {result.stderr[-2000:]}\n  {' '.join(command)}"
@@ -231,8 +311,7 @@ def measure_overflow(page: str, width: int, folder: Path) -> dict:
 
 
 def test_the_overflow_probe_sees_a_page_wider_than_the_window(tmp_path):
-    measured = measure_overflow('<html><body><div id="wide" style="width:3000px">x</div></body></html>', 1024,
-                                tmp_path)
+    measured = measure_overflow('<html><body><div id="wide" style="width:3000px">x</div></body></html>', 1024, tmp_path)
     assert measured["innerWidth"] == 1024 and measured["scrollWidth"] >= 3000
     assert any(row.startswith("DIV#wide") for row in measured["wide"])
 
@@ -243,6 +322,7 @@ def test_nothing_in_the_report_overflows_horizontally_in_chromium(tmp_path, widt
     assert measured["innerWidth"] == width, f"the window is {measured['innerWidth']} px wide, not {width}"
     assert measured["count"] == 0 and measured["scrollWidth"] <= measured["clientWidth"], (
         f"at {width} px the page is {measured['scrollWidth']} px wide; {measured['count']} elements overflow, "
-        "the first:\n  " + "\n  ".join(measured["wide"])
+        "the first:\n  "
+        + "\n  ".join(measured["wide"])
         + f"\n  reproduce: .venv/bin/python -m pytest 'tests/test_report_html.py' -p no:xdist -k {width}"
     )

@@ -73,20 +73,27 @@ def make_grid(name: str) -> list[KernelCase]:
     """The `quick` grid (minutes on 2 cores) or the `full` one the issue lists."""
     if name == "quick":
         chain = [KernelCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
-        chain += [KernelCase("chain", 128_256, 4, 1, "bfloat16"), KernelCase("chain", 32_000, 4, 1),
-                  KernelCase("chain", 151_936, 8, 1)]
+        chain += [
+            KernelCase("chain", 128_256, 4, 1, "bfloat16"),
+            KernelCase("chain", 32_000, 4, 1),
+            KernelCase("chain", 151_936, 8, 1),
+        ]
         others = [KernelCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
         return chain + others
     if name == "full":
         chain = [
             KernelCase("chain", vocab, drafts, batch, dtype)
-            for vocab in (32_000, 128_256, 151_936) for drafts in (1, 4, 8)
-            for batch in (1, 8, 32) for dtype in DTYPES
+            for vocab in (32_000, 128_256, 151_936)
+            for drafts in (1, 4, 8)
+            for batch in (1, 8, 32)
+            for dtype in DTYPES
         ]
         others = [
             KernelCase(step, vocab, 4, batch, dtype)
-            for step in ("greedy", "factorized") for vocab in (32_000, 128_256, 151_936)
-            for batch in (1, 8, 32) for dtype in DTYPES
+            for step in ("greedy", "factorized")
+            for vocab in (32_000, 128_256, 151_936)
+            for batch in (1, 8, 32)
+            for dtype in DTYPES
         ]
         return chain + others
     raise ValueError(f"grid: expected 'quick' or 'full', got {name!r}")
@@ -104,12 +111,16 @@ def make_kernel_inputs(case: KernelCase, seed: int = 0) -> dict:
     tokens = mx.random.categorical(mx.log(draft), key=keys[2]).astype(mx.int32)
     dtype = DTYPES[case.dtype]
     # Rounded rows are renormalised in float32 first so that validation accepts them.
-    target, draft = (mx.softmax(mx.log(a.astype(dtype)).astype(mx.float32), axis=-1).astype(dtype)
-                     for a in (target, draft))
+    target, draft = (
+        mx.softmax(mx.log(a.astype(dtype)).astype(mx.float32), axis=-1).astype(dtype) for a in (target, draft)
+    )
     mx.eval(target, draft, tokens)
     return {
-        "target": target, "draft": draft, "tokens": tokens,
-        "np_target": np.array(target.astype(mx.float32)), "np_draft": np.array(draft.astype(mx.float32)),
+        "target": target,
+        "draft": draft,
+        "tokens": tokens,
+        "np_target": np.array(target.astype(mx.float32)),
+        "np_draft": np.array(draft.astype(mx.float32)),
         "np_tokens": np.array(tokens),
     }
 
@@ -234,8 +245,9 @@ def make_numpy_peer(case: KernelCase, inputs: dict) -> Callable[[], None]:
         return lambda: numpy_greedy_step(target, tokens, num_draft)
     if case.step == "factorized":
         return lambda: numpy_factorized_step(target, draft, tokens, numpy_uniforms(rng, (case.batch, 2, case.drafts)))
-    return lambda: numpy_chain_step(target, draft, tokens, num_draft,
-                                    numpy_uniforms(rng, (case.batch, 2, case.drafts + 1)))
+    return lambda: numpy_chain_step(
+        target, draft, tokens, num_draft, numpy_uniforms(rng, (case.batch, 2, case.drafts + 1))
+    )
 
 
 def load_transformers_step() -> tuple[Callable | None, str]:
@@ -267,8 +279,10 @@ def make_transformers_peer(case: KernelCase, inputs: dict, loaded) -> Callable[[
 
     def step():
         with torch.no_grad():
-            return [speculative_sampling(tokens[b:b + 1], draft[b:b + 1], case.drafts, target[b:b + 1])
-                    for b in range(case.batch)]
+            return [
+                speculative_sampling(tokens[b : b + 1], draft[b : b + 1], case.drafts, target[b : b + 1])
+                for b in range(case.batch)
+            ]
 
     return step
 
@@ -301,7 +315,7 @@ def time_side_by_side(
     times: dict[str, list] = {name: [] for name in names}
     start = time.perf_counter()
     for index in range(rounds):
-        for name in names[index % len(names):] + names[:index % len(names)]:
+        for name in names[index % len(names) :] + names[: index % len(names)]:
             for _ in range(burst):
                 begin = time.perf_counter()
                 contenders[name]()
@@ -313,22 +327,32 @@ def time_side_by_side(
 
 def summarise(samples: list[float]) -> dict:
     quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
-    return {"median_s": statistics.median(samples), "q1_s": quartiles[0], "q3_s": quartiles[2],
-            "min_s": min(samples), "calls": len(samples)}
+    return {
+        "median_s": statistics.median(samples),
+        "q1_s": quartiles[0],
+        "q3_s": quartiles[2],
+        "min_s": min(samples),
+        "calls": len(samples),
+    }
 
 
 def floor_seconds(times: dict[str, list], byte_counts: dict, reduce: Callable) -> dict:
     """Per byte count, the NumPy copy's time and the faster of the MLX reductions'."""
-    return {what: {"numpy copy": reduce(times[f"numpy copy [{what}]"]),
-                   "mlx reduction": min(reduce(times[f"mlx sum [{what}]"]), reduce(times[f"mlx max [{what}]"]))}
-            for what in byte_counts}
+    return {
+        what: {
+            "numpy copy": reduce(times[f"numpy copy [{what}]"]),
+            "mlx reduction": min(reduce(times[f"mlx sum [{what}]"]), reduce(times[f"mlx max [{what}]"])),
+        }
+        for what in byte_counts
+    }
 
 
 def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
     """Ratios of one of ours to the peers (speedup, higher is better) and the floors (x floor, lower is better)."""
     ours = medians[name]
-    ratios = {f"vs {peer}": ratio(medians[peer] / ours, "higher", f"{peer} time / ours")
-              for peer in PEERS if peer in medians}
+    ratios = {
+        f"vs {peer}": ratio(medians[peer] / ours, "higher", f"{peer} time / ours") for peer in PEERS if peer in medians
+    }
     for floor, seconds in floors.items():
         ratios[f"x {floor} floor"] = ratio(ours / seconds, "lower", f"ours / {floor} floor")
     if name == "compiled":
@@ -361,10 +385,14 @@ def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: 
         if name in times:
             rows[name] = summarise(times[name])
     return {
-        "case": case.name, **dataclasses.asdict(case), "bytes": byte_counts,
+        "case": case.name,
+        **dataclasses.asdict(case),
+        "bytes": byte_counts,
         "floors_s": floors["median"],
-        "bandwidth_gbs": {what: {floor: byte_counts[what] / seconds / 1e9 for floor, seconds in f.items()}
-                          for what, f in floors["min"].items()},
+        "bandwidth_gbs": {
+            what: {floor: byte_counts[what] / seconds / 1e9 for floor, seconds in f.items()}
+            for what, f in floors["min"].items()
+        },
         "contenders": rows,
     }
 
@@ -430,11 +458,15 @@ def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, b
         hits = generation(impl.generate_cached, model, prefix, key, cache=load()).cache_hits
         peaks = {name: peak_bytes(contenders[name]) for name in ("uncached", "cached cold", "cached warm")}
     uncached = accounting.uncached_positions(config, batch)
-    predicted = {"cached cold": uncached / accounting.cached_positions(config, batch, 0),
-                 "cached warm": uncached / accounting.cached_positions(config, batch, batch),
-                 "loaded then warm": uncached / accounting.cached_positions(config, batch, batch)}
-    rows = {"uncached": {**summarise(times["uncached"]), "peak_bytes": peaks["uncached"]},
-            "cache load": summarise(times["cache load"])}
+    predicted = {
+        "cached cold": uncached / accounting.cached_positions(config, batch, 0),
+        "cached warm": uncached / accounting.cached_positions(config, batch, batch),
+        "loaded then warm": uncached / accounting.cached_positions(config, batch, batch),
+    }
+    rows = {
+        "uncached": {**summarise(times["uncached"]), "peak_bytes": peaks["uncached"]},
+        "cache load": summarise(times["cache load"]),
+    }
     for name, speedup in predicted.items():
         rows[name] = {**summarise(times[name]), "peak_bytes": peaks.get(name), "predicted_speedup": speedup}
         for statistic, reduce in STATISTICS.items():
@@ -444,18 +476,26 @@ def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, b
                 "of predicted": ratio(measured / speedup, "higher", "measured / predicted speedup"),
             }
     return {
-        "case": f"generation {label} B={batch}", "config": config.to_dict(), "batch": batch,
-        "positions_per_layer": {"uncached": uncached, "cached cold": accounting.cached_positions(config, batch, 0),
-                                "cached warm": accounting.cached_positions(config, batch, batch)},
-        "cache_bytes": warm.nbytes, "loaded_hits": hits, "contenders": rows,
+        "case": f"generation {label} B={batch}",
+        "config": config.to_dict(),
+        "batch": batch,
+        "positions_per_layer": {
+            "uncached": uncached,
+            "cached cold": accounting.cached_positions(config, batch, 0),
+            "cached warm": accounting.cached_positions(config, batch, batch),
+        },
+        "cache_bytes": warm.nbytes,
+        "loaded_hits": hits,
+        "contenders": rows,
     }
 
 
 # --- the run --------------------------------------------------------------------------
 
 
-def run_bench(impl_name: str, grid: str, rounds: int, budget_s: float, *, cases=None, cache_configs=None,
-              progress=print) -> dict:
+def run_bench(
+    impl_name: str, grid: str, rounds: int, budget_s: float, *, cases=None, cache_configs=None, progress=print
+) -> dict:
     """Every kernel case and cache case of `grid`, measured side by side; the bench.json document."""
     impl = load_implementation(impl_name)
     loaded_peer, peer_note = load_transformers_step()
@@ -472,11 +512,16 @@ def run_bench(impl_name: str, grid: str, rounds: int, budget_s: float, *, cases=
     return {
         "schema": BENCH_SCHEMA,
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "impl": impl_name, "commit": environment["commit"], "grid": grid,
-        "device": environment["mlx_default_device"], "mlx": environment["mlx"], "environment": environment,
+        "impl": impl_name,
+        "commit": environment["commit"],
+        "grid": grid,
+        "device": environment["mlx_default_device"],
+        "mlx": environment["mlx"],
+        "environment": environment,
         "peers": {"numpy": f"numpy {np.__version__}, float32 inputs (no bfloat16)", "transformers": peer_note},
         "machine_info": {"node": environment["platform"], "machine": environment["machine"]},
-        "kernels": kernels, "generation": generations,
+        "kernels": kernels,
+        "generation": generations,
         "benchmarks": pytest_benchmark_rows(kernels + generations),
     }
 
@@ -484,10 +529,13 @@ def run_bench(impl_name: str, grid: str, rounds: int, budget_s: float, *, cases=
 def pytest_benchmark_rows(cases: list[dict]) -> list[dict]:
     """Rows in pytest-benchmark's shape, so that readers of its JSON still find the medians."""
     return [
-        {"fullname": f"{case['case']} :: {name}",
-         "stats": {"median": row["median_s"], "rounds": row["calls"]},
-         "extra_info": {"ratios": {k: v["value"] for k, v in row.get("ratios", {}).items()}}}
-        for case in cases for name, row in case["contenders"].items()
+        {
+            "fullname": f"{case['case']} :: {name}",
+            "stats": {"median": row["median_s"], "rounds": row["calls"]},
+            "extra_info": {"ratios": {k: v["value"] for k, v in row.get("ratios", {}).items()}},
+        }
+        for case in cases
+        for name, row in case["contenders"].items()
     ]
 
 
@@ -515,9 +563,12 @@ def main(argv: list[str] | None = None) -> int:
         arguments.out.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
         print("\n" + format_bench(bench) + f"\n\nwritten to {arguments.out}")
         return 0
-    regressions = compare_benches(json.loads(arguments.baseline.read_text(encoding="utf-8")),
-                                  json.loads(arguments.current.read_text(encoding="utf-8")),
-                                  arguments.threshold, arguments.statistic)
+    regressions = compare_benches(
+        json.loads(arguments.baseline.read_text(encoding="utf-8")),
+        json.loads(arguments.current.read_text(encoding="utf-8")),
+        arguments.threshold,
+        arguments.statistic,
+    )
     for line in regressions:
         print(f"REGRESSION {line}")
     limit = 1 + arguments.threshold

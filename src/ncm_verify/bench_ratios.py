@@ -36,15 +36,23 @@ def multiple(value: float | None) -> str:
 
 def format_kernel_rows(kernels: list[dict]) -> str:
     """One line per (case, contender): median, speedups over the peers, multiples of the floors."""
-    header = ("case", "contender", "median", "vs numpy", "vs transformers", "x copy floor", "x MLX floor",
-              "vs eager")
+    header = ("case", "contender", "median", "vs numpy", "vs transformers", "x copy floor", "x MLX floor", "vs eager")
     lines = []
     for case in kernels:
         for name, row in case["contenders"].items():
             ratios = {k: v["value"] for k, v in row.get("ratios", {}).items()}
-            lines.append((case["case"], name, milliseconds(row["median_s"]), multiple(ratios.get("vs numpy")),
-                          multiple(ratios.get("vs transformers")), multiple(ratios.get("x numpy copy floor")),
-                          multiple(ratios.get("x mlx reduction floor")), multiple(ratios.get("vs eager"))))
+            lines.append(
+                (
+                    case["case"],
+                    name,
+                    milliseconds(row["median_s"]),
+                    multiple(ratios.get("vs numpy")),
+                    multiple(ratios.get("vs transformers")),
+                    multiple(ratios.get("x numpy copy floor")),
+                    multiple(ratios.get("x mlx reduction floor")),
+                    multiple(ratios.get("vs eager")),
+                )
+            )
     return render_columns(header, lines)
 
 
@@ -55,25 +63,37 @@ def format_cache_rows(generations: list[dict]) -> str:
         for name, row in case["contenders"].items():
             ratios = {k: v["value"] for k, v in row.get("ratios", {}).items()}
             peak = row.get("peak_bytes")
-            lines.append((case["case"], name, milliseconds(row["median_s"]), multiple(ratios.get("vs uncached")),
-                          multiple(row.get("predicted_speedup")),
-                          "-" if "of predicted" not in ratios else f"{ratios['of predicted']:.0%}",
-                          "-" if peak is None else f"{peak / 2**20:.1f} MiB"))
+            lines.append(
+                (
+                    case["case"],
+                    name,
+                    milliseconds(row["median_s"]),
+                    multiple(ratios.get("vs uncached")),
+                    multiple(row.get("predicted_speedup")),
+                    "-" if "of predicted" not in ratios else f"{ratios['of predicted']:.0%}",
+                    "-" if peak is None else f"{peak / 2**20:.1f} MiB",
+                )
+            )
     return render_columns(header, lines)
 
 
 def render_columns(header: tuple, lines: list[tuple]) -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
-    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths))
-                     for line in [header, *lines])
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)) for line in [header, *lines]
+    )
 
 
 def format_bench(bench: dict) -> str:
     """The whole table of a run, with what it was measured on."""
-    head = (f"make bench: {bench['impl']} at {bench['commit']} on {bench['device']}, MLX {bench['mlx']}, "
-            f"grid {bench['grid']} ({bench['datetime']}); peers: {bench['peers']['transformers']}")
-    notes = ("speedups = peer's median / ours (higher is better); x floor = ours / the floor's median "
-             "(the step's least bytes; validated: every input byte)")
+    head = (
+        f"make bench: {bench['impl']} at {bench['commit']} on {bench['device']}, MLX {bench['mlx']}, "
+        f"grid {bench['grid']} ({bench['datetime']}); peers: {bench['peers']['transformers']}"
+    )
+    notes = (
+        "speedups = peer's median / ours (higher is better); x floor = ours / the floor's median "
+        "(the step's least bytes; validated: every input byte)"
+    )
     return "\n\n".join([head, format_kernel_rows(bench["kernels"]), format_cache_rows(bench["generation"]), notes])
 
 
@@ -84,9 +104,12 @@ def flat_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, 
     """Every ratio of a bench by (case, contender, ratio name), from medians or minima."""
     if statistic not in RATIO_KEYS:
         raise ValueError(f"statistic: expected one of {', '.join(RATIO_KEYS)}, got {statistic!r}")
-    return {(case["case"], name, key): value
-            for case in bench.get("kernels", []) + bench.get("generation", [])
-            for name, row in case["contenders"].items() for key, value in row.get(RATIO_KEYS[statistic], {}).items()}
+    return {
+        (case["case"], name, key): value
+        for case in bench.get("kernels", []) + bench.get("generation", [])
+        for name, row in case["contenders"].items()
+        for key, value in row.get(RATIO_KEYS[statistic], {}).items()
+    }
 
 
 def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, str], dict]:
@@ -101,8 +124,10 @@ def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, st
         group = (case.split()[0], name, key)  # chain, greedy, factorized or generation
         logs.setdefault(group, []).append(math.log(value["value"]))
         better[group] = value["better"]
-    return {group: {"value": math.exp(sum(values) / len(values)), "better": better[group], "cases": len(values)}
-            for group, values in logs.items()}
+    return {
+        group: {"value": math.exp(sum(values) / len(values)), "better": better[group], "cases": len(values)}
+        for group, values in logs.items()
+    }
 
 
 def compare_benches(
@@ -119,8 +144,10 @@ def compare_benches(
         before = old[where]["value"]
         factor = before / now["value"] if now["better"] == "higher" else now["value"] / before
         if factor > 1 + threshold:
-            regressions.append(f"{' :: '.join(where)}: {now['value']:.3g} (baseline {before:.3g}, "
-                               f"{now['better']} is better; worse by {factor:.2f}x > {1 + threshold:.2f}x)")
+            regressions.append(
+                f"{' :: '.join(where)}: {now['value']:.3g} (baseline {before:.3g}, "
+                f"{now['better']} is better; worse by {factor:.2f}x > {1 + threshold:.2f}x)"
+            )
     return regressions
 
 
@@ -130,8 +157,10 @@ def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:
     if bench is None or bench.get("schema") != BENCH_SCHEMA:
         return "no make bench was run for this report"
     if bench.get("impl") != impl or bench.get("commit") != commit:
-        return (f"the last make bench measured {bench.get('impl')} at {bench.get('commit')}, "
-                f"not {impl} at {commit}: no figure for this run")
+        return (
+            f"the last make bench measured {bench.get('impl')} at {bench.get('commit')}, "
+            f"not {impl} at {commit}: no figure for this run"
+        )
     parts = []
     for case in bench["kernels"]:
         if case["step"] == "chain" and case["vocab"] == 128_256 and case["drafts"] == 4 and case["dtype"] == "float32":
@@ -141,6 +170,8 @@ def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:
                 parts.append(f"B={case['batch']} {name}: {shown}")
     for case in bench["generation"]:
         warm = case["contenders"]["cached warm"]["ratios"]
-        parts.append(f"{case['case']}: cached warm {warm['vs uncached']['value']:.2f}x "
-                     f"({warm['of predicted']['value']:.0%} of predicted)")
+        parts.append(
+            f"{case['case']}: cached warm {warm['vs uncached']['value']:.2f}x "
+            f"({warm['of predicted']['value']:.0%} of predicted)"
+        )
     return f"measured by make bench ({bench['datetime']}, {bench['device']}), not asserted: " + "; ".join(parts)

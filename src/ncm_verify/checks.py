@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
-
-from typing import Callable
-
 from hypothesis import note, reject
 
 from ncm_verify import evidence, stats
@@ -152,8 +151,12 @@ def worst_bins(result: stats.ChiSquareResult, labels: list[str]) -> list[dict]:
     expected, observed = np.asarray(result.expected), np.asarray(result.observed)
     contribution = (observed - expected) ** 2 / expected
     return [
-        {"outcome": labels[b], "expected": float(expected[b]), "observed": float(observed[b]),
-         "contribution": float(contribution[b])}
+        {
+            "outcome": labels[b],
+            "expected": float(expected[b]),
+            "observed": float(observed[b]),
+            "contribution": float(contribution[b]),
+        }
         for b in np.argsort(-contribution, kind="stable")[:WORST_BINS]
     ]
 
@@ -188,9 +191,7 @@ def assert_fits(result: stats.ChiSquareResult, *, call: str = "") -> None:
         f"{result.alpha:.3g} (statistic {result.statistic:.2f} on {result.df} df, n = {result.n}, "
         f"{result.impossible_count} samples of impossible outcomes)\n"
         f"  the {len(result.context.get('worst_bins', []))} worst of {len(result.expected)} bins "
-        "(outcome: expected vs observed, contribution to the statistic):\n"
-        + "\n".join(rows)
-        + f"\n  call: {call}"
+        "(outcome: expected vs observed, contribution to the statistic):\n" + "\n".join(rows) + f"\n  call: {call}"
     )
 
 
@@ -200,7 +201,7 @@ def assert_generations_equal(actual, expected, *, dtype, label: str, call: str =
     A token mismatch where `expected` had a near-tie (a Gumbel margin within twice the
     tolerance of its largest logit) is ill-conditioned input: the example is rejected.
     """
-    from hypothesis import note, reject
+    from hypothesis import reject
 
     tolerance = tolerance_for(dtype)
     logits = [as_numpy(x) for x in (*expected.latent_logits, *expected.token_logits)]
@@ -251,7 +252,12 @@ DETERMINISTIC_SAMPLES = 1024
 
 
 def assert_sampler_matches(
-    name: str, probs: np.ndarray, sample: Callable[[int], np.ndarray], *, seed: int, call: str = "",
+    name: str,
+    probs: np.ndarray,
+    sample: Callable[[int], np.ndarray],
+    *,
+    seed: int,
+    call: str = "",
     label_outcome: Callable[[int], str] = str,
 ) -> stats.ChiSquareResult | None:
     """Plan a chi-square test on the exact `probs`, assert its power, then sample and test.
@@ -304,7 +310,11 @@ def assert_certain(
 
 
 def assert_joint_sample_fits(
-    laws: dict[str, np.ndarray], sample: Callable[[int], dict[str, np.ndarray]], *, target_tv: float, seed: int,
+    laws: dict[str, np.ndarray],
+    sample: Callable[[int], dict[str, np.ndarray]],
+    *,
+    target_tv: float,
+    seed: int,
     call: str = "",
 ) -> None:
     """Several laws of one sampler, each tested on the same draws: plans and power first, then one sample.
@@ -313,8 +323,9 @@ def assert_joint_sample_fits(
     single possible outcome is checked draw by draw instead.
     """
     laws = {name: np.asarray(probs, dtype=np.float64) for name, probs in laws.items()}
-    plans = {name: make_powered_plan(name, probs, target_tv)
-             for name, probs in laws.items() if np.count_nonzero(probs) >= 2}
+    plans = {
+        name: make_powered_plan(name, probs, target_tv) for name, probs in laws.items() if np.count_nonzero(probs) >= 2
+    }
     draws = sample(max([plan.n for plan in plans.values()], default=DETERMINISTIC_SAMPLES))
     for name, probs in laws.items():
         if name in plans:
@@ -358,7 +369,7 @@ def assert_trimmed_window_attends_to_kept_entries(cache, sizes: list[int], trim:
     positions = mx.arange(total + 1, dtype=mx.float32).reshape(1, 1, -1, 1)
     begin = 0
     for size in sizes:
-        cache.update_and_fetch(positions[:, :, begin:begin + size], positions[:, :, begin:begin + size])
+        cache.update_and_fetch(positions[:, :, begin : begin + size], positions[:, :, begin : begin + size])
         begin += size
     try:
         trimmed = cache.trim(trim)
@@ -392,7 +403,8 @@ def assert_step_matches(comparison, *, label: str, call: str = "") -> None:
     evidence.record_difference(f"{label}: mismatched decisions", float(len(comparison.mismatches)), 0.0)
     evidence.record_difference(
         f"{label}: excused near-boundary decisions vs decisions compared",
-        float(len(comparison.excused)), float(comparison.decisions),
+        float(len(comparison.excused)),
+        float(comparison.decisions),
     )
     event(f"{label}: excused near-boundary decisions", len(comparison.excused))
     for line in comparison.excused[:STEP_MISMATCH_LINES]:

@@ -1,9 +1,9 @@
 """Command line: run the verification, regenerate the report from JSON, and check or show the ledger.
 
-    ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--jobs 2] [--rerun-selftests]
-    ncm-verify report [--reports DIR] [--ledger PATH]
-    ncm-verify ledger check [--ledger PATH] [--no-collect]
-    ncm-verify ledger show [--ledger PATH]
+ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--jobs 2] [--rerun-selftests]
+ncm-verify report [--reports DIR] [--ledger PATH]
+ncm-verify ledger check [--ledger PATH] [--no-collect]
+ncm-verify ledger show [--ledger PATH]
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def command_report(args) -> int:
 def command_verify(args) -> int:
     from ncm_verify.run import verify
 
-    return verify(args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests, seed=args.seed)
+    return verify(
+        args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests, seed=args.seed
+    )
 
 
 def command_ledger_check(args) -> int:

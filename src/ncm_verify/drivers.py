@@ -83,8 +83,15 @@ def chain_round_inputs(fixture: AutoregressiveFixture, contexts, lengths, num_dr
 
 
 def run_chain(
-    impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, mixed: bool, seed: int,
-    dtype=mx.float32, greedy: bool = False,
+    impl,
+    fixture: AutoregressiveFixture,
+    *,
+    batch: int,
+    max_draft: int,
+    mixed: bool,
+    seed: int,
+    dtype=mx.float32,
+    greedy: bool = False,
 ) -> ChainRun:
     """Repeated chain (or greedy) rounds until every sequence holds `fixture.length` tokens.
 
@@ -113,8 +120,11 @@ def run_chain(
             outcome = impl.verify_greedy(logits, draft_ids, num_draft=draft_lengths)
         else:
             outcome = impl.verify_chain(
-                mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), draft_ids,
-                key=mx.random.key(round_seed), num_draft=draft_lengths,
+                mx.array(target, dtype=dtype),
+                mx.array(draft, dtype=dtype),
+                draft_ids,
+                key=mx.random.key(round_seed),
+                num_draft=draft_lengths,
             )
         assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
         tokens = np.array(outcome.tokens).astype(np.int64)
@@ -143,8 +153,10 @@ def first_round_inputs(
         fixture, np.zeros((batch, 0), dtype=np.int64), np.zeros(batch, dtype=np.int64), num_draft, max_draft, rng
     )
     return (
-        mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype),
-        mx.array(drafts, dtype=mx.int32), mx.array(num_draft, dtype=mx.int32),
+        mx.array(target, dtype=dtype),
+        mx.array(draft, dtype=dtype),
+        mx.array(drafts, dtype=mx.int32),
+        mx.array(num_draft, dtype=mx.int32),
     )
 
 
@@ -188,9 +200,12 @@ def latent_chain_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.flo
     draft_latent = sample_categorical(rng, np.broadcast_to(fixture.draft_latent, (batch, len(fixture.draft_latent))))
     draft_tokens = sample_categorical(rng, fixture.draft_tokens[draft_latent])
     return (
-        batched(fixture.target_latent, batch, dtype), batched(fixture.draft_latent, batch, dtype),
-        mx.array(draft_latent, dtype=mx.int32), batched(fixture.target_tokens, batch, dtype),
-        batched(fixture.draft_tokens, batch, dtype), mx.array(draft_tokens, dtype=mx.int32),
+        batched(fixture.target_latent, batch, dtype),
+        batched(fixture.draft_latent, batch, dtype),
+        mx.array(draft_latent, dtype=mx.int32),
+        batched(fixture.target_tokens, batch, dtype),
+        batched(fixture.draft_tokens, batch, dtype),
+        mx.array(draft_tokens, dtype=mx.int32),
     )
 
 
@@ -265,7 +280,7 @@ class KernelCase:
         """The token vocabulary V (latent codes are not tokens)."""
         return self.args[TOKEN_ARGUMENTS[self.kernel][0][0]].shape[-1]
 
-    def widen(self, columns: np.ndarray, vocab: int) -> "KernelCase":
+    def widen(self, columns: np.ndarray, vocab: int) -> KernelCase:
         """The same case over `vocab` ids: token column j becomes id ``columns[j]``, the rest have mass 0."""
         probabilities, ids = TOKEN_ARGUMENTS[self.kernel]
         args = list(self.args)
@@ -279,13 +294,13 @@ class KernelCase:
             args[i] = mx.array(np.where(narrow >= 0, columns[np.maximum(narrow, 0)], narrow), dtype=args[i].dtype)
         return dataclasses.replace(self, args=tuple(args))
 
-    def cast(self, dtype) -> "KernelCase":
+    def cast(self, dtype) -> KernelCase:
         """The same case with its probabilities in `dtype` (ids untouched)."""
         return dataclasses.replace(
             self, args=tuple(a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a for a in self.args)
         )
 
-    def rows(self, start: int, stop: int) -> "KernelCase":
+    def rows(self, start: int, stop: int) -> KernelCase:
         """Sequences start..stop of the batch."""
         num_draft = None if self.num_draft is None else self.num_draft[start:stop]
         return KernelCase(self.kernel, tuple(a[start:stop] for a in self.args), num_draft)
@@ -368,6 +383,7 @@ def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
     Rounding 100 003 tiny float16 entries one by one moves a sum by ~1e-3, past the 2^-10 a
     float16 row may stray; the reset entry rounds once, within half an ulp of itself.
     """
+
     def rounded(values: np.ndarray) -> mx.array:
         return mx.array(values.astype(np.float32)).astype(getattr(mx, dtype))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -228,7 +228,9 @@ def latent_chain_output_distribution(fixture: LatentFixture, *, flawed: bool = F
             elif flawed:
                 rows = [
                     flawed_position(p, q_sampled, q_claimed)
-                    for p, q_sampled, q_claimed in zip(target_rows, fixture.draft_tokens[z_draft], fixture.draft_tokens[z])
+                    for p, q_sampled, q_claimed in zip(
+                        target_rows, fixture.draft_tokens[z_draft], fixture.draft_tokens[z]
+                    )
                 ]
             else:  # a changed latent ends the chain: tokens come from the target
                 rows = list(target_rows)
@@ -385,8 +387,15 @@ def compare_factorized_step(target, draft, drafts, uniforms, tokens, accepted) -
     comparison = StepComparison()
     for b, i in np.ndindex(*drafts.shape):
         compare_position(
-            comparison, f"sequence {b} position {i}", target[b, i], draft[b, i], int(drafts[b, i]),
-            uniforms[b, 0, i], uniforms[b, 1, i], bool(accepted[b, i]), int(tokens[b, i]),
+            comparison,
+            f"sequence {b} position {i}",
+            target[b, i],
+            draft[b, i],
+            int(drafts[b, i]),
+            uniforms[b, 0, i],
+            uniforms[b, 1, i],
+            bool(accepted[b, i]),
+            int(tokens[b, i]),
         )
     return comparison
 
@@ -404,8 +413,15 @@ def compare_latent_chain_step(
     for b in range(len(drafted_latent)):
         z_draft, z = int(drafted_latent[b]), int(latent[b])
         compare_position(
-            comparison, f"sequence {b} latent", target_latent[b], draft_latent[b], z_draft,
-            uniforms[b, 0, 0], uniforms[b, 1, 0], bool(latent_accepted[b]), z,
+            comparison,
+            f"sequence {b} latent",
+            target_latent[b],
+            draft_latent[b],
+            z_draft,
+            uniforms[b, 0, 0],
+            uniforms[b, 1, 0],
+            bool(latent_accepted[b]),
+            z,
         )
         if not 0 <= z < len(target_latent[b]):
             continue
@@ -413,8 +429,15 @@ def compare_latent_chain_step(
             where = f"sequence {b} token {i}"
             if latent_accepted[b]:
                 compare_position(
-                    comparison, where, target_tokens[b, z, i], draft_tokens[b, z, i], int(drafts[b, i]),
-                    uniforms[b, 0, i + 1], uniforms[b, 1, i + 1], bool(accepted[b, i]), int(tokens[b, i]),
+                    comparison,
+                    where,
+                    target_tokens[b, z, i],
+                    draft_tokens[b, z, i],
+                    int(drafts[b, i]),
+                    uniforms[b, 0, i + 1],
+                    uniforms[b, 1, i + 1],
+                    bool(accepted[b, i]),
+                    int(tokens[b, i]),
                 )
             else:
                 comparison.same(f"{where} accepted after a changed latent", accepted[b, i], False)

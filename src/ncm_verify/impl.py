@@ -13,7 +13,8 @@ callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
     returns a ``ChainOutcome`` (deterministic; no key).
 ``verify_factorized(target_probs [B, N, V], draft_probs [B, N, V], draft_tokens [B, N], *, key)``
     returns a ``FactorizedOutcome(tokens [B, N], accepted [B, N] bool)``.
-``verify_latent_chain(target_latent_probs [B, K], draft_latent_probs [B, K], draft_latent [B], target_token_probs [B, K, N, V], draft_token_probs [B, K, N, V], draft_tokens [B, N], *, key)``
+``verify_latent_chain(target_latent_probs [B, K], draft_latent_probs [B, K], draft_latent [B],
+    target_token_probs [B, K, N, V], draft_token_probs [B, K, N, V], draft_tokens [B, N], *, key)``
     returns a ``LatentChainOutcome(latent [B], latent_accepted [B] bool, tokens [B, N], accepted [B, N] bool)``.
 ``residual_distribution(p [..., V], q [..., V])``
     returns normalised ``max(p - q, 0)`` (``p`` where the residual is zero).
@@ -80,7 +81,8 @@ NCM_NAMES: tuple[str, ...] = (
 MLX_LM_NAMES: tuple[str, ...] = (
     # Autoregressive decoding with a causal-mask model: mlx-lm conventions (claim C8), the project's stricter
     # contract (C11); a cache is one per layer, and the model attends to what update_and_fetch returns.
-    "KVCache",  # () with update_and_fetch(keys, values) -> attended K/V, offset, size(), is_trimmable(), trim(n) -> count
+    # () with update_and_fetch(keys, values) -> attended K/V, offset, size(), is_trimmable(), trim(n) -> count
+    "KVCache",
     "RotatingKVCache",  # (max_size, keep=0): mlx-lm's window; a trim either exact or a ValueError naming n
     "make_prompt_cache",  # (model, max_kv_size=None) -> list of per-layer caches
     "can_trim_prompt_cache",  # (cache) -> bool
@@ -94,8 +96,14 @@ MLX_LM_NAMES: tuple[str, ...] = (
 
 PROTOCOL_NAMES = SPECULATIVE_NAMES + NCM_NAMES + MLX_LM_NAMES
 KERNEL_CLAIMS = {
-    "verify_chain": "C5", "apply_chain": "C5", "residual_distribution": "C5", "verify_greedy": "C7",
-    "verify_factorized": "C6", "apply_factorized": "C6", "verify_latent_chain": "C6", "apply_latent_chain": "C6",
+    "verify_chain": "C5",
+    "apply_chain": "C5",
+    "residual_distribution": "C5",
+    "verify_greedy": "C7",
+    "verify_factorized": "C6",
+    "apply_factorized": "C6",
+    "verify_latent_chain": "C6",
+    "apply_latent_chain": "C6",
     **{name: "C8" for name in MLX_LM_NAMES},
 }
 """The distribution claim each kernel's output bears on: a failure on that kernel counts against it."""
@@ -124,7 +132,7 @@ def suggest(name: str) -> str:
         close = difflib.get_close_matches(parts[depth], found, n=1, cutoff=0.75)
         if not close or close[0] == parts[depth]:
             return ""
-        return f" Did you mean {'.'.join([*parts[:depth], close[0], *parts[depth + 1:]])!r}?"
+        return f" Did you mean {'.'.join([*parts[:depth], close[0], *parts[depth + 1 :]])!r}?"
     return ""
 
 
@@ -274,8 +282,7 @@ def require_names(module: ModuleType, names: tuple[str, ...], what: str, needed_
     missing = [attr for attr in names if getattr(module, attr, None) is None]
     if missing:
         raise ValueError(
-            f"impl: module {module.__name__!r} provides no {what} ({', '.join(missing)} missing); "
-            f"{needed_by} need them"
+            f"impl: module {module.__name__!r} provides no {what} ({', '.join(missing)} missing); {needed_by} need them"
         )
     return module
 

@@ -1,5 +1,26 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
+from ncm_verify.ncm import (  # noqa: F401
+    KVCache,
+    NCMConfig,
+    PrefixCache,
+    RotatingKVCache,
+    apply_model,
+    apply_prefill,
+    can_trim_prompt_cache,
+    fingerprint,
+    generate_cached,
+    generate_uncached,
+    layer_states,
+    load_model,
+    make_model,
+    make_prompt_cache,
+    rewind_caches,
+    save_model,
+    speculative_generate,
+    trim_prompt_cache,
+)
+from ncm_verify.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401
 from ncm_verify.speculative import (  # noqa: F401
     apply_chain,
     apply_factorized,
@@ -11,24 +32,3 @@ from ncm_verify.speculative import (  # noqa: F401
     verify_greedy,
     verify_latent_chain,
 )
-from ncm_verify.ncm import (  # noqa: F401
-    KVCache,
-    RotatingKVCache,
-    apply_model,
-    apply_prefill,
-    can_trim_prompt_cache,
-    make_prompt_cache,
-    rewind_caches,
-    speculative_generate,
-    trim_prompt_cache,
-    NCMConfig,
-    PrefixCache,
-    fingerprint,
-    generate_cached,
-    generate_uncached,
-    layer_states,
-    load_model,
-    make_model,
-    save_model,
-)
-from ncm_verify.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401

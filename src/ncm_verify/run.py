@@ -156,8 +156,15 @@ def copy_selftest_results(reports: Path, cache: dict) -> None:
 
 def clear_previous_report(reports: Path) -> None:
     """No file of an earlier run may be read as this run's: evidence and report are removed first."""
-    for name in (doc.EVIDENCE_FILE, doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML, doc.MUTANTS_FILE,
-                 doc.CALIBRATION_FILE, "stats.jsonl"):
+    for name in (
+        doc.EVIDENCE_FILE,
+        doc.VERIFY_JSON,
+        doc.VERIFY_MD,
+        doc.VERIFY_HTML,
+        doc.MUTANTS_FILE,
+        doc.CALIBRATION_FILE,
+        "stats.jsonl",
+    ):
         (reports / name).unlink(missing_ok=True)
 
 
@@ -192,8 +199,13 @@ def verify(
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
     env.update(HYPOTHESIS_PROFILE=profile)
     properties = pytest_command(
-        "properties", "-q", f"--impl={impl}", f"--ncm-report-dir={reports}", f"--ncm-run-id={run_id}",
-        *([f"--hypothesis-seed={seed}"] if seed is not None else []), jobs=jobs
+        "properties",
+        "-q",
+        f"--impl={impl}",
+        f"--ncm-report-dir={reports}",
+        f"--ncm-run-id={run_id}",
+        *([f"--hypothesis-seed={seed}"] if seed is not None else []),
+        jobs=jobs,
     )
     phases = [run_phase("properties", "1/4", properties, env)]
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
@@ -203,9 +215,14 @@ def verify(
     phases += selftests
     copy_selftest_results(reports, cache)
     say("[4/4] report")
-    facts = {"run_id": run_id, "phases": phases, "suite_commit": git_commit(ROOT), "suite_dirty": git_dirty(ROOT),
-             "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
-             "ledger_problems": ledger_against_run(reports)}
+    facts = {
+        "run_id": run_id,
+        "phases": phases,
+        "suite_commit": git_commit(ROOT),
+        "suite_dirty": git_dirty(ROOT),
+        "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
+        "ledger_problems": ledger_against_run(reports),
+    }
     from ncm_verify.cli import print_report, write_reports
 
     report = write_reports(reports, run=facts)

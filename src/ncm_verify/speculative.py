@@ -13,7 +13,8 @@ result as its rows one at a time.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import mlx.core as mx
 
@@ -345,8 +346,15 @@ def select_code(table: mx.array, codes: mx.array) -> mx.array:
 
 
 def apply_latent_chain(
-    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs,
-    draft_token_probs, draft_tokens, uniforms, *, rules: Rules = REFERENCE_RULES,
+    target_latent_probs,
+    draft_latent_probs,
+    draft_latent,
+    target_token_probs,
+    draft_token_probs,
+    draft_tokens,
+    uniforms,
+    *,
+    rules: Rules = REFERENCE_RULES,
 ) -> LatentChainOutcome:
     """The NCM step given uniforms ``[B, 2, N+1]`` (column 0 for the latent).
 
@@ -355,8 +363,11 @@ def apply_latent_chain(
     every token is drawn from the target given the corrected latent.
     """
     latent_step = apply_factorized(
-        target_latent_probs[:, None], draft_latent_probs[:, None], draft_latent[:, None],
-        uniforms[:, :, :1], rules=rules,
+        target_latent_probs[:, None],
+        draft_latent_probs[:, None],
+        draft_latent[:, None],
+        uniforms[:, :, :1],
+        rules=rules,
     )
     latent, latent_accepted = latent_step.tokens[:, 0], latent_step.accepted[:, 0]
     p_tokens = select_code(target_token_probs, latent)
@@ -441,8 +452,15 @@ def check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_dra
 
 
 def verify_chain(
-    target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True,
-    rules: Rules = REFERENCE_RULES, apply=apply_chain,
+    target_probs,
+    draft_probs,
+    draft_tokens,
+    *,
+    key,
+    num_draft=None,
+    validate: bool = True,
+    rules: Rules = REFERENCE_RULES,
+    apply=apply_chain,
 ) -> ChainOutcome:
     """Chain speculative verification (Leviathan et al.; Chen et al.).
 
@@ -496,8 +514,14 @@ def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
 
 
 def verify_factorized(
-    target_probs, draft_probs, draft_tokens, *, key, validate: bool = True,
-    rules: Rules = REFERENCE_RULES, apply=apply_factorized,
+    target_probs,
+    draft_probs,
+    draft_tokens,
+    *,
+    key,
+    validate: bool = True,
+    rules: Rules = REFERENCE_RULES,
+    apply=apply_factorized,
 ) -> FactorizedOutcome:
     """Factorised verification: positions independent given a shared latent.
 
@@ -536,9 +560,17 @@ def check_latent_chain_inputs(
 
 
 def verify_latent_chain(
-    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs,
-    draft_token_probs, draft_tokens, *, key, validate: bool = True,
-    rules: Rules = REFERENCE_RULES, apply=apply_latent_chain,
+    target_latent_probs,
+    draft_latent_probs,
+    draft_latent,
+    target_token_probs,
+    draft_token_probs,
+    draft_tokens,
+    *,
+    key,
+    validate: bool = True,
+    rules: Rules = REFERENCE_RULES,
+    apply=apply_latent_chain,
 ) -> LatentChainOutcome:
     """The NCM verification step: latent first, then the level's tokens given it.
 
@@ -551,7 +583,14 @@ def verify_latent_chain(
         draft_tokens: ``[B, N]`` tokens drafted under ``draft_latent``.
         key: an ``mx.random.key`` or one key per sequence ``[B, 2]``.
     """
-    inputs = (target_latent_probs, draft_latent_probs, draft_latent, target_token_probs, draft_token_probs, draft_tokens)
+    inputs = (
+        target_latent_probs,
+        draft_latent_probs,
+        draft_latent,
+        target_token_probs,
+        draft_token_probs,
+        draft_tokens,
+    )
     if validate:
         check_latent_chain_inputs(*inputs)
     batch, positions = draft_tokens.shape

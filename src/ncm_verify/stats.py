@@ -299,9 +299,7 @@ def plan_at(probs: np.ndarray, n: int, alpha: float, *, bins: tuple | None = Non
     return Plan(n, alpha, bin_of, bin_probs, pooled, min_detectable_tv(n, df, critical), critical, law_digest(probs))
 
 
-def make_plan(
-    probs: np.ndarray, *, target_tv: float = TARGET_TV, alpha: float | None = None
-) -> Plan:
+def make_plan(probs: np.ndarray, *, target_tv: float = TARGET_TV, alpha: float | None = None) -> Plan:
     """Choose the smallest n (a multiple of 1024) that detects `target_tv`; never more than `MAX_SAMPLES`."""
     alpha = current_policy().alpha if alpha is None else alpha
     probs = np.asarray(probs, dtype=np.float64).ravel()

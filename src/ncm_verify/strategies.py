@@ -28,9 +28,9 @@ def fresh_law_settings() -> settings:
 
 # --- NCM configs and sequences (prefix caching, claims C1-C4) ---
 
+
 @st.composite
-def ncm_configs(draw, config_type, *, masks=("ncm", "prefix_lm", "causal"), dtypes=("float32",),
-                min_prefix_length=1):
+def ncm_configs(draw, config_type, *, masks=("ncm", "prefix_lm", "causal"), dtypes=("float32",), min_prefix_length=1):
     """Tiny NCM configs (d_model <= 32, layers <= 2) built with `config_type(**fields)`."""
     d_model = draw(st.sampled_from([8, 16, 32]), label="d_model")
     levels = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), label="level_sizes")
@@ -66,7 +66,12 @@ ROW_WEIGHTS = np.array([0, 0, 1, 1, 2, 3, 5, 8])
 """Small integer weights: zeros, ties and exactly representable ratios are common."""
 
 DRAFT_RELATIONS = (
-    "independent", "equal", "some_rows_equal", "argmax_of_target", "disjoint_support", "nearly_equal",
+    "independent",
+    "equal",
+    "some_rows_equal",
+    "argmax_of_target",
+    "disjoint_support",
+    "nearly_equal",
 )
 """How a draft relates to its target: each reaches a corner published tests miss."""
 REJECTING_RELATIONS = ("independent", "some_rows_equal", "disjoint_support")
@@ -157,27 +162,41 @@ def make_autoregressive_fixture(
 
 @st.composite
 def autoregressive_fixtures(
-    draw, max_vocab: int = 8, max_length: int = 4, max_outcomes: int = 4096, min_length: int = 1,
-    one_hot_targets=st.booleans(), relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
+    draw,
+    max_vocab: int = 8,
+    max_length: int = 4,
+    max_outcomes: int = 4096,
+    min_length: int = 1,
+    one_hot_targets=st.booleans(),
+    relations=st.sampled_from(DRAFT_RELATIONS),
+    salt: tuple[int, ...] = (),
 ):
     """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context.
 
     A `salt` (the example's other draws) is mixed into the tables: see `table_generator`.
     """
-    vocab = draw(
-        st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab"
-    )
+    vocab = draw(st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab")
     longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
     length = draw(st.integers(min_length, longest), label="length")
     built = st.builds(
-        make_autoregressive_fixture, vocab=st.just(vocab), length=st.just(length), relation=relations,
-        one_hot_target=one_hot_targets, table_seed=table_seeds, salt=st.just(tuple(int(x) for x in salt)),
+        make_autoregressive_fixture,
+        vocab=st.just(vocab),
+        length=st.just(length),
+        relation=relations,
+        one_hot_target=one_hot_targets,
+        table_seed=table_seeds,
+        salt=st.just(tuple(int(x) for x in salt)),
     )
     return draw(built, label="fixture")
 
 
 def make_latent_fixture(
-    codes: int, positions: int, vocab: int, latent_relation: str, token_relation: str, table_seed: int,
+    codes: int,
+    positions: int,
+    vocab: int,
+    latent_relation: str,
+    token_relation: str,
+    table_seed: int,
     salt: tuple[int, ...] = (),
 ):
     """One NCM level from its sizes, relations and seed; the call Hypothesis prints to rebuild it."""
@@ -196,8 +215,13 @@ def make_latent_fixture(
 
 @st.composite
 def latent_fixtures(
-    draw, max_codes: int = 4, max_positions: int = 3, max_vocab: int = 6, max_outcomes: int = 256,
-    relations=st.sampled_from(DRAFT_RELATIONS), salt: tuple[int, ...] = (),
+    draw,
+    max_codes: int = 4,
+    max_positions: int = 3,
+    max_vocab: int = 6,
+    max_outcomes: int = 256,
+    relations=st.sampled_from(DRAFT_RELATIONS),
+    salt: tuple[int, ...] = (),
 ):
     """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts, salted as `autoregressive_fixtures`."""
     codes = draw(st.integers(1, max_codes), label="codebook size")
@@ -205,8 +229,13 @@ def latent_fixtures(
     longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
     positions = draw(st.integers(1, longest), label="positions")
     built = st.builds(
-        make_latent_fixture, codes=st.just(codes), positions=st.just(positions), vocab=st.just(vocab),
-        latent_relation=relations, token_relation=relations, table_seed=table_seeds,
+        make_latent_fixture,
+        codes=st.just(codes),
+        positions=st.just(positions),
+        vocab=st.just(vocab),
+        latent_relation=relations,
+        token_relation=relations,
+        table_seed=table_seeds,
         salt=st.just(tuple(int(x) for x in salt)),
     )
     return draw(built, label="fixture")
@@ -227,8 +256,15 @@ LARGE_VOCAB_BATCH = 8
 
 
 def make_case(
-    kernel: str, fixture, *, batch: int, max_draft: int, draft_seed: int, wide_vocab: int | None = None,
-    column_seed: int = 0, dtype: str = "float32",
+    kernel: str,
+    fixture,
+    *,
+    batch: int,
+    max_draft: int,
+    draft_seed: int,
+    wide_vocab: int | None = None,
+    column_seed: int = 0,
+    dtype: str = "float32",
 ):
     """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
     from ncm_verify.drivers import make_kernel_case, make_wide_columns
@@ -257,9 +293,14 @@ def kernel_cases(
     wide = draw(large_vocab, label="vocabulary above 65 536")
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
     built = st.builds(
-        make_case, kernel=st.just(kernel), fixture=fixtures, batch=st.just(rows),
-        max_draft=drafting_lengths if drafting else draft_lengths, draft_seed=seeds,
-        wide_vocab=LARGE_VOCABULARIES if wide else st.none(), column_seed=seeds if wide else st.just(0),
+        make_case,
+        kernel=st.just(kernel),
+        fixture=fixtures,
+        batch=st.just(rows),
+        max_draft=drafting_lengths if drafting else draft_lengths,
+        draft_seed=seeds,
+        wide_vocab=LARGE_VOCABULARIES if wide else st.none(),
+        column_seed=seeds if wide else st.just(0),
         dtype=st.sampled_from(dtypes),
     )
     return draw(built, label="case")
@@ -284,23 +325,34 @@ update_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=8)
 
 
 @st.composite
-def level_drafting_configs(draw, config_type, *, max_outcomes: int = 1024, dtypes=("float32",),
-                           masks=("ncm", "prefix_lm", "causal")):
+def level_drafting_configs(
+    draw, config_type, *, max_outcomes: int = 1024, dtypes=("float32",), masks=("ncm", "prefix_lm", "causal")
+):
     """Tiny NCMs whose whole-generation law can be enumerated: vocabulary <= 4, two or three
     levels of one or two slots, codebook <= 3, at most `max_outcomes` (latents, tokens) outcomes."""
     # Built to fit `max_outcomes` rather than filtered: a filter turned 13 of 28 examples away.
     codes = draw(st.integers(1, 3), label="codebook_size")
     vocabs = [v for v in range(2, 5) if (codes * v) ** 2 <= max_outcomes] or [2]
     vocab = draw(st.sampled_from(vocabs), label="vocab_size")
-    fitting = [sizes for length in (2, 3) for sizes in itertools.product((1, 2), repeat=length)
-               if int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes] or [(1, 1)]
+    fitting = [
+        sizes
+        for length in (2, 3)
+        for sizes in itertools.product((1, 2), repeat=length)
+        if int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes
+    ] or [(1, 1)]
     levels = draw(st.sampled_from(fitting), label="level_sizes")
     d_model = draw(st.sampled_from([8, 16]), label="d_model")
     return config_type(
-        vocab_size=vocab, prefix_length=draw(st.integers(1, 3), label="prefix_length"), level_sizes=tuple(levels),
-        codebook_size=codes, d_model=d_model, num_heads=draw(st.sampled_from([1, 2]), label="num_heads"),
-        num_layers=draw(st.integers(1, 2), label="num_layers"), mask=draw(st.sampled_from(masks), label="mask"),
-        dtype=draw(st.sampled_from(dtypes), label="dtype"), seed=draw(st.integers(0, 2**16), label="model_seed"),
+        vocab_size=vocab,
+        prefix_length=draw(st.integers(1, 3), label="prefix_length"),
+        level_sizes=tuple(levels),
+        codebook_size=codes,
+        d_model=d_model,
+        num_heads=draw(st.sampled_from([1, 2]), label="num_heads"),
+        num_layers=draw(st.integers(1, 2), label="num_layers"),
+        mask=draw(st.sampled_from(masks), label="mask"),
+        dtype=draw(st.sampled_from(dtypes), label="dtype"),
+        seed=draw(st.integers(0, 2**16), label="model_seed"),
     )
 
 
@@ -315,11 +367,15 @@ level_draft_counts = st.integers(1, 3)
 
 # --- tiny mlx-lm models (claims C7, C8 on mlx-lm's own code) -------------------------
 
+
 def tiny_specs(spec_type, kind: str):
     """`spec_type(kind=kind, vocab_size, seed, window)` for a tiny mlx-lm model of `kind`."""
     return st.builds(
-        spec_type, kind=st.just(kind), vocab_size=st.sampled_from([8, 16, 32]),
-        seed=st.integers(0, 2**16), window=st.integers(2, 5),
+        spec_type,
+        kind=st.just(kind),
+        vocab_size=st.sampled_from([8, 16, 32]),
+        seed=st.integers(0, 2**16),
+        window=st.integers(2, 5),
     )
 
 

@@ -54,6 +54,7 @@ def normalisation_for(name: str, dtype: mx.Dtype) -> float:
         kinds = ", ".join(str(d).rsplit(".", 1)[-1] for d in NORMALISATION)
         raise ValueError(f"{name}: probabilities must be one of {kinds}, got {dtype}") from None
 
+
 # --- exact step checks: when a float32 kernel may decide differently from float64 ---
 
 FLOAT32_EPS = 2.0**-23

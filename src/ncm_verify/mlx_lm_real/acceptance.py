@@ -33,19 +33,27 @@ class CountingModel:
         return getattr(self.model, name)
 
 
-def measure(decoder_name: str, target, draft, *, runs: int, max_tokens: int, num_draft: int, temp: float,
-            seed: int) -> dict:
+def measure(
+    decoder_name: str, target, draft, *, runs: int, max_tokens: int, num_draft: int, temp: float, seed: int
+) -> dict:
     """First-draft acceptance over `runs` one-token decodings, then the long-run figures of `runs // 8` decodings."""
     decoder, counted = load_decoder(decoder_name), CountingModel(target)
     mx.random.seed(seed)
     sampler = decoder.make_sampler(temp=temp)
     prompt = mx.array([1])  # one token: no prefill, so every target call is a decoding round
-    first = [next(decoder.speculative_generate_step(prompt, target, draft, num_draft_tokens=1, max_tokens=1,
-                                                    sampler=sampler))[2] for _ in range(runs)]
+    first = [
+        next(
+            decoder.speculative_generate_step(prompt, target, draft, num_draft_tokens=1, max_tokens=1, sampler=sampler)
+        )[2]
+        for _ in range(runs)
+    ]
     tokens = stood = 0
     for _ in range(max(runs // 8, 1)):
-        steps = list(decoder.speculative_generate_step(prompt, counted, draft, num_draft_tokens=num_draft,
-                                                       max_tokens=max_tokens, sampler=sampler))
+        steps = list(
+            decoder.speculative_generate_step(
+                prompt, counted, draft, num_draft_tokens=num_draft, max_tokens=max_tokens, sampler=sampler
+            )
+        )
         tokens, stood = tokens + len(steps), stood + sum(bool(step[2]) for step in steps)
     return {
         "first_draft_acceptance": float(np.mean(first)),
@@ -67,11 +75,24 @@ def main(argv=None) -> None:
         target, draft = make_tiny_model(spec), make_tiny_model(spec.with_seed(draft_seed))
         probs = DistributionSampler(args.temp).probs
         p, q = first_tokens_law(target, [1], 1, probs), first_tokens_law(draft, [1], 1, probs)
-        row = {"vocab": vocab, "target_seed": target_seed, "draft_seed": draft_seed,
-               "sum_pq": float(np.sum(p * q)), "sum_min_pq": float(np.sum(np.minimum(p, q)))}
+        row = {
+            "vocab": vocab,
+            "target_seed": target_seed,
+            "draft_seed": draft_seed,
+            "sum_pq": float(np.sum(p * q)),
+            "sum_min_pq": float(np.sum(np.minimum(p, q))),
+        }
         for name in ("mlx-lm", "exact verifier"):
-            row[name] = measure(name, target, draft, runs=args.runs, max_tokens=args.max_tokens,
-                                num_draft=args.num_draft, temp=args.temp, seed=target_seed)
+            row[name] = measure(
+                name,
+                target,
+                draft,
+                runs=args.runs,
+                max_tokens=args.max_tokens,
+                num_draft=args.num_draft,
+                temp=args.temp,
+                seed=target_seed,
+            )
         results.append(row)
         print(json.dumps(row))
 

@@ -39,10 +39,16 @@ UNBOUNDED_BUDGET = (
 
 KNOWN_UPSTREAM_BUGS: dict[tuple[str, str, str], str] = {
     # (property, decoder, model kind) -> reason
-    ("test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding", "mlx-lm",
-     "sliding-window llama"): SLIDING_WINDOW_REWIND,
-    ("test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims", "mlx-lm",
-     "sliding-window llama"): SLIDING_WINDOW_REWIND,
+    (
+        "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding",
+        "mlx-lm",
+        "sliding-window llama",
+    ): SLIDING_WINDOW_REWIND,
+    (
+        "test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims",
+        "mlx-lm",
+        "sliding-window llama",
+    ): SLIDING_WINDOW_REWIND,
     ("test_a_budget_of_minus_one_is_unbounded", "mlx-lm", "llama"): UNBOUNDED_BUDGET,
     ("test_a_budget_of_minus_one_is_unbounded", "mlx-lm", "sliding-window llama"): UNBOUNDED_BUDGET,
     ("test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept", "mlx-lm", "cache alone"): WRAPPED_TRIM,

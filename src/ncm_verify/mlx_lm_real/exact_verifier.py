@@ -122,8 +122,8 @@ def target_logprobs(model, cache, inputs, processors, history):
     rows = []
     for i in range(inputs.size):
         if i:
-            history = mx.concatenate([history, inputs[i:i + 1]])
-        rows.append(apply_processors(processors, history, logits[i:i + 1]))
+            history = mx.concatenate([history, inputs[i : i + 1]])
+        rows.append(apply_processors(processors, history, logits[i : i + 1]))
     return mx.concatenate(rows)
 
 
@@ -133,24 +133,33 @@ def verify(kernels: ModuleType, sampler, logprobs, q, drafts):
         outcome = kernels.verify_greedy(logprobs[None], drafts[None].astype(mx.int32))
     else:
         key = mx.random.key(mx.random.randint(0, 2**31 - 1).item())
-        outcome = kernels.verify_chain(sampler.probs(logprobs)[None], q[None], drafts[None].astype(mx.int32),
-                                       key=key)
+        outcome = kernels.verify_chain(sampler.probs(logprobs)[None], q[None], drafts[None].astype(mx.int32), key=key)
     accepted = int(outcome.num_accepted[0].item())
     return accepted, outcome.tokens[0, : accepted + 1].tolist()
 
 
 def rewind(model_cache, draft_cache, num_draft: int, num_accepted: int) -> None:
     """Drop the rejected drafts' K/V; a cache that cannot drop them all raises instead of keeping them."""
-    for name, cache, count in (("prompt_cache", model_cache, num_draft - num_accepted),
-                               ("prompt_cache", draft_cache, max(num_draft - num_accepted - 1, 0))):
+    for name, cache, count in (
+        ("prompt_cache", model_cache, num_draft - num_accepted),
+        ("prompt_cache", draft_cache, max(num_draft - num_accepted - 1, 0)),
+    ):
         trimmed = trim_prompt_cache(cache, count)
         if trimmed != count:
             raise ValueError(f"{name}: trimmed {trimmed} of {count} rejected positions; the cache is not trimmable")
 
 
 def speculative_generate_step(
-    prompt: mx.array, model, draft_model, *, num_draft_tokens: int = 2, max_tokens: int = 256,
-    sampler=None, logits_processors=None, prompt_cache=None, prefill_step_size: int = 512,
+    prompt: mx.array,
+    model,
+    draft_model,
+    *,
+    num_draft_tokens: int = 2,
+    max_tokens: int = 256,
+    sampler=None,
+    logits_processors=None,
+    prompt_cache=None,
+    prefill_step_size: int = 512,
     kernels: ModuleType = speculative,
 ):
     """Yield ``(token, logprobs, from_draft)`` like mlx-lm's `speculative_generate_step`, verified exactly.
@@ -177,15 +186,37 @@ def speculative_generate_step(
     if prompt_cache is None:
         model_cache, draft_cache = make_prompt_cache(model), make_prompt_cache(draft_model)
     else:
-        model_cache, draft_cache = prompt_cache[: len(model.layers)], prompt_cache[len(model.layers):]
+        model_cache, draft_cache = prompt_cache[: len(model.layers)], prompt_cache[len(model.layers) :]
     if not (can_trim_prompt_cache(model_cache) and can_trim_prompt_cache(draft_cache)):
         raise ValueError("prompt_cache: speculative decoding needs trimmable caches")
-    return _generate(prompt, model, draft_model, model_cache, draft_cache, num_draft_tokens, max_tokens,
-                     sampler, logits_processors, prefill_step_size, kernels)
+    return _generate(
+        prompt,
+        model,
+        draft_model,
+        model_cache,
+        draft_cache,
+        num_draft_tokens,
+        max_tokens,
+        sampler,
+        logits_processors,
+        prefill_step_size,
+        kernels,
+    )
 
 
-def _generate(prompt, model, draft_model, model_cache, draft_cache, num_draft_tokens, max_tokens,
-              sampler, processors, prefill_step_size, kernels):
+def _generate(
+    prompt,
+    model,
+    draft_model,
+    model_cache,
+    draft_cache,
+    num_draft_tokens,
+    max_tokens,
+    sampler,
+    processors,
+    prefill_step_size,
+    kernels,
+):
     """The rounds, as a generator (the checks above run at the call, not at the first `next`)."""
     draft_y = prefill(draft_model, draft_cache, prompt, prefill_step_size)
     y = prefill(model, model_cache, prompt, prefill_step_size)

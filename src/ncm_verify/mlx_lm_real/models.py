@@ -52,9 +52,15 @@ def make_model_args(spec: TinySpec) -> llama.ModelArgs:
     if spec.kind == "sliding-window llama":
         layer_types[0] = "sliding_attention"
     return llama.ModelArgs(
-        model_type="llama", hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-        intermediate_size=2 * spec.hidden_size, num_attention_heads=spec.num_heads, rms_norm_eps=1e-5,
-        vocab_size=spec.vocab_size, tie_word_embeddings=False, layer_types=layer_types,
+        model_type="llama",
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        intermediate_size=2 * spec.hidden_size,
+        num_attention_heads=spec.num_heads,
+        rms_norm_eps=1e-5,
+        vocab_size=spec.vocab_size,
+        tie_word_embeddings=False,
+        layer_types=layer_types,
         sliding_window=spec.window if spec.kind == "sliding-window llama" else None,
     )
 
@@ -75,8 +81,9 @@ def make_tiny_model(spec: TinySpec) -> nn.Module:
     shapes = {name: value.shape for name, value in tree_flatten(model.parameters())}
     names = sorted(shapes)
     keys = mx.random.split(mx.random.key(spec.seed), len(names))
-    model.update(tree_unflatten([(n, _initial_value(n, shapes[n], keys[i], spec.logit_scale))
-                                 for i, n in enumerate(names)]))
+    model.update(
+        tree_unflatten([(n, _initial_value(n, shapes[n], keys[i], spec.logit_scale)) for i, n in enumerate(names)])
+    )
     model.eval()
     mx.eval(model.parameters())
     return model
@@ -104,8 +111,9 @@ def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribut
         probs = np.array(distribution(logprobs)).astype(np.float64)
         probs /= probs.sum(axis=1, keepdims=True)
         law = (law[:, None] * probs).ravel()
-        continuations = np.concatenate([np.repeat(continuations, vocab, axis=0),
-                                        np.tile(np.arange(vocab), len(continuations))[:, None]], axis=1)
+        continuations = np.concatenate(
+            [np.repeat(continuations, vocab, axis=0), np.tile(np.arange(vocab), len(continuations))[:, None]], axis=1
+        )
     return law
 
 

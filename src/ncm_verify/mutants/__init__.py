@@ -33,14 +33,17 @@ MUTANTS = {
     "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
     "verify_chain_swaps_uniform_rows": "verify_chain alone hands apply_chain its uniform rows swapped",
     "residual_floor_too_high": "treats a residual of mass below 1e-6 as zero and corrects from p",
-    "apply_latent_chain_shares_the_latent_uniform":
-        "apply_latent_chain alone draws the latent and its tokens with one uniform",
+    "apply_latent_chain_shares_the_latent_uniform": (
+        "apply_latent_chain alone draws the latent and its tokens with one uniform"
+    ),
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",
     "level_tokens_under_other_latent": "level drafting: tokens drafted under another latent than the one verified",
     "level_rejected_kv_kept": "level drafting: a changed level keeps the K/V of its rejected draft",
-    "level_corrected_tokens_not_redrawn": "level drafting: a corrected latent's tokens come from the drafted latent's rows",
+    "level_corrected_tokens_not_redrawn": (
+        "level drafting: a corrected latent's tokens come from the drafted latent's rows"
+    ),
     "cache_lru_ignores_hits": "prefix cache hits do not refresh recency: first-in-first-out eviction",
     "cache_key_uint16_tokens": "prefix cache keys pack token ids as uint16 (id 65 541 serves the entry of id 5)",
     "cache_replace_keeps_recency": "prefix cache storing under a held key leaves it where it was in the LRU order",
@@ -51,8 +54,13 @@ PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
 EXACT_STEP_MUTANTS = {
-    "ratio_in_half", "residual_swapped_when_small", "correction_cumsum_in_half", "draft_ids_16_bit",
-    "apply_chain_reuses_rejecting_uniform", "verify_chain_swaps_uniform_rows", "residual_floor_too_high",
+    "ratio_in_half",
+    "residual_swapped_when_small",
+    "correction_cumsum_in_half",
+    "draft_ids_16_bit",
+    "apply_chain_reuses_rejecting_uniform",
+    "verify_chain_swaps_uniform_rows",
+    "residual_floor_too_high",
     "apply_latent_chain_shares_the_latent_uniform",
 }
 """Mutants that sampling cannot see: the sweep runs them against the exact step checks alone.
@@ -108,4 +116,6 @@ def with_level_step(**changes) -> dict:
     """Level drafting on the model with one of its decisions (`level_draft.Steps`) swapped."""
     from ncm_verify.ncm.level_draft import REFERENCE_STEPS, generate_level_speculative
 
-    return {"generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))}
+    return {
+        "generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))
+    }

@@ -6,18 +6,31 @@ from ncm_verify.speculative import LatentChainOutcome, apply_factorized, select_
 
 
 def apply_latent_chain_mismatched(
-    target_latent_probs, draft_latent_probs, draft_latent, target_token_probs,
-    draft_token_probs, draft_tokens, uniforms, *, rules,
+    target_latent_probs,
+    draft_latent_probs,
+    draft_latent,
+    target_token_probs,
+    draft_token_probs,
+    draft_tokens,
+    uniforms,
+    *,
+    rules,
 ):
     latent_step = apply_factorized(
-        target_latent_probs[:, None], draft_latent_probs[:, None], draft_latent[:, None],
-        uniforms[:, :, :1], rules=rules,
+        target_latent_probs[:, None],
+        draft_latent_probs[:, None],
+        draft_latent[:, None],
+        uniforms[:, :, :1],
+        rules=rules,
     )
     latent = latent_step.tokens[:, 0]
     # The bug: q rows of the emitted latent, though the tokens were drawn under draft_latent.
     token_step = apply_factorized(
-        select_code(target_token_probs, latent), select_code(draft_token_probs, latent), draft_tokens,
-        uniforms[:, :, 1:], rules=rules,
+        select_code(target_token_probs, latent),
+        select_code(draft_token_probs, latent),
+        draft_tokens,
+        uniforms[:, :, 1:],
+        rules=rules,
     )
     return LatentChainOutcome(latent, latent_step.accepted[:, 0], token_step.tokens, token_step.accepted)
 

@@ -18,7 +18,7 @@ def payload_bytes(config) -> int:
 def uncached_positions(config, batch_size: int = 1) -> int:
     """Per layer: level l reruns the prefix and levels <= l."""
     sizes = config.level_sizes
-    return batch_size * sum(config.prefix_length + sum(sizes[:level + 1]) for level in range(len(sizes)))
+    return batch_size * sum(config.prefix_length + sum(sizes[: level + 1]) for level in range(len(sizes)))
 
 
 def cached_positions(config, batch_size: int = 1, prefix_hits: int = 0) -> int:

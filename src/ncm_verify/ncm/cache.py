@@ -67,12 +67,13 @@ def require_reusable(model: NCM) -> None:
     config = model.config
     if not is_prefix_isolated(model.mask, config.prefix_length):
         raise CacheRefusedError(
-            f"model: mask {config.mask!r} lets prefix rows attend to generated positions; "
-            "prefix K/V cannot be reused")
+            f"model: mask {config.mask!r} lets prefix rows attend to generated positions; prefix K/V cannot be reused"
+        )
     if model.training and config.dropout > 0:
         raise CacheRefusedError(
             f"model: in training mode with dropout={config.dropout}, prefix states are random; "
-            "call model.eval() before caching")
+            "call model.eval() before caching"
+        )
 
 
 def entry_nbytes(entry: Entry) -> int:
@@ -168,13 +169,16 @@ class PrefixCache:
 
 def _key_from_fields(fields) -> CacheKey:
     try:
-        key = CacheKey(tuple(fields["tokens"]), fields["fingerprint"], fields["mask"],
-                       fields["dtype"], fields["namespace"])
+        key = CacheKey(
+            tuple(fields["tokens"]), fields["fingerprint"], fields["mask"], fields["dtype"], fields["namespace"]
+        )
     except (KeyError, TypeError) as error:
         raise CacheFileError(f"path: malformed entry key {fields!r}") from error
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in key.tokens) or not all(
-        isinstance(value, str) for value in (key.fingerprint, key.mask, key.dtype, key.namespace)
-    ) or set(fields) != {"tokens", "fingerprint", "mask", "dtype", "namespace"}:
+    if (
+        not all(isinstance(t, int) and not isinstance(t, bool) for t in key.tokens)
+        or not all(isinstance(value, str) for value in (key.fingerprint, key.mask, key.dtype, key.namespace))
+        or set(fields) != {"tokens", "fingerprint", "mask", "dtype", "namespace"}
+    ):
         raise CacheFileError(f"path: malformed entry key {fields!r}")
     return key
 
@@ -183,8 +187,14 @@ def _entry_from_tensors(tensors: dict, index: int, key: CacheKey) -> Entry:
     entry, layer = [], 0
     while f"e{index}.l{layer}.k" in tensors:
         k, v = tensors[f"e{index}.l{layer}.k"], tensors.get(f"e{index}.l{layer}.v")
-        if v is None or k.shape != v.shape or k.ndim != 3 or k.shape[1] != len(key.tokens) \
-                or str(k.dtype).split(".")[-1] != key.dtype or v.dtype != k.dtype:
+        if (
+            v is None
+            or k.shape != v.shape
+            or k.ndim != 3
+            or k.shape[1] != len(key.tokens)
+            or str(k.dtype).split(".")[-1] != key.dtype
+            or v.dtype != k.dtype
+        ):
             raise CacheFileError(f"path: entry {index} layer {layer} does not match its key")
         entry.append((k, v))
         layer += 1
@@ -219,8 +229,12 @@ def write_cache_file(path: Path, tensors: dict[str, mx.array], fields: list) -> 
         chunks.append(raw)
         offset += len(raw)
     data = b"".join(chunks)
-    header["__metadata__"] = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                              "entries": _canonical(fields), "sha256": _digest(fields, header, data)}
+    header["__metadata__"] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "entries": _canonical(fields),
+        "sha256": _digest(fields, header, data),
+    }
     encoded = _canonical(header).encode()
     encoded += b" " * (-len(encoded) % 8)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +261,7 @@ def read_cache_file(path: Path) -> tuple[dict[str, mx.array], list]:
     (header_length,) = struct.unpack("<Q", blob[:8])
     if header_length > len(blob) - 8:
         raise CacheFileError(f"path: {path} is truncated: header of {header_length} bytes announced")
-    raw_header, data = blob[8:8 + header_length], blob[8 + header_length:]
+    raw_header, data = blob[8 : 8 + header_length], blob[8 + header_length :]
     try:
         header = json.loads(raw_header.decode("ascii"))
     except (UnicodeDecodeError, ValueError) as error:
@@ -260,8 +274,9 @@ def read_cache_file(path: Path) -> tuple[dict[str, mx.array], list]:
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise CacheFileError(f"path: {path} is not an ncm-verify prefix cache")
     if metadata.get("format_version") != FORMAT_VERSION:
-        raise CacheFileError(f"path: {path} has format version {metadata.get('format_version')!r}, "
-                             f"expected {FORMAT_VERSION!r}")
+        raise CacheFileError(
+            f"path: {path} has format version {metadata.get('format_version')!r}, expected {FORMAT_VERSION!r}"
+        )
     tensors = _parse_tensors(path, header, data)
     try:
         fields = json.loads(metadata["entries"])
@@ -277,8 +292,10 @@ def _parse_tensors(path: Path, header: dict, data: bytes) -> dict[str, mx.array]
     for name, info in sorted(header.items(), key=lambda item: _offsets(path, item)[0]):
         begin, end = _offsets(path, (name, info))
         dtype, shape = info.get("dtype"), info.get("shape")
-        if dtype not in _ST_DTYPES or not isinstance(shape, list) or not all(
-            isinstance(n, int) and n >= 0 for n in shape
+        if (
+            dtype not in _ST_DTYPES
+            or not isinstance(shape, list)
+            or not all(isinstance(n, int) and n >= 0 for n in shape)
         ):
             raise CacheFileError(f"path: {path} tensor {name!r} has a bad dtype or shape")
         if begin != expected_offset or end - begin != int(np.prod(shape)) * np.dtype(_NP_VIEWS[dtype]).itemsize:
@@ -289,15 +306,20 @@ def _parse_tensors(path: Path, header: dict, data: bytes) -> dict[str, mx.array]
         tensors[name] = array.view(mx.bfloat16) if dtype == "BF16" else array
         expected_offset = end
     if expected_offset != len(data):
-        raise CacheFileError(f"path: {path} is truncated or padded: {len(data)} data bytes, "
-                             f"{expected_offset} described")
+        raise CacheFileError(
+            f"path: {path} is truncated or padded: {len(data)} data bytes, {expected_offset} described"
+        )
     return tensors
 
 
 def _offsets(path: Path, item) -> tuple[int, int]:
     name, info = item
     offsets = info.get("data_offsets") if isinstance(info, dict) else None
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-            and 0 <= offsets[0] <= offsets[1]):
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
         raise CacheFileError(f"path: {path} tensor {name!r} has bad data offsets")
     return offsets[0], offsets[1]

@@ -65,19 +65,20 @@ class NCMConfig:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, fields: dict) -> "NCMConfig":
+    def from_dict(cls, fields: dict) -> NCMConfig:
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known - set(NOTE_FIELDS))
         if unknown:
             raise ValueError(f"config: unknown field(s) {', '.join(unknown)}")
-        missing = sorted(f.name for f in dataclasses.fields(cls)
-                         if f.default is dataclasses.MISSING and f.name not in fields)
+        missing = sorted(
+            f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.name not in fields
+        )
         if missing:
             raise ValueError(f"config: missing field(s) {', '.join(missing)}")
         return cls(**{name: value for name, value in fields.items() if name in known})
 
     @classmethod
-    def from_json(cls, text: str) -> "NCMConfig":
+    def from_json(cls, text: str) -> NCMConfig:
         return cls.from_dict(json.loads(text))
 
 
@@ -94,8 +95,15 @@ def _require_int(config: NCMConfig, name: str, minimum: int) -> None:
 
 def validate_config(config: NCMConfig) -> None:
     """Raise a ValueError naming the first invalid field of `config`."""
-    for name, minimum in (("vocab_size", 2), ("prefix_length", 1), ("codebook_size", 1),
-                          ("d_model", 1), ("num_heads", 1), ("num_layers", 1), ("seed", 0)):
+    for name, minimum in (
+        ("vocab_size", 2),
+        ("prefix_length", 1),
+        ("codebook_size", 1),
+        ("d_model", 1),
+        ("num_heads", 1),
+        ("num_layers", 1),
+        ("seed", 0),
+    ):
         _require_int(config, name, minimum)
     if not config.level_sizes or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in config.level_sizes

@@ -31,8 +31,10 @@ def rewind_caches(target_cache: list[KVCache], draft_cache: list[KVCache], num_d
     """
     num_draft = check_count("num_draft", num_draft)
     num_accepted = check_count("num_accepted", num_accepted, maximum=num_draft)
-    for name, cache, count in (("target_cache", target_cache, num_draft - num_accepted),
-                               ("draft_cache", draft_cache, max(num_draft - num_accepted - 1, 0))):
+    for name, cache, count in (
+        ("target_cache", target_cache, num_draft - num_accepted),
+        ("draft_cache", draft_cache, max(num_draft - num_accepted - 1, 0)),
+    ):
         if trim_prompt_cache(cache, count) != count:
             raise ValueError(f"{name}: cannot rewind {count} rejected positions; the cache is not trimmable")
 
@@ -56,8 +58,15 @@ def draft_round(draft: NCM, cache: list[KVCache], inputs: mx.array, num_draft: i
 
 
 def speculative_generate(
-    target: NCM, draft: NCM, prompt, max_tokens, *, num_draft: int = 2, key=None,
-    kernels: ModuleType = speculative, prefill_step_size: int = 512,
+    target: NCM,
+    draft: NCM,
+    prompt,
+    max_tokens,
+    *,
+    num_draft: int = 2,
+    key=None,
+    kernels: ModuleType = speculative,
+    prefill_step_size: int = 512,
 ) -> list[int]:
     """Exactly `max_tokens` new token ids for a 1-D `prompt`, drafted by `draft` and verified for `target`.
 
@@ -82,11 +91,14 @@ def speculative_generate(
         raise ValueError(f"prompt: expected one non-empty sequence, got shape {tuple(prompt.shape)}")
     if draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(
-            f"draft: vocabulary {draft.config.vocab_size} differs from the target's {target.config.vocab_size}")
+            f"draft: vocabulary {draft.config.vocab_size} differs from the target's {target.config.vocab_size}"
+        )
     room = min(target.config.total_length, draft.config.total_length) - prompt.shape[1]
     if max_tokens > room:
         raise ValueError(
-            f"max_tokens: {max_tokens} new tokens after a {prompt.shape[1]}-token prompt exceed the context ({room} left)")
+            f"max_tokens: {max_tokens} new tokens after a {prompt.shape[1]}-token prompt "
+            f"exceed the context ({room} left)"
+        )
     target_cache, draft_cache = make_prompt_cache(target), make_prompt_cache(draft)
     y = apply_prefill(target, prompt, target_cache, prefill_step_size)
     draft_y = apply_prefill(draft, prompt, draft_cache, prefill_step_size)
@@ -105,7 +117,7 @@ def speculative_generate(
         accepted = int(outcome.num_accepted[0].item())
         emitted.extend(outcome.tokens[0, : accepted + 1].tolist())
         rewind_caches(target_cache, draft_cache, count, accepted)
-        y = outcome.tokens[:, accepted:accepted + 1]
+        y = outcome.tokens[:, accepted : accepted + 1]
         # all drafts stood: the draft has not yet run its last one
         draft_y = mx.concatenate([drafts[:, -1:], y], axis=1) if accepted == count else y
     return emitted[:max_tokens]

@@ -161,8 +161,13 @@ def speculative_level_law(target: LevelTables, draft: LevelTables, num_draft: in
                 rounds[ctx] = round_law(target, draft, ctx, num_draft)
             count = min(num_draft, len(target.level_sizes) - len(ctx))
             for (emitted, stood), probability in rounds[ctx].items():
-                key = (ctx + tuple(x for _, x in emitted), levels + emitted, passes + 1, accepted + stood,
-                       verified + min(stood + 1, count))
+                key = (
+                    ctx + tuple(x for _, x in emitted),
+                    levels + emitted,
+                    passes + 1,
+                    accepted + stood,
+                    verified + min(stood + 1, count),
+                )
                 if len(key[0]) == len(target.level_sizes):
                     finished[(flatten(key[1]), *key[2:])] += mass * probability
                 else:

@@ -59,10 +59,9 @@ def _check_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
 
 def _sample(logits: mx.array, keys: mx.array) -> tuple[mx.array, mx.array]:
     """Gumbel-max draws in float32 with one key per row; returns choices and smallest margin."""
-    perturbed = mx.stack([
-        logits[b].astype(mx.float32) + mx.random.gumbel(logits.shape[1:], key=keys[b])
-        for b in range(logits.shape[0])
-    ])
+    perturbed = mx.stack(
+        [logits[b].astype(mx.float32) + mx.random.gumbel(logits.shape[1:], key=keys[b]) for b in range(logits.shape[0])]
+    )
     if perturbed.shape[-1] < 2:
         return mx.zeros(perturbed.shape[:-1], dtype=mx.int32), mx.array(mx.inf)
     top = mx.sort(perturbed, axis=-1)
@@ -71,8 +70,9 @@ def _sample(logits: mx.array, keys: mx.array) -> tuple[mx.array, mx.array]:
 
 def _level_keys(keys: mx.array, num_levels: int) -> mx.array:
     """``[B, L, 2, 2]``: per row and level, a latent key and a token key (independent of B)."""
-    return mx.stack([mx.random.split(keys[b], 2 * num_levels) for b in range(keys.shape[0])]) \
-        .reshape(keys.shape[0], num_levels, 2, 2)
+    return mx.stack([mx.random.split(keys[b], 2 * num_levels) for b in range(keys.shape[0])]).reshape(
+        keys.shape[0], num_levels, 2, 2
+    )
 
 
 def _decode_level(model: NCM, slots: mx.array, keys: mx.array):
@@ -86,8 +86,15 @@ def _decode_level(model: NCM, slots: mx.array, keys: mx.array):
 
 def _finish(model: NCM, outputs: list, cache_hits: int = 0) -> Generation:
     latents, tokens, latent_logits, token_logits, margins = zip(*outputs)
-    result = Generation(list(tokens), mx.stack(latents, axis=1), list(latent_logits),
-                        list(token_logits), model.position_counts(), 0.0, cache_hits)
+    result = Generation(
+        list(tokens),
+        mx.stack(latents, axis=1),
+        list(latent_logits),
+        list(token_logits),
+        model.position_counts(),
+        0.0,
+        cache_hits,
+    )
     mx.eval(result.tokens, result.latents, result.latent_logits, result.token_logits)
     result.margin = min(float(m.item()) for m in margins)
     return result
@@ -114,8 +121,9 @@ def generate_uncached(model: NCM, prefix, key) -> Generation:
     return _finish(model, outputs)
 
 
-def prefix_kv(model: NCM, prefix: mx.array, cache: PrefixCache | None = None,
-              namespace: str = "") -> tuple[list[KV], int]:
+def prefix_kv(
+    model: NCM, prefix: mx.array, cache: PrefixCache | None = None, namespace: str = ""
+) -> tuple[list[KV], int]:
     """Per-layer prefix K/V ``[B, H, P, hd]``: cached rows reused, the others computed
     (batched) and stored. Returns the K/V and the number of rows served from the cache."""
     if cache is None:
@@ -129,13 +137,14 @@ def prefix_kv(model: NCM, prefix: mx.array, cache: PrefixCache | None = None,
         for position, row in enumerate(missing):
             entries[row] = tuple((k[position], v[position]) for k, v in computed)
             cache.store(cache_keys[row], entries[row])
-    kv = [(mx.stack([entry[layer][0] for entry in entries]), mx.stack([entry[layer][1] for entry in entries]))
-          for layer in range(model.config.num_layers)]
+    kv = [
+        (mx.stack([entry[layer][0] for entry in entries]), mx.stack([entry[layer][1] for entry in entries]))
+        for layer in range(model.config.num_layers)
+    ]
     return kv, len(entries) - len(missing)
 
 
-def generate_cached(model: NCM, prefix, key, cache: PrefixCache | None = None,
-                    namespace: str = "") -> Generation:
+def generate_cached(model: NCM, prefix, key, cache: PrefixCache | None = None, namespace: str = "") -> Generation:
     """Prefix K/V computed once (or taken from `cache`) and reused by every level.
 
     A level's K/V are also kept once its tokens are filled: level l runs only

@@ -70,7 +70,7 @@ class KVCache:
         n = self.check_trim(n)
         if n:
             self.offset -= n
-            self.keys, self.values = self.keys[:, :, : -n], self.values[:, :, : -n]
+            self.keys, self.values = self.keys[:, :, :-n], self.values[:, :, :-n]
         return n
 
 
@@ -174,7 +174,7 @@ def apply_model(model: NCM, tokens, cache: list[KVCache]) -> mx.array:
         raise ValueError(f"cache: expected {len(model.layers)} layers each holding all {start} earlier positions")
     if start + length > model.config.total_length:
         raise ValueError(f"tokens: positions up to {start + length} exceed total_length={model.config.total_length}")
-    mask = model.mask[start:start + length, :start + length]
+    mask = model.mask[start : start + length, : start + length]
     x = model.embed(tokens) + model.positions(mx.arange(start, start + length))
     for block, layer_cache in zip(model.layers, cache):
         x, _ = block(x, mask, kv_cache=layer_cache)
@@ -192,6 +192,6 @@ def apply_prefill(model: NCM, prompt, cache: list[KVCache], prefill_step_size: i
         raise ValueError("prompt: needs at least one token")
     step = check_count("prefill_step_size", prefill_step_size, minimum=1)
     for begin in range(0, prompt.shape[1] - 1, step):
-        apply_model(model, prompt[:, begin:min(begin + step, prompt.shape[1] - 1)], cache)
+        apply_model(model, prompt[:, begin : min(begin + step, prompt.shape[1] - 1)], cache)
         mx.eval([layer.state for layer in cache])
     return prompt[:, -1:]

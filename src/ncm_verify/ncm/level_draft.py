@@ -19,8 +19,9 @@ round start and purpose, so a row's output does not depend on its batch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -52,8 +53,10 @@ def check_level_causal(name: str, model: NCM) -> None:
     segment = _segments(config.prefix_length, config.level_sizes)
     later = segment[None, :] > segment[:, None]
     if (np.asarray(model.mask) & later).any():
-        raise ValueError(f"{name}: mask {config.mask!r} lets a level attend to later levels; "
-                         "drafted levels cannot be verified in one pass")
+        raise ValueError(
+            f"{name}: mask {config.mask!r} lets a level attend to later levels; "
+            "drafted levels cannot be verified in one pass"
+        )
 
 
 def check_draft(target: NCM, draft: NCM) -> None:
@@ -64,8 +67,9 @@ def check_draft(target: NCM, draft: NCM) -> None:
             raise ValueError(f"draft: {field} {mine!r} differs from the target's {theirs!r}")
 
 
-def run_rows(model: NCM, tokens: mx.array, positions: mx.array, mask: mx.array,
-             cache: list[KV] | None) -> tuple[mx.array, list[KV]]:
+def run_rows(
+    model: NCM, tokens: mx.array, positions: mx.array, mask: mx.array, cache: list[KV] | None
+) -> tuple[mx.array, list[KV]]:
     """The model on rows at arbitrary layout `positions` under an explicit ``[rows, cached + rows]`` mask."""
     x = model.embed(tokens) + model.positions(positions)
     kvs = []
@@ -87,8 +91,10 @@ def level_distributions(model: NCM, sequence: mx.array) -> tuple[mx.array, mx.ar
     from an uncached run over the sequence and the level's placeholder slots.
     """
     config = model.config
-    level = int(np.searchsorted(np.cumsum([config.prefix_length, *config.level_sizes]), sequence.shape[1],
-                                side="right")) - 1
+    level = (
+        int(np.searchsorted(np.cumsum([config.prefix_length, *config.level_sizes]), sequence.shape[1], side="right"))
+        - 1
+    )
     if sequence.shape[1] != config.level_start(level) or level >= len(config.level_sizes):
         raise ValueError(f"sequence: length {sequence.shape[1]} does not end at a level boundary before the last level")
     size = config.level_sizes[level]
@@ -105,8 +111,10 @@ def verification_layout(config, covered: int, level: int, num_levels: int, conte
     """
     segment = _segments(config.prefix_length, config.level_sizes)
     token_positions = np.arange(covered, config.level_start(level + context_levels))
-    blocks = [np.arange(config.level_start(l), config.level_start(l) + config.level_sizes[l])
-              for l in range(level, level + num_levels)]
+    blocks = [
+        np.arange(config.level_start(lv), config.level_start(lv) + config.level_sizes[lv])
+        for lv in range(level, level + num_levels)
+    ]
     positions = np.concatenate([token_positions, *blocks])
     placeholder = np.concatenate([np.zeros(len(token_positions), bool), *[np.ones(len(b), bool) for b in blocks]])
     return positions, segment[positions], placeholder
@@ -120,8 +128,9 @@ def make_verification_mask(model: NCM, covered: int, positions, segments, placeh
     """
     base = np.asarray(model.mask)
     columns = np.concatenate([np.arange(covered), positions])
-    column_segment = np.concatenate([_segments(model.config.prefix_length, model.config.level_sizes)[:covered],
-                                     segments])
+    column_segment = np.concatenate(
+        [_segments(model.config.prefix_length, model.config.level_sizes)[:covered], segments]
+    )
     column_placeholder = np.concatenate([np.zeros(covered, bool), placeholder])
     allowed = base[np.ix_(positions, columns)].copy()
     row_block, column_block = placeholder[:, None], column_placeholder[None, :]
@@ -159,24 +168,31 @@ def check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus) -> Non
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < levels:
         raise ValueError(f"level: expected an integer in [0, {levels}), got {level!r}")
     if not drafted or level + len(drafted) + int(bool(bonus)) > levels:
-        raise ValueError(f"drafted: {len(drafted)} drafted levels (bonus {bool(bonus)}) do not fit after level {level} "
-                         f"of {levels}")
+        raise ValueError(
+            f"drafted: {len(drafted)} drafted levels (bonus {bool(bonus)}) do not fit after level {level} of {levels}"
+        )
     boundaries = [config.level_start(j) for j in range(level + 1)]
-    if (kv is None and covered != 0) or (kv is not None and (covered not in boundaries or
-                                                              any(k.shape[2] != covered for k, _ in kv))):
-        raise ValueError(f"covered: expected 0 without K/V, or a level boundary in {boundaries} that the K/V hold; "
-                         f"got {covered!r}")
+    if (kv is None and covered != 0) or (
+        kv is not None and (covered not in boundaries or any(k.shape[2] != covered for k, _ in kv))
+    ):
+        raise ValueError(
+            f"covered: expected 0 without K/V, or a level boundary in {boundaries} that the K/V hold; got {covered!r}"
+        )
     if not isinstance(tokens, mx.array) or tokens.ndim != 2 or tokens.shape[1] != config.level_start(level):
         raise ValueError(f"tokens: expected shape [B, {config.level_start(level)}] (prefix and levels before {level})")
     for j, level_tokens in enumerate(drafted):
         expected = (tokens.shape[0], config.level_sizes[level + j])
-        if not isinstance(level_tokens, mx.array) or tuple(level_tokens.shape) != expected or not mx.issubdtype(
-                level_tokens.dtype, mx.integer):
+        if (
+            not isinstance(level_tokens, mx.array)
+            or tuple(level_tokens.shape) != expected
+            or not mx.issubdtype(level_tokens.dtype, mx.integer)
+        ):
             raise ValueError(f"drafted: level {level + j} expected integer ids of shape {expected}")
 
 
-def verify_drafted_levels(target: NCM, kv: list[KV] | None, covered: int, tokens: mx.array,
-                          drafted: list[mx.array], level: int, bonus: bool):
+def verify_drafted_levels(
+    target: NCM, kv: list[KV] | None, covered: int, tokens: mx.array, drafted: list[mx.array], level: int, bonus: bool
+):
     """One target pass over drafted levels ``level .. level + len(drafted) - 1`` (and a bonus block).
 
     Args:
@@ -201,10 +217,12 @@ def verify_drafted_levels(target: NCM, kv: list[KV] | None, covered: int, tokens
     rows = mx.concatenate([tokens[:, covered:], *context], axis=1).astype(mx.int32)
 
     def run(rows: mx.array, cache):
-        blocks = [mx.full((rows.shape[0], config.level_sizes[l]), config.placeholder, dtype=mx.int32)
-                  for l in range(level, level + num_levels)]
+        blocks = [
+            mx.full((rows.shape[0], config.level_sizes[lv]), config.placeholder, dtype=mx.int32)
+            for lv in range(level, level + num_levels)
+        ]
         hidden, kvs = run_rows(target, mx.concatenate([rows, *blocks], axis=1), mx.array(positions), mask, cache)
-        bounds = np.cumsum([token_rows, *config.level_sizes[level:level + num_levels]])
+        bounds = np.cumsum([token_rows, *config.level_sizes[level : level + num_levels]])
         heads = [level_heads(target, hidden[:, begin:end]) for begin, end in zip(bounds[:-1], bounds[1:])]
         return [head[0] for head in heads] + [head[1] for head in heads], kvs
 
@@ -363,7 +381,8 @@ def draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, 
         sequence = mx.concatenate([*context, slots], axis=1)
         if recompute:  # from scratch: only distinct rows run, and no K/V is kept
             latent_logits, code_logits = on_distinct_rows(
-                lambda distinct: level_heads(draft, draft(distinct)[0][:, -size:]), sequence)
+                lambda distinct, size=size: level_heads(draft, draft(distinct)[0][:, -size:]), sequence
+            )
         else:
             hidden, kv = draft(sequence[:, covered:], covered, cache=kv)
             kv, covered = trim_kv(kv, config.level_start(level)), config.level_start(level)
@@ -379,8 +398,17 @@ def draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, 
     return tokens, latents, latent_probs, token_probs, kv, covered
 
 
-def verify_level(kernels: ModuleType, p_latent_logits, p_token_logits, q_latent, q_tokens, latent, tokens,
-                 key: mx.array | None, steps: Steps):
+def verify_level(
+    kernels: ModuleType,
+    p_latent_logits,
+    p_token_logits,
+    q_latent,
+    q_tokens,
+    latent,
+    tokens,
+    key: mx.array | None,
+    steps: Steps,
+):
     """One level's decision through the implementation: (latent, tokens, stood [B])."""
     if key is None:  # greedy: the latent, then every slot, as one-draft chains against the target's argmax
         both = mx.stack([p_latent_logits, p_latent_logits], axis=1)
@@ -393,27 +421,51 @@ def verify_level(kernels: ModuleType, p_latent_logits, p_token_logits, q_latent,
         stood = latent_stood & mx.all((slot.num_accepted > 0).reshape(tokens.shape), axis=1)
         return final_latent, final_tokens, stood
     p_latent, p_tokens = probs_of(p_latent_logits), probs_of(p_token_logits)
-    outcome = kernels.verify_latent_chain(p_latent, q_latent, latent, steps.target_token_rows(p_tokens, latent),
-                                          q_tokens, tokens, key=key)
+    outcome = kernels.verify_latent_chain(
+        p_latent, q_latent, latent, steps.target_token_rows(p_tokens, latent), q_tokens, tokens, key=key
+    )
     stood = outcome.latent_accepted & mx.all(outcome.accepted, axis=1)
     return outcome.latent, outcome.tokens, stood
 
 
-def run_round(target: NCM, draft: NCM, cohort: Cohort, num_draft: int, keys: mx.array | None,
-              kernels: ModuleType, steps: Steps, recompute: bool) -> Round:
+def run_round(
+    target: NCM,
+    draft: NCM,
+    cohort: Cohort,
+    num_draft: int,
+    keys: mx.array | None,
+    kernels: ModuleType,
+    steps: Steps,
+    recompute: bool,
+) -> Round:
     """Draft, verify in one target pass, decide level by level."""
     config = target.config
     levels = len(config.level_sizes)
     count = min(num_draft, levels - cohort.level)
     bonus = cohort.level + count < levels
     drafted, latents, q_latent, q_tokens, draft_kv, draft_covered = draft_levels(
-        draft, cohort, count, keys, steps, recompute)
+        draft, cohort, count, keys, steps, recompute
+    )
     p_latent, p_tokens, target_kv = verify_drafted_levels(
-        target, cohort.target_kv, cohort.target_covered, cohort.tokens, drafted, cohort.level, bonus)
-    decided = [verify_level(kernels, p_latent[j], p_tokens[j], q_latent[j], q_tokens[j], latents[j], drafted[j],
-                            key_for(keys, j, VERIFY), steps) for j in range(count)]
-    alphas = [level_acceptance(probs_of(p_latent[j]), q_latent[j], probs_of(p_tokens[j]), q_tokens[j])
-              for j in range(count)]
+        target, cohort.target_kv, cohort.target_covered, cohort.tokens, drafted, cohort.level, bonus
+    )
+    decided = [
+        verify_level(
+            kernels,
+            p_latent[j],
+            p_tokens[j],
+            q_latent[j],
+            q_tokens[j],
+            latents[j],
+            drafted[j],
+            key_for(keys, j, VERIFY),
+            steps,
+        )
+        for j in range(count)
+    ]
+    alphas = [
+        level_acceptance(probs_of(p_latent[j]), q_latent[j], probs_of(p_tokens[j]), q_tokens[j]) for j in range(count)
+    ]
     if bonus:
         # the bonus level's draws use an offset past every drafted level's
         bonus_latent = sample_logits(p_latent[-1], key_for(keys, levels, DRAFT_LATENT))
@@ -446,15 +498,31 @@ def split_cohort(config, cohort: Cohort, result: Round, steps: Steps, recompute:
         target_kv = result.target_kv
         target_rows = min(config.level_start(cohort.level + kept), target_kv[0][0].shape[2])
         draft_rows = min(config.level_start(cohort.level + kept), result.draft_covered)
-        following.append(Cohort(cohort.rows[members], level, tokens,
-                                trim_kv(take_kv(target_kv, index), target_rows), target_rows,
-                                trim_kv(take_kv(result.draft_kv, index), draft_rows), draft_rows))
+        following.append(
+            Cohort(
+                cohort.rows[members],
+                level,
+                tokens,
+                trim_kv(take_kv(target_kv, index), target_rows),
+                target_rows,
+                trim_kv(take_kv(result.draft_kv, index), draft_rows),
+                draft_rows,
+            )
+        )
     return following
 
 
 def generate_level_speculative(
-    target: NCM, draft: NCM, prefix, key, *, num_draft: int = 2, cache: PrefixCache | None = None,
-    namespace: str = "", recompute: bool = False, kernels: ModuleType = speculative,
+    target: NCM,
+    draft: NCM,
+    prefix,
+    key,
+    *,
+    num_draft: int = 2,
+    cache: PrefixCache | None = None,
+    namespace: str = "",
+    recompute: bool = False,
+    kernels: ModuleType = speculative,
     steps: Steps = REFERENCE_STEPS,
 ) -> LevelDraftGeneration:
     """Generate every level of `target` by drafting `num_draft` levels with `draft` per target pass.
@@ -496,8 +564,9 @@ def generate_level_speculative(
     frontier, finished = [start], []
     while frontier:
         cohort = frontier.pop()
-        keys_here = None if round_keys is None else row_keys(round_keys[mx.array(cohort.rows), cohort.level],
-                                                             3 * (levels + 1))
+        keys_here = (
+            None if round_keys is None else row_keys(round_keys[mx.array(cohort.rows), cohort.level], 3 * (levels + 1))
+        )
         result = run_round(target, draft, cohort, num_draft, keys_here, kernels, steps, recompute)
         rows = cohort.rows
         passes[rows] += 1
@@ -510,12 +579,27 @@ def generate_level_speculative(
             tokens[cohort.level + j][rows[here]] = np.array(level_tokens)[here]
         for following in split_cohort(config, cohort, result, steps, recompute):
             if following.level == levels:
-                finished.append((following.rows, following.target_covered, following.target_kv,
-                                 following.draft_covered, following.draft_kv))
+                finished.append(
+                    (
+                        following.rows,
+                        following.target_covered,
+                        following.target_kv,
+                        following.draft_covered,
+                        following.draft_kv,
+                    )
+                )
             else:
                 frontier.append(following)
-    return LevelDraftGeneration([mx.array(t) for t in tokens], mx.array(latents), passes, accepted, verified,
-                                predicted, finished, target.position_counts())
+    return LevelDraftGeneration(
+        [mx.array(t) for t in tokens],
+        mx.array(latents),
+        passes,
+        accepted,
+        verified,
+        predicted,
+        finished,
+        target.position_counts(),
+    )
 
 
 def generate_greedy_levels(model: NCM, prefix) -> tuple[list[mx.array], mx.array, list[mx.array]]:
@@ -573,5 +657,4 @@ def level_draft_api(module: ModuleType) -> ModuleType:
     """`module` checked to provide the NCM model and level drafting (`LEVEL_DRAFT_NAMES`)."""
     from ncm_verify.impl import NCM_NAMES, require_names
 
-    return require_names(module, NCM_NAMES + LEVEL_DRAFT_NAMES, "NCM level drafting",
-                         "the level-drafting properties")
+    return require_names(module, NCM_NAMES + LEVEL_DRAFT_NAMES, "NCM level drafting", "the level-drafting properties")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import mlx.core as mx
+import numpy as np
 
 
 def _segments(prefix_length: int, level_sizes: Sequence[int]) -> np.ndarray:

@@ -79,15 +79,14 @@ class NCM(nn.Module):
     def mask(self) -> mx.array:
         return self._mask
 
-    def __call__(self, tokens: mx.array, start: int = 0, cache: list[KV] | None = None,
-                 return_states: bool = False):
+    def __call__(self, tokens: mx.array, start: int = 0, cache: list[KV] | None = None, return_states: bool = False):
         """Run rows ``start..start+len`` of the layout after `cache` (K/V of rows ``< start``).
 
         Returns the final normed hidden states, the per-layer K/V of all rows so
         far, and (with `return_states`) every layer's input and the last output.
         """
         length = tokens.shape[1]
-        mask = self._mask[start:start + length, :start + length]
+        mask = self._mask[start : start + length, : start + length]
         x = self.embed(tokens) + self.positions(mx.arange(start, start + length))
         states, kvs = [x], []
         for index, layer in enumerate(self.layers):
@@ -119,8 +118,11 @@ def _initial_value(name: str, shape: tuple[int, ...], key: mx.array) -> mx.array
     if "norm" in name:
         return mx.ones(shape)
     # unit-variance embeddings, 1/sqrt(fan_in) projections: logits far from uniform
-    scale = 1.0 if len(shape) == 2 and ("embed" in name or "positions" in name or "codebook" in name) \
+    scale = (
+        1.0
+        if len(shape) == 2 and ("embed" in name or "positions" in name or "codebook" in name)
         else 1.0 / math.sqrt(shape[-1])
+    )
     return scale * mx.random.normal(shape, key=key)
 
 
@@ -150,8 +152,9 @@ def fingerprint(model: NCM) -> str:
 
 def save_model(model: NCM, path: str | Path) -> None:
     """Weights as safetensors, with the config in the metadata."""
-    mx.save_safetensors(str(path), dict(tree_flatten(model.parameters())),
-                        metadata={"ncm_config": model.config.to_json()})
+    mx.save_safetensors(
+        str(path), dict(tree_flatten(model.parameters())), metadata={"ncm_config": model.config.to_json()}
+    )
 
 
 def load_model(path: str | Path) -> NCM:

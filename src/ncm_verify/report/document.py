@@ -65,18 +65,20 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
     for mutant in mutants.get("mutants", []):
         caught_by = sorted(mutant.get("caught_by", []))
         claims = sorted({c for node in caught_by for c in claims_of_property.get(node.split("[", 1)[0], [])})
-        rows.append({
-            "name": mutant["name"],
-            "module": mutant.get("module"),
-            "description": mutant.get("description", ""),
-            "caught": bool(mutant.get("caught")),
-            "caught_by": caught_by,
-            "claims": claims,
-            "failed": len(mutant.get("failed", [])),
-            "passed": len(mutant.get("passed", [])),
-            "errors": mutant.get("errors", []),
-            "sweep_error": mutant.get("sweep_error"),
-        })
+        rows.append(
+            {
+                "name": mutant["name"],
+                "module": mutant.get("module"),
+                "description": mutant.get("description", ""),
+                "caught": bool(mutant.get("caught")),
+                "caught_by": caught_by,
+                "claims": claims,
+                "failed": len(mutant.get("failed", [])),
+                "passed": len(mutant.get("passed", [])),
+                "errors": mutant.get("errors", []),
+                "sweep_error": mutant.get("sweep_error"),
+            }
+        )
     rows.sort(key=lambda row: row["name"])
     return {
         "generated": mutants.get("generated"),
@@ -93,8 +95,20 @@ def calibration_summary(calibration: dict | None) -> dict | None:
     """The calibration run: rejections of the correct kernels, and the planted bug's power."""
     if calibration is None:
         return None
-    keys = ("alpha", "runs", "rejections", "binomial_p_value", "ks_uniform_p_value", "check_budget", "p_values",
-            "planted", "power_cases", "size", "generated", "cache")
+    keys = (
+        "alpha",
+        "runs",
+        "rejections",
+        "binomial_p_value",
+        "ks_uniform_p_value",
+        "check_budget",
+        "p_values",
+        "planted",
+        "power_cases",
+        "size",
+        "generated",
+        "cache",
+    )
     return {key: calibration.get(key) for key in keys}
 
 
@@ -105,14 +119,16 @@ def bench_summary(bench: dict | None) -> dict | None:
     rows = []
     for entry in bench.get("benchmarks", []):
         timing = entry.get("stats", {})
-        rows.append({
-            "name": entry.get("fullname") or entry.get("name"),
-            "median_s": timing.get("median"),
-            "mean_s": timing.get("mean"),
-            "stddev_s": timing.get("stddev"),
-            "rounds": timing.get("rounds"),
-            "extra_info": entry.get("extra_info", {}),
-        })
+        rows.append(
+            {
+                "name": entry.get("fullname") or entry.get("name"),
+                "median_s": timing.get("median"),
+                "mean_s": timing.get("mean"),
+                "stddev_s": timing.get("stddev"),
+                "rounds": timing.get("rounds"),
+                "extra_info": entry.get("extra_info", {}),
+            }
+        )
     rows.sort(key=lambda row: str(row["name"]))
     machine = bench.get("machine_info", {})
     return {
@@ -127,9 +143,13 @@ def run_facts(evidence: dict | None, run: dict | None) -> dict:
     """What identifies the run: implementation (name, path, hash, names it defines), profile, run id."""
     facts = {"impl": None, "profile": None, "planned_tests": None}
     if evidence is not None:
-        facts.update(impl=evidence["impl"], profile=evidence.get("profile", "ci"),
-                     planned_tests=(evidence.get("policy") or {}).get("planned_tests"),
-                     run_id=evidence.get("run_id"), implementation=evidence.get("implementation"))
+        facts.update(
+            impl=evidence["impl"],
+            profile=evidence.get("profile", "ci"),
+            planned_tests=(evidence.get("policy") or {}).get("planned_tests"),
+            run_id=evidence.get("run_id"),
+            implementation=evidence.get("implementation"),
+        )
         facts["impl_path"] = (evidence.get("implementation") or {}).get("path_argument")
     return {**facts, **(run or {})}
 
@@ -161,8 +181,14 @@ def build_report(
     mutant_table = mutants_summary(mutants, ledger_claims, expected_mutants)
     calibration_table = calibration_summary(calibration)
     verdict = claim_status.make_verdict(
-        evidence, claims, mutant_table, calibration_table, list(ledger_problems), ledger_claims,
-        phases=facts.get("phases"), run_id=facts.get("run_id") if run else None,
+        evidence,
+        claims,
+        mutant_table,
+        calibration_table,
+        list(ledger_problems),
+        ledger_claims,
+        phases=facts.get("phases"),
+        run_id=facts.get("run_id") if run else None,
     )
     return {
         "schema": REPORT_SCHEMA,
@@ -229,9 +255,12 @@ def policy_table(report: dict) -> Table | None:
     rows = [
         ("family-wise false-failure budget", number(policy["family_budget"])),
         *(
-            [("of which the calibration self-tests", number(policy["selftest_budget"])),
-             ("left to the chi-square properties", number(policy["property_budget"]))]
-            if "selftest_budget" in policy else []
+            [
+                ("of which the calibration self-tests", number(policy["selftest_budget"])),
+                ("left to the chi-square properties", number(policy["property_budget"])),
+            ]
+            if "selftest_budget" in policy
+            else []
         ),
         ("chi-square tests planned (Sidak split)", number(policy["planned_tests"])),
         ("per-test share of the budget", number(policy["per_test_share"])),
@@ -252,20 +281,25 @@ def verdict_table(report: dict) -> Table:
         (name, "passed" if part["passed"] else "failed", "; ".join(part["reasons"]) or "-")
         for name, part in report["run"]["parts"].items()
     ]
-    return Table("Verdict by part", ("part", "verdict", "why"), rows,
-                 f"run verdict: {report['run']['verdict']} (exit status {report['run']['exit_status']})")
+    return Table(
+        "Verdict by part",
+        ("part", "verdict", "why"),
+        rows,
+        f"run verdict: {report['run']['verdict']} (exit status {report['run']['exit_status']})",
+    )
 
 
 def claims_table(report: dict) -> Table:
     rows = [
-        (c["id"], c["status"], number(c["property_count"]), number(c["distinct_examples"]), c["statement"],
-         c["reason"])
+        (c["id"], c["status"], number(c["property_count"]), number(c["distinct_examples"]), c["statement"], c["reason"])
         for c in report["claims"]
     ]
-    note = (f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
-            f"for a statistical one), a chi-square test if statistical, at most "
-            f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
-            "provides itself")
+    note = (
+        f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
+        f"for a statistical one), a chi-square test if statistical, at most "
+        f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
+        "provides itself"
+    )
     return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
 
 
@@ -273,18 +307,28 @@ def properties_table(claim: dict) -> Table:
     rows = []
     for p in claim["properties"]:
         difference = p["largest_difference"]
-        rows.append((
-            p["nodeid"],
-            p["outcome"],
-            f"{number(p['distinct_examples'])} of {number(p['examples'])}",
-            "; ".join([p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]),
-            number(p["duration_s"]),
-            number(p["statistics"]["tests"]) if p["statistics"] else "-",
-            f"{difference['check']}: {number(difference['difference'])} vs {number(difference['tolerance'])}"
-            if difference else "-",
-        ))
-    header = ("property", "outcome", "distinct examples", "evidence", "seconds", "chi-square tests",
-              "largest difference vs tolerance")
+        rows.append(
+            (
+                p["nodeid"],
+                p["outcome"],
+                f"{number(p['distinct_examples'])} of {number(p['examples'])}",
+                "; ".join([p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]),
+                number(p["duration_s"]),
+                number(p["statistics"]["tests"]) if p["statistics"] else "-",
+                f"{difference['check']}: {number(difference['difference'])} vs {number(difference['tolerance'])}"
+                if difference
+                else "-",
+            )
+        )
+    header = (
+        "property",
+        "outcome",
+        "distinct examples",
+        "evidence",
+        "seconds",
+        "chi-square tests",
+        "largest difference vs tolerance",
+    )
     return Table(f"{claim['id']}: properties", header, rows)
 
 
@@ -319,8 +363,17 @@ def statistical_table(report: dict) -> Table:
         )
         for p in statistical_rows(report)
     ]
-    header = ("property", "tests", "distinct laws", "n", "min p-value", "alpha", "min detectable TV", "pooled mass",
-              "rejections")
+    header = (
+        "property",
+        "tests",
+        "distinct laws",
+        "n",
+        "min p-value",
+        "alpha",
+        "min detectable TV",
+        "pooled mass",
+        "rejections",
+    )
     note = "min detectable TV: the smallest total-variation deviation each test detects with the policy's power."
     return Table("Statistical properties", header, rows, note)
 
@@ -330,10 +383,13 @@ def mutants_table(report: dict) -> Table:
     if mutants is None:
         return Table("Planted bugs", ("mutant",), [], "not run: no mutants.json (run the self-tests)")
     rows = [
-        (m["name"], "caught" if m["caught"] else "BROKEN SWEEP" if m.get("sweep_error") else "SURVIVED",
-         ", ".join(m["claims"]) or "-",
-         ", ".join(m["caught_by"]) or ("refused by the verdict" if m["caught"] else "-"),
-         m["description"] + (f" (errors, not catches: {', '.join(m['errors'])})" if m.get("errors") else ""))
+        (
+            m["name"],
+            "caught" if m["caught"] else "BROKEN SWEEP" if m.get("sweep_error") else "SURVIVED",
+            ", ".join(m["claims"]) or "-",
+            ", ".join(m["caught_by"]) or ("refused by the verdict" if m["caught"] else "-"),
+            m["description"] + (f" (errors, not catches: {', '.join(m['errors'])})" if m.get("errors") else ""),
+        )
         for m in mutants["mutants"]
     ]
     note = f"{mutants['caught']} of {len(rows)} planted bugs caught (profile {mutants['profile']})"
@@ -352,11 +408,13 @@ def calibration_table(report: dict) -> Table:
         ("each check fails when its p-value is below", number(calibration.get("check_budget"))),
     ]
     for case in calibration.get("power_cases") or []:
-        rows.append((
-            f"power: {case.get('name')}",
-            f"{number(case.get('rejections'))} of {number(case.get('runs'))} rejected, needs "
-            f"{number(case.get('needed'))} (n {number(case.get('n'))}, alpha {number(case.get('alpha'))})",
-        ))
+        rows.append(
+            (
+                f"power: {case.get('name')}",
+                f"{number(case.get('rejections'))} of {number(case.get('runs'))} rejected, needs "
+                f"{number(case.get('needed'))} (n {number(case.get('n'))}, alpha {number(case.get('alpha'))})",
+            )
+        )
     cache = calibration.get("cache")
     note = f"self-tests from cache key {cache['key']} (ran {cache['ran']})" if cache else ""
     return Table("Calibration and power", ("measure", "value"), rows, note)

@@ -36,7 +36,10 @@ def git_dirty(directory: Path | None = None) -> bool | None:
     try:
         result = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=directory, capture_output=True, text=True, timeout=10,
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None

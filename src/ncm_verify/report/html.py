@@ -57,12 +57,21 @@ LABELLED_BINS = 12
 WORST_BINS = 5
 """Bins listed beside a frequency plot when the record does not list its own."""
 SECTIONS = (
-    ("verdict", "Verdict"), ("not-checked", "What was not checked here"), ("claims", "Claims"),
-    ("failures", "Failures"), ("policy", "Statistical policy"), ("statistical", "Statistical properties"),
+    ("verdict", "Verdict"),
+    ("not-checked", "What was not checked here"),
+    ("claims", "Claims"),
+    ("failures", "Failures"),
+    ("policy", "Statistical policy"),
+    ("statistical", "Statistical properties"),
     ("mlx-lm", "mlx-lm under test"),
-    ("frequencies", "Expected vs observed frequencies"), ("planted-bugs", "Planted bugs"),
-    ("calibration", "Calibration"), ("evidence", "Evidence per claim"), ("unclaimed", "Runs under no claim"),
-    ("benchmarks", "Benchmarks"), ("environment", "Environment"), ("sources", "Sources"),
+    ("frequencies", "Expected vs observed frequencies"),
+    ("planted-bugs", "Planted bugs"),
+    ("calibration", "Calibration"),
+    ("evidence", "Evidence per claim"),
+    ("unclaimed", "Runs under no claim"),
+    ("benchmarks", "Benchmarks"),
+    ("environment", "Environment"),
+    ("sources", "Sources"),
 )
 
 
@@ -160,16 +169,20 @@ def svg_frame(title: str, y_max: float, x_title: str) -> list[str]:
     """An SVG's opening, axes, y-axis label and x-axis title, scaled to `y_max`."""
     bottom = PLOT_HEIGHT - BOTTOM
     return [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
-         f'viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" role="img" aria-label="{escape(title)}">'),
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{PLOT_WIDTH}" height="{PLOT_HEIGHT}" '
+            f'viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" role="img" aria-label="{escape(title)}">'
+        ),
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>',
         f'<line x1="{LEFT - 4}" y1="{TOP}" x2="{LEFT}" y2="{TOP}" stroke="#333"/>',
         f'<line x1="{LEFT}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
         f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{doc.number(y_max)}</text>',
         f'<text x="{LEFT - 6}" y="{bottom}" font-size="10" text-anchor="end">0</text>',
         f'<text x="4" y="14" font-size="12">{escape(clip(title, 60))}</text>',
-        (f'<text x="{(LEFT + PLOT_WIDTH) / 2:.0f}" y="{PLOT_HEIGHT - 4}" font-size="10" '
-         f'text-anchor="middle" fill="#555">{escape(x_title)}</text>'),
+        (
+            f'<text x="{(LEFT + PLOT_WIDTH) / 2:.0f}" y="{PLOT_HEIGHT - 4}" font-size="10" '
+            f'text-anchor="middle" fill="#555">{escape(x_title)}</text>'
+        ),
     ]
 
 
@@ -178,8 +191,14 @@ def clip(text: str, length: int) -> str:
     return text if len(text) <= length else text[: length - 1] + "\u2026"
 
 
-def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[str],
-             reference: list[float] | None = None, reference_label: str = "", x_title: str = "") -> str:
+def bars_svg(
+    title: str,
+    series: list[tuple[str, list[float]]],
+    x_labels: list[str],
+    reference: list[float] | None = None,
+    reference_label: str = "",
+    x_title: str = "",
+) -> str:
     """Grouped bars, one colour per series, with an optional reference tick per group.
 
     Each bar carries a tooltip with its label and value; at most `LABELLED_BINS` labels are written under the axis.
@@ -196,14 +215,18 @@ def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[s
             h = height * value / y_max
             x = LEFT + 2 + i * width + s * bar
             tip = f"{x_labels[i]}: {name} {doc.number(value)}" + (
-                f", {reference_label} {doc.number(reference[i])}" if reference else "")
-            parts.append(f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" '
-                         f'fill="{colours[s % 2]}"><title>{escape(tip)}</title></rect>')
+                f", {reference_label} {doc.number(reference[i])}" if reference else ""
+            )
+            parts.append(
+                f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" '
+                f'fill="{colours[s % 2]}"><title>{escape(tip)}</title></rect>'
+            )
     for i, value in enumerate(reference or []):
         y = bottom - height * value / y_max
         x = LEFT + 2 + i * width
-        parts.append(f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" '
-                     'stroke="#b22" stroke-width="1.5"/>')
+        parts.append(
+            f'<line x1="{x:.2f}" y1="{y:.2f}" x2="{x + width - 1:.2f}" y2="{y:.2f}" stroke="#b22" stroke-width="1.5"/>'
+        )
     step = 1 if groups <= LABELLED_BINS else -(-groups // LABELLED_BINS)
     size = max(8, min(10, int(width / 6) + 4)) if step == 1 else 9
     for i in range(0, groups, step):
@@ -211,12 +234,16 @@ def bars_svg(title: str, series: list[tuple[str, list[float]]], x_labels: list[s
         parts.append(f'<text x="{LEFT + 2 + i * width:.2f}" y="{bottom + 12}" font-size="{size}">{escape(text)}</text>')
     legend_x = PLOT_WIDTH - 130
     for s, (name, _) in enumerate(series):
-        parts.append(f'<rect x="{legend_x}" y="{4 + 12 * s}" width="9" height="9" fill="{colours[s % 2]}"/>'
-                     f'<text x="{legend_x + 12}" y="{12 + 12 * s}" font-size="10">{escape(name)}</text>')
+        parts.append(
+            f'<rect x="{legend_x}" y="{4 + 12 * s}" width="9" height="9" fill="{colours[s % 2]}"/>'
+            f'<text x="{legend_x + 12}" y="{12 + 12 * s}" font-size="10">{escape(name)}</text>'
+        )
     if reference:
-        parts.append(f'<line x1="{legend_x}" y1="{8 + 12 * len(series)}" x2="{legend_x + 9}" '
-                     f'y2="{8 + 12 * len(series)}" stroke="#b22"/><text x="{legend_x + 12}" '
-                     f'y="{12 + 12 * len(series)}" font-size="10">{escape(reference_label)}</text>')
+        parts.append(
+            f'<line x1="{legend_x}" y1="{8 + 12 * len(series)}" x2="{legend_x + 9}" '
+            f'y2="{8 + 12 * len(series)}" stroke="#b22"/><text x="{legend_x + 12}" '
+            f'y="{12 + 12 * len(series)}" font-size="10">{escape(reference_label)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -253,8 +280,10 @@ def worst_bins_table(record: dict) -> str:
         f"<td>{doc.number(row.get('observed'))}</td><td>{doc.number(row.get('contribution'))}</td></tr>"
         for row in worst_bins(record)
     )
-    return ("<table><tr><th>outcome (bin)</th><th>expected</th><th>observed</th><th>chi-square part</th></tr>"
-            f"{rows}</table>")
+    return (
+        "<table><tr><th>outcome (bin)</th><th>expected</th><th>observed</th><th>chi-square part</th></tr>"
+        f"{rows}</table>"
+    )
 
 
 def plotted_record(statistics: dict) -> tuple[dict, str]:
@@ -276,9 +305,14 @@ def frequency_figure(report: dict, p: dict) -> str:
     record, which = plotted_record(p["statistics"])
     labels = bin_labels(record)
     labelled = not labels[0].startswith("bin ") if labels else False
-    svg = bars_svg(record["name"], [("observed", record["observed"])], labels,
-                   reference=record["expected"], reference_label="expected (exact)",
-                   x_title="bins by outcome (hover a bar for its label)" if labelled else "bins by index")
+    svg = bars_svg(
+        record["name"],
+        [("observed", record["observed"])],
+        labels,
+        reference=record["expected"],
+        reference_label="expected (exact)",
+        x_title="bins by outcome (hover a bar for its label)" if labelled else "bins by index",
+    )
     caption = (
         f"{which}: n={record['n']}, df={record['df']}, statistic={doc.number(record['statistic'])}, "
         f"p={doc.number(record['p_value'])}, alpha={doc.number(record['alpha'])}, "
@@ -287,8 +321,10 @@ def frequency_figure(report: dict, p: dict) -> str:
         f"the last bin may pool rare outcomes; {device_note(report)}"
     )
     heading = link(p["nodeid"], property_anchor(p["nodeid"]))
-    return (f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}"
-            "</figcaption></figure>")
+    return (
+        f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}"
+        "</figcaption></figure>"
+    )
 
 
 def frequency_figures(report: dict) -> str:
@@ -311,8 +347,14 @@ def calibration_figure(report: dict, bins: int = 20) -> str:
         counts[min(int(p * bins), bins - 1)] += 1
     labels = [f"{i / bins:.2f}" for i in range(bins)]
     uniform = [len(p_values) / bins] * bins
-    svg = bars_svg("calibration p-values", [("runs", counts)], labels,
-                   reference=uniform, reference_label="uniform expectation", x_title="p-value")
+    svg = bars_svg(
+        "calibration p-values",
+        [("runs", counts)],
+        labels,
+        reference=uniform,
+        reference_label="uniform expectation",
+        x_title="p-value",
+    )
     caption = (
         f"{len(p_values)} chi-square p-values of the correct kernels in {bins} bins; a calibrated test "
         f"gives a flat histogram; {device_note(report)}"
@@ -354,8 +396,10 @@ def claim_details(report: dict) -> str:
         summary = f"{escape(claim['id'])} {status_span(claim['status'])} {breakable(claim['statement'])}"
         body = [
             f"<p>{breakable(claim['reason'])}</p>",
-            (f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
-             f"{breakable(', '.join(claim['paths']) or '-')}</p>"),
+            (
+                f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
+                f"{breakable(', '.join(claim['paths']) or '-')}</p>"
+            ),
         ]
         if claim["properties"]:
             ids = []
@@ -363,8 +407,9 @@ def claim_details(report: dict) -> str:
                 anchor = property_anchor(p["nodeid"])
                 ids.append(anchor if anchor not in placed else f"{claim_anchor(claim['id'])}-{anchor}")
                 placed.add(anchor)
-            body.append(render_table(doc.properties_table(claim), level=4, row_ids=ids,
-                                     anchors={"property": property_anchor}))
+            body.append(
+                render_table(doc.properties_table(claim), level=4, row_ids=ids, anchors={"property": property_anchor})
+            )
         parts.append(f'<details id="{claim_anchor(claim["id"])}"><summary>{summary}</summary>{"".join(body)}</details>')
     return "\n".join(parts)
 
@@ -392,9 +437,12 @@ def unchecked_items(report: dict) -> list[str]:
     profile = report.get("profile")
     if profile and profile != "thorough":
         items.append(f"Examples were drawn under the '{profile}' Hypothesis profile; the thorough profile was not run.")
-    for status, meaning in (("not checkable", "not checkable by a property"),
-                            ("not provided", "not provided by the module under test"),
-                            ("not run", "not run"), ("not shown", "not shown")):
+    for status, meaning in (
+        ("not checkable", "not checkable by a property"),
+        ("not provided", "not provided by the module under test"),
+        ("not run", "not run"),
+        ("not shown", "not shown"),
+    ):
         claims = [c["id"] for c in report["claims"] if c["status"] == status]
         if claims:
             items.append(f"Claims {meaning}: {', '.join(claims)}.")
@@ -403,10 +451,14 @@ def unchecked_items(report: dict) -> list[str]:
         items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
     properties = all_properties(report)
     for summary_of, meaning in (
-        (lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
-         "not provided by the implementation (its calls reached only inherited names, or names it lacks)"),
-        (lambda p: p.get("implementation_use") == "suite",
-         "the suite's own checks: they never call the implementation"),
+        (
+            lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
+            "not provided by the implementation (its calls reached only inherited names, or names it lacks)",
+        ),
+        (
+            lambda p: p.get("implementation_use") == "suite",
+            "the suite's own checks: they never call the implementation",
+        ),
         (lambda p: p["outcome"] == "skipped", "skipped"),
     ):
         nodes = [p["nodeid"] for p in properties if summary_of(p)]
@@ -431,10 +483,12 @@ def contents(report: dict, present: set[str]) -> str:
     """The table of contents: every section on the page, then every claim with its status."""
     sections = "".join(f'<li><a href="#{key}">{escape(title)}</a></li>' for key, title in SECTIONS if key in present)
     claims = "".join(
-        f'<li>{link(c["id"], claim_anchor(c["id"]))} {status_span(c["status"])}</li>' for c in report["claims"]
+        f"<li>{link(c['id'], claim_anchor(c['id']))} {status_span(c['status'])}</li>" for c in report["claims"]
     )
-    return (f'<nav class="toc" aria-label="contents"><strong>Contents</strong><ol>{sections}</ol>'
-            f'<strong>Claims</strong><ul class="claims">{claims}</ul></nav>')
+    return (
+        f'<nav class="toc" aria-label="contents"><strong>Contents</strong><ol>{sections}</ol>'
+        f'<strong>Claims</strong><ul class="claims">{claims}</ul></nav>'
+    )
 
 
 def verdict_html(report: dict) -> str:
@@ -471,12 +525,16 @@ def body_sections(report: dict) -> list[str]:
         claim_details(report),
     ]
     if report["unclaimed"]:
-        body.append('<h2 id="unclaimed">Runs under no claim</h2><ul>'
-                    + "".join(f"<li><code>{breakable(n)}</code></li>" for n in report["unclaimed"]) + "</ul>")
+        body.append(
+            '<h2 id="unclaimed">Runs under no claim</h2><ul>'
+            + "".join(f"<li><code>{breakable(n)}</code></li>" for n in report["unclaimed"])
+            + "</ul>"
+        )
     bench = doc.bench_table(report)
     if bench is not None:
-        body.append(render_table(bench, section="benchmarks")
-                    + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>')
+        body.append(
+            render_table(bench, section="benchmarks") + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>'
+        )
     environment = doc.environment_table(report)
     if environment is not None:
         body.append(render_table(environment, section="environment"))

@@ -183,8 +183,17 @@ def collect_properties(root: Path, properties_dir: str = PROPERTIES_DIR) -> list
         inventory = Path(scratch) / "inventory.json"
         result = subprocess.run(
             [
-                sys.executable, "-m", "pytest", properties_dir, "--collect-only", "-q",
-                "-p", "no:cacheprovider", "-p", "no:xdist", f"--ncm-inventory={inventory}",
+                sys.executable,
+                "-m",
+                "pytest",
+                properties_dir,
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                f"--ncm-inventory={inventory}",
             ],
             cwd=root,
             capture_output=True,

@@ -50,8 +50,13 @@ def render_markdown(report: dict) -> str:
         render_table(doc.claims_table(report)),
         render_failures(report),
     ]
-    for table in (doc.policy_table(report), doc.statistical_table(report), mlx_lm_section.make_table(report),
-                  doc.mutants_table(report), doc.calibration_table(report)):
+    for table in (
+        doc.policy_table(report),
+        doc.statistical_table(report),
+        mlx_lm_section.make_table(report),
+        doc.mutants_table(report),
+        doc.calibration_table(report),
+    ):
         if table is not None:
             parts.append(render_table(table))
     for claim in report["claims"]:

@@ -30,13 +30,15 @@ def make_rows(nodes: list[dict]) -> list[dict]:
         if not node["nodeid"].startswith(PROPERTY_FILE):
             continue
         failure = node.get("failure") or {}
-        rows.append({
-            "property": node["property"].split("::", 1)[1],
-            "case": parametrisation(node["nodeid"]),
-            "verdict": VERDICTS.get(node["outcome"], node["outcome"]),
-            "reason": node.get("xfail_reason") or failure.get("message") or node.get("skip_reason") or "",
-            "examples": (node.get("hypothesis") or {}).get("examples"),
-        })
+        rows.append(
+            {
+                "property": node["property"].split("::", 1)[1],
+                "case": parametrisation(node["nodeid"]),
+                "verdict": VERDICTS.get(node["outcome"], node["outcome"]),
+                "reason": node.get("xfail_reason") or failure.get("message") or node.get("skip_reason") or "",
+                "examples": (node.get("hypothesis") or {}).get("examples"),
+            }
+        )
     return rows
 
 
@@ -60,8 +62,16 @@ def make_table(report: dict):
     return Table(
         f"mlx-lm {section['version'] or '(version not recorded)'} under test",
         ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
-        [(r["property"], r["case"], r["verdict"], str(r["examples"] if r["examples"] is not None else "-"),
-          r["reason"]) for r in section["rows"]],
+        [
+            (
+                r["property"],
+                r["case"],
+                r["verdict"],
+                str(r["examples"] if r["examples"] is not None else "-"),
+                r["reason"],
+            )
+            for r in section["rows"]
+        ],
         f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
         "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
     )

@@ -95,8 +95,20 @@ def stats_summary(records: list[dict]) -> dict | None:
         "impossible_count": sum(r["impossible_count"] for r in records),
         "worst": {
             key: worst[key]
-            for key in ("name", "n", "df", "statistic", "p_value", "alpha", "expected", "observed",
-                        "impossible_count", "context", "passed", "law_digest")
+            for key in (
+                "name",
+                "n",
+                "df",
+                "statistic",
+                "p_value",
+                "alpha",
+                "expected",
+                "observed",
+                "impossible_count",
+                "context",
+                "passed",
+                "law_digest",
+            )
             if key in worst
         },
         # the last failing test is the minimal counterexample's: Hypothesis replays its shrunk example last
@@ -255,8 +267,11 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         listed = count(len(claim["properties"]), "listed property", "listed properties")
         return NOT_RUN, f"{len(missing)} of {listed} did not pass a run: {', '.join(missing)}"
     # thin evidence on what the module does provide is not excused by what it does not
-    thin = [f"{s['nodeid']} ({'; '.join(s['insufficient'])})" for s in summaries
-            if s["insufficient"] and s not in not_provided]
+    thin = [
+        f"{s['nodeid']} ({'; '.join(s['insufficient'])})"
+        for s in summaries
+        if s["insufficient"] and s not in not_provided
+    ]
     if thin:
         return NOT_SHOWN, f"not enough evidence: {', '.join(thin)}"
     if not_provided:
@@ -265,8 +280,11 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
     distinct = sum(s["distinct_examples"] or 0 for s in summaries)
-    return SHOWN, f"{count(len(ran), 'property', 'properties')} passed in {count(len(summaries), 'run')}, " \
-                  f"{count(distinct, 'distinct example')}"
+    return (
+        SHOWN,
+        f"{count(len(ran), 'property', 'properties')} passed in {count(len(summaries), 'run')}, "
+        f"{count(distinct, 'distinct example')}",
+    )
 
 
 def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list[dict]:
@@ -275,21 +293,23 @@ def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list
     for claim in ledger_claims:
         summaries = [property_summary(node, run, claim["id"]) for node in claim_nodes(claim, nodes)]
         status, reason = derive_status(claim, summaries)
-        claims.append({
-            "id": claim["id"],
-            "statement": claim["statement"],
-            "status": status,
-            "reason": reason,
-            "sources": claim["sources"],
-            "basis": claim.get("basis"),
-            "paths": claim["paths"],
-            "listed_properties": claim["properties"],
-            "benchmarks": claim["benchmarks"],
-            "property_count": len({s["property"] for s in summaries}),
-            "examples": sum(s["examples"] or 0 for s in summaries),
-            "distinct_examples": sum(s["distinct_examples"] or 0 for s in summaries),
-            "properties": summaries,
-        })
+        claims.append(
+            {
+                "id": claim["id"],
+                "statement": claim["statement"],
+                "status": status,
+                "reason": reason,
+                "sources": claim["sources"],
+                "basis": claim.get("basis"),
+                "paths": claim["paths"],
+                "listed_properties": claim["properties"],
+                "benchmarks": claim["benchmarks"],
+                "property_count": len({s["property"] for s in summaries}),
+                "examples": sum(s["examples"] or 0 for s in summaries),
+                "distinct_examples": sum(s["distinct_examples"] or 0 for s in summaries),
+                "properties": summaries,
+            }
+        )
     return claims
 
 
@@ -309,8 +329,11 @@ def properties_part(evidence: dict | None) -> list[str]:
 
 
 def claims_part(claims: list[dict]) -> list[str]:
-    reasons = [f"{c['id']} {c['status']}: {c['reason']}" for c in claims
-               if c["status"] not in ACCEPTABLE_CLAIM_STATUSES and c["status"] != FAILED]
+    reasons = [
+        f"{c['id']} {c['status']}: {c['reason']}"
+        for c in claims
+        if c["status"] not in ACCEPTABLE_CLAIM_STATUSES and c["status"] != FAILED
+    ]
     if claims and not any(c["status"] == SHOWN for c in claims):
         reasons.append("no claim was shown")
     failed = [c["id"] for c in claims if c["status"] == FAILED]
@@ -354,8 +377,10 @@ def calibration_part(calibration: dict | None) -> list[str]:
         reasons.append("no power case recorded")
     for case in cases:
         if case.get("rejections") is None or case.get("needed") is None or case["rejections"] < case["needed"]:
-            reasons.append(f"power case {case.get('name')}: {case.get('rejections')} of {case.get('runs')} "
-                           f"rejected, needs {case.get('needed')}")
+            reasons.append(
+                f"power case {case.get('name')}: {case.get('rejections')} of {case.get('runs')} "
+                f"rejected, needs {case.get('needed')}"
+            )
     return reasons
 
 

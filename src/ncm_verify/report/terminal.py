@@ -36,13 +36,15 @@ def render_terminal(report: dict) -> str:
         )
     mutants = report["mutants"]
     lines.append(
-        "  planted bugs: not run" if mutants is None
+        "  planted bugs: not run"
+        if mutants is None
         else f"  planted bugs: {mutants['caught']} of {len(mutants['mutants'])} caught"
         + (f"; SURVIVED: {', '.join(mutants['survived'])}" if mutants["survived"] else "")
     )
     calibration = report["calibration"]
     lines.append(
-        "  calibration: not run" if calibration is None
+        "  calibration: not run"
+        if calibration is None
         else f"  calibration: {calibration['rejections']} of {calibration['runs']} rejected at alpha "
         f"{doc.number(calibration['alpha'])}, binomial p={doc.number(calibration['binomial_p_value'])}, "
         f"KS p={doc.number(calibration.get('ks_uniform_p_value'))}; "
