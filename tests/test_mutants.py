@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from ncm_verify.mutants import (
-    EVIDENCE_MUTANTS, EXACT_STEP_MUTANTS, LEVEL_DRAFTING_MUTANTS, MUTANTS, PREFIX_CACHE_MUTANTS,
+    EVIDENCE_MUTANTS,
+    EXACT_STEP_MUTANTS,
+    LEVEL_DRAFTING_MUTANTS,
+    MUTANTS,
+    PREFIX_CACHE_MUTANTS,
 )
 from ncm_verify.report import document as doc
 from ncm_verify.report import status
@@ -29,7 +33,8 @@ LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
-    path for path in PROPERTY_FILES
+    path
+    for path in PROPERTY_FILES
     if "test_prefix" not in path and "test_mlx_lm_loop" not in path and path not in LEVEL_DRAFTING_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
@@ -45,13 +50,33 @@ def breaks_the_sweep(node: dict) -> bool:
     return failure.get("phase") != "call" or any(broken in kind for broken in BROKEN_KINDS)
 
 
-def run_properties(module: str, files: list[str], scratch: Path, env: dict) -> tuple[dict, str | None]:
-    """Run the properties in `files` against `module`: (evidence.json, why the sweep broke or None)."""
+def run_properties(
+    module: str, files: list[str], scratch: Path, env: dict, *, stop_when_caught: bool = True
+) -> tuple[dict, str | None]:
+    """Run the properties in `files` against `module`: (evidence.json, why the sweep broke or None).
+
+    A bug is caught by one property failing by assertion, so the run stops there unless told otherwise.
+    """
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", *files, f"--impl={module}", "-q", "-p", "no:xdist",
-             f"--ncm-report-dir={scratch}"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *files,
+                f"--impl={module}",
+                "-q",
+                "-p",
+                "no:xdist",
+                f"--ncm-report-dir={scratch}",
+                *(["--ncm-stop-when-caught"] if stop_when_caught else []),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SWEEP_TIMEOUT,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {}, f"timed out after {SWEEP_TIMEOUT} s"
@@ -74,9 +99,15 @@ def sweep_verdict(name: str, module: str, evidence: dict, broken: str | None) ->
     if broken is None and not nodes:
         broken = "no property ran"
     return {
-        "name": name, "module": module, "description": MUTANTS.get(name) or EVIDENCE_MUTANTS.get(name),
-        "caught": bool(failed) and broken is None, "caught_by": failed, "failed": failed, "errors": errors,
-        "passed": sorted(n["nodeid"] for n in nodes if n["outcome"] == "passed"), "sweep_error": broken,
+        "name": name,
+        "module": module,
+        "description": MUTANTS.get(name) or EVIDENCE_MUTANTS.get(name),
+        "caught": bool(failed) and broken is None,
+        "caught_by": failed,
+        "failed": failed,
+        "errors": errors,
+        "passed": sorted(n["nodeid"] for n in nodes if n["outcome"] == "passed"),
+        "sweep_error": broken,
     }
 
 
@@ -88,9 +119,15 @@ def keep(reports: Path, verdict: dict) -> None:
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
     module = f"ncm_verify.mutants.{name}"
-    files = (PREFIX_PROPERTIES if name in PREFIX_CACHE_MUTANTS
-             else LEVEL_DRAFTING_PROPERTIES if name in LEVEL_DRAFTING_MUTANTS
-             else EXACT_STEP_PROPERTIES if name in EXACT_STEP_MUTANTS else KERNEL_PROPERTIES)
+    files = (
+        PREFIX_PROPERTIES
+        if name in PREFIX_CACHE_MUTANTS
+        else LEVEL_DRAFTING_PROPERTIES
+        if name in LEVEL_DRAFTING_MUTANTS
+        else EXACT_STEP_PROPERTIES
+        if name in EXACT_STEP_MUTANTS
+        else KERNEL_PROPERTIES
+    )
     evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))
     verdict = sweep_verdict(name, module, evidence, broken)
     keep(reports, verdict)
@@ -141,6 +178,7 @@ def test_only_a_failure_by_assertion_catches_a_bug_and_a_broken_set_up_breaks_th
 
 
 def test_a_pytest_exit_status_without_a_verdict_breaks_the_sweep(tmp_path, nested_environment):
-    evidence, broken = run_properties("ncm_verify.reference", ["properties/test_missing.py"], tmp_path,
-                                      nested_environment("selftest"))
+    evidence, broken = run_properties(
+        "ncm_verify.reference", ["properties/test_missing.py"], tmp_path, nested_environment("selftest")
+    )
     assert broken is not None and broken.startswith("pytest exited 4")

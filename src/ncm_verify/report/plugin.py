@@ -62,6 +62,11 @@ def pytest_addoption(parser):
         help="stamp evidence.json with this run id, so that a report never reads another run's evidence",
     )
     group.addoption(
+        "--ncm-stop-when-caught",
+        action="store_true",
+        help="stop at the first property that fails by assertion (the planted-bug sweep needs only one)",
+    )
+    group.addoption(
         "--ncm-inventory",
         default=None,
         help="write the collected tests with their claim markers to this JSON file",
@@ -266,9 +271,7 @@ def item_evidence(item) -> dict:
     nodeid = item.nodeid
     start = item.stash.get(_RECORDS_START, len(stats.RECORDS))
     records = [r for r in stats.RECORDS[start:] if r.get("test") == nodeid]
-    differences = sorted(
-        (d for d in evidence.DIFFERENCES.values() if d["test"] == nodeid), key=lambda d: d["check"]
-    )
+    differences = sorted((d for d in evidence.DIFFERENCES.values() if d["test"] == nodeid), key=lambda d: d["check"])
     for difference in differences:  # keep memory flat over a long run
         evidence.DIFFERENCES.pop(f"{nodeid}::{difference['check']}", None)
     test = getattr(item, "obj", None)
@@ -303,6 +306,8 @@ def pytest_runtest_makereport(item, call):
         if report.failed and call.excinfo is not None:
             names = _RECORDER[0].example_names if _RECORDER else ()
             found["failure_kind"] = failure_kind(call.excinfo)
+            if found["failure_kind"] == "assertion" and item.config.getoption("--ncm-stop-when-caught"):
+                item.session.shouldfail = "a property failed by assertion: the planted bug is caught"
             found["failure_claims"] = attributed_claims(found["claims"], names)
             found["failure_kernels"] = sorted(names)
         report.user_properties.append((EVIDENCE_PROPERTY, json.dumps(found, default=float)))
@@ -310,9 +315,7 @@ def pytest_runtest_makereport(item, call):
 
 # --- the controller: merge the reports of every phase, write evidence.json ---
 
-_FALSIFYING = re.compile(
-    r"^(?:Falsifying (?:explicit )?example|Failing test case):.*?(?:^\)$|\Z)", re.M | re.S
-)
+_FALSIFYING = re.compile(r"^(?:Falsifying (?:explicit )?example|Failing test case):.*?(?:^\)$|\Z)", re.M | re.S)
 _HYPOTHESIS_TAIL = re.compile(r"^(?:Falsifying|Failing test case:|You can reproduce)", re.M)
 """Where Hypothesis's own lines start in a crash message; the report shows them apart."""
 _REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
