@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,18 @@ def pytest_sessionfinish(session):
             "size": calibration.get("size"),
         }
         (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
+
+
+@pytest.fixture
+def run_pytest():
+    """Run pytest in a folder holding a suite of its own (claim markers registered); the completed process."""
+
+    def run(folder: Path, *args: str) -> subprocess.CompletedProcess:
+        (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+        return subprocess.run(command, cwd=folder, capture_output=True, text=True)
+
+    return run
 
 
 @pytest.fixture

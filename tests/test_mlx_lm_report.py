@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 
 from ncm_verify.report import markdown, mlx_lm_section
@@ -30,31 +29,16 @@ def test_pass():
 """
 
 
-def run_suite(tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+def run_suite(tmp_path, run_pytest) -> tuple[subprocess.CompletedProcess, dict]:
     folder = tmp_path / "properties"
     folder.mkdir()
     (folder / "test_mlx_lm_loop.py").write_text(textwrap.dedent(SUITE))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "properties",
-            f"--ncm-report-dir={tmp_path / 'reports'}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    result = run_pytest(tmp_path, "properties", f"--ncm-report-dir={tmp_path / 'reports'}")
     return result, json.loads((tmp_path / "reports" / "evidence.json").read_text())
 
 
-def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_the_run(tmp_path):
-    result, evidence = run_suite(tmp_path)
+def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_the_run(tmp_path, run_pytest):
+    result, evidence = run_suite(tmp_path, run_pytest)
     outcomes = {n["nodeid"].rsplit("::", 1)[1]: n["outcome"] for n in evidence["properties"]}
     assert outcomes == {"test_known_bug": "xfailed", "test_fixed_bug": "failed", "test_pass": "passed"}
     assert result.returncode == 1, result.stdout  # the XPASS(strict) alone fails the run
@@ -66,8 +50,8 @@ def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_
     assert section["version"] == evidence["environment"]["mlx_lm"] and section["version"]
 
 
-def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path):
-    _, evidence = run_suite(tmp_path)
+def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path, run_pytest):
+    _, evidence = run_suite(tmp_path, run_pytest)
     ledger = {"sources": [], "claims": []}
     text = markdown.render_markdown(build_report(ledger, evidence))
     assert f"## mlx-lm {evidence['environment']['mlx_lm']} under test" in text

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -326,24 +324,9 @@ def test_fails(x):
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers):
+def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers, run_pytest):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *workers,
-            f"--ncm-report-dir={tmp_path / 'reports'}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    result = run_pytest(tmp_path, *workers, f"--ncm-report-dir={tmp_path / 'reports'}")
     assert result.returncode == 1, result.stdout + result.stderr
     evidence = json.loads((tmp_path / "reports" / "evidence.json").read_text())
     nodes = {n["nodeid"]: n for n in evidence["properties"]}
@@ -377,15 +360,9 @@ def test_runs_two_tests_but_plans_one(seed):
 """
 
 
-def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path):
+def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path, run_pytest):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(OVERSPENT))
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--ncm-report-dir={tmp_path / 'r'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    result = run_pytest(tmp_path, f"--ncm-report-dir={tmp_path / 'r'}")
     budget = json.loads((tmp_path / "r" / "evidence.json").read_text())["budget"]
     assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
     assert budget["chi_square_tests_run"] == 4 and budget["planned_tests"] == 2
@@ -646,29 +623,18 @@ def test_fails_a_check(impl):
 """
 
 
-def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path):
+def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path, run_pytest):
     (tmp_path / "my_port.py").write_text(PORT)
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "test_port.py",
-            f"--impl={tmp_path / 'my_port.py'}",
-            "--ncm-planned-tests=7",
-            f"--ncm-report-dir={tmp_path / 'r'}",
-            "--ncm-run-id=run-1",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    result = run_pytest(
+        tmp_path,
+        "-p",
+        "no:xdist",
+        "test_port.py",
+        f"--impl={tmp_path / 'my_port.py'}",
+        "--ncm-planned-tests=7",
+        f"--ncm-report-dir={tmp_path / 'r'}",
+        "--ncm-run-id=run-1",
     )
     assert result.returncode == 1, result.stdout + result.stderr
     evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
@@ -692,25 +658,9 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     assert nodes["test_fails_a_check"]["failure"]["kernels"] == ["verify_greedy"]
 
 
-def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path):
+def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest):
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "test_port.py",
-            "--impl=ncm_verify.mutants.ratio_invrted",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    result = run_pytest(tmp_path, "-p", "no:xdist", "test_port.py", "--impl=ncm_verify.mutants.ratio_invrted")
     assert result.returncode == 4
     output = result.stdout + result.stderr
     assert output.count("cannot import implementation module") == 1
