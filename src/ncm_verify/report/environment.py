@@ -16,34 +16,24 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def git_commit(directory: Path | None = None) -> str | None:
-    """The checked-out commit, or None outside a git work tree."""
+def git_output(directory: Path | None, *args: str) -> str | None:
+    """What `git args` prints in `directory`, stripped; None outside a git work tree or without git."""
     try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        result = subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def git_commit(directory: Path | None = None) -> str | None:
+    """The checked-out commit, or None outside a git work tree."""
+    return git_output(directory, "rev-parse", "HEAD") or None
 
 
 def git_dirty(directory: Path | None = None) -> bool | None:
     """Whether the work tree has uncommitted changes; None outside a git work tree."""
-    try:
-        result = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(result.stdout.strip()) if result.returncode == 0 else None
+    status = git_output(directory, "status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
 
 
 def describe_environment() -> dict:
