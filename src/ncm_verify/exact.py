@@ -161,14 +161,6 @@ def chain_output_distribution(fixture: AutoregressiveFixture, draft_length: Draf
     return dict(finished)
 
 
-def acceptance_law(fixture: AutoregressiveFixture, context: tuple[int, ...], num_draft: int) -> np.ndarray:
-    """Exact law of the number of accepted drafts in one round: ``[num_draft + 1]``."""
-    law = np.zeros(num_draft + 1)
-    for tokens, probability in chain_round(fixture, context, num_draft).items():
-        law[len(tokens) - 1] += probability
-    return law
-
-
 def target_joint(fixture: AutoregressiveFixture) -> dict:
     """The target's joint distribution of its first `fixture.length` tokens."""
     joint = {}
