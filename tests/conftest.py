@@ -2,16 +2,36 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+SELFTEST_DIR = "NCM_VERIFY_SELFTEST_DIR"
+OWN_SELFTEST_DIR = pytest.StashKey[str]()
+
 
 def report_dir() -> Path:
-    """Teeth verdicts go beside `make verify`'s report (kept apart from this run's own evidence)."""
-    return Path(os.environ.get("NCM_VERIFY_SELFTEST_DIR", "reports"))
+    """Where the teeth verdicts of this session go: the folder `make verify` names (its self-test cache)."""
+    return Path(os.environ[SELFTEST_DIR])
+
+
+def pytest_configure(config):
+    """A session `make verify` did not start gets a fresh folder: merging parts left under reports/ by an earlier
+    session would overwrite the last run's mutants.json with stale verdicts (xdist workers inherit the variable)."""
+    if not hasattr(config, "workerinput") and not os.environ.get(SELFTEST_DIR):
+        config.stash[OWN_SELFTEST_DIR] = os.environ[SELFTEST_DIR] = tempfile.mkdtemp(prefix="ncm-verify-selftests-")
+
+
+def pytest_unconfigure(config):
+    """The fresh folder holds nothing anyone reads once the session's verdicts are printed."""
+    folder = config.stash.get(OWN_SELFTEST_DIR, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        del os.environ[SELFTEST_DIR]
 
 
 @pytest.fixture
