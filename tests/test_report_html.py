@@ -20,6 +20,7 @@ from ncm_verify.report.html import (
     property_anchor,
     render_cell,
     render_html,
+    unchecked_html,
     unchecked_items,
 )
 
@@ -225,8 +226,12 @@ def test_bins_of_a_record_without_labels_are_named_by_index():
     assert ">bin 0<" in figure and "bins by index" in figure
 
 
+def unchecked_texts(report: dict) -> list[str]:
+    return [text for text, _ in unchecked_items(report)]
+
+
 def test_what_was_not_checked_is_derived_from_the_run():
-    on_cpu, on_gpu = unchecked_items(make_report()), unchecked_items(make_report("Device(gpu, 0)"))
+    on_cpu, on_gpu = unchecked_texts(make_report()), unchecked_texts(make_report("Device(gpu, 0)"))
     assert any("no Metal/GPU kernel path was run" in item for item in on_cpu)
     assert not any("GPU" in item for item in on_gpu)
     assert any("not checkable" in item and "C10" in item for item in on_cpu)
@@ -236,10 +241,15 @@ def test_what_was_not_checked_is_derived_from_the_run():
     report["mutants"] = None
     report["claims"][0]["properties"][0]["implementation_use"] = "inherited"
     items = unchecked_items(report)
-    assert any("planted-bug sweep did not run" in item for item in items)
-    assert any("not provided by the implementation" in item and LONG_ID in item for item in items)
+    assert any("planted-bug sweep did not run" in text for text, _ in items)
+    file_of_long_id = LONG_ID.split("::")[0].rsplit("/", 1)[-1]
+    assert any(
+        "not provided by the implementation" in text and f"{file_of_long_id} (1)" in text and LONG_ID in nodes[0]
+        for text, nodes in items
+    ), "the item counts the inherited run under its file and lists its node id"
+    assert LONG_ID in unchecked_html(report).replace("<wbr>", ""), "the folded list still names every node id"
     report["run_facts"] = {"implementation": {"inherits": ["verify_greedy", "apply_chain"]}}
-    assert any("inherits" in item and "verify_greedy, apply_chain" in item for item in unchecked_items(report))
+    assert any("inherits" in text and "verify_greedy, apply_chain" in text for text in unchecked_texts(report))
 
 
 def test_long_words_get_break_opportunities_and_stay_escaped():
