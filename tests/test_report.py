@@ -595,6 +595,15 @@ def verify_greedy(target, draft_tokens, *, num_draft=None):
 PORT_SUITE = """
 import mlx.core as mx
 import pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.claim("C5")
+@settings(database=None, derandomize=True, max_examples=100)
+@given(st.integers(0, 100))
+def test_fails_two_distinct_ways(impl, x):
+    if x % 2:
+        assert x < 3, "the odd check"
+    assert x < 4, "the even check"
 
 @pytest.mark.claim("C7")
 def test_calls_its_own_kernel(impl):
@@ -656,6 +665,10 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     assert nodes["test_fails_a_check"]["outcome"] == "failed"
     assert nodes["test_fails_a_check"]["failure"]["kind"] == "assertion"
     assert nodes["test_fails_a_check"]["failure"]["kernels"] == ["verify_greedy"]
+    group = nodes["test_fails_two_distinct_ways"]["failure"]
+    assert group["kind"] == "assertion" and "Failure 2 of 2" in group["message"], group["message"]
+    assert "the odd check" in group["message"] and "the even check" in group["message"]
+    assert "x=" in (group["falsifying_example"] or ""), "the first failure's example is shown, not the group's header"
 
 
 def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest):

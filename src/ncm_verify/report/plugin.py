@@ -260,6 +260,21 @@ def failure_kind(excinfo) -> str:
     return ", ".join(sorted(kinds))
 
 
+def group_message(error: BaseException) -> str | None:
+    """Each failure of a Hypothesis group with its own message and falsifying example; None for one failure.
+
+    The group's own text is one line ("found 2 distinct failures"): the checks' messages live in its members.
+    """
+    members = getattr(error, "exceptions", None)
+    if not members:
+        return None
+    parts = [f"Hypothesis found {len(members)} distinct failures."]
+    for number, member in enumerate(members, 1):
+        notes = "\n".join(getattr(member, "__notes__", ()))
+        parts.append(f"Failure {number} of {len(members)}: {type(member).__name__}: {member}\n{notes}".rstrip())
+    return "\n\n".join(parts)[:MAX_MESSAGE_CHARS]
+
+
 def attributed_claims(claims: list[str], names) -> list[str] | None:
     """The item's claims that the kernels of the failing example bear on (None: all of its claims)."""
     touched = sorted({KERNEL_CLAIMS[name] for name in names if name in KERNEL_CLAIMS} & set(claims))
@@ -310,6 +325,7 @@ def pytest_runtest_makereport(item, call):
                 item.session.shouldfail = "a property failed by assertion: the planted bug is caught"
             found["failure_claims"] = attributed_claims(found["claims"], names)
             found["failure_kernels"] = sorted(names)
+            found["failure_group"] = group_message(call.excinfo.value)
         report.user_properties.append((EVIDENCE_PROPERTY, json.dumps(found, default=float)))
 
 
@@ -402,13 +418,14 @@ class EvidenceCollector:
                 kind = "assertion"  # a known upstream bug no longer shows: a verdict, so the run tells us
             # a check that failed is a verdict; anything else raised is an error of the run
             entry["outcome"] = "failed" if kind == "assertion" else "error"
+            group = entry.pop("failure_group", None)
             entry["failure"] = {
                 "phase": report.when,
                 "kind": kind,
                 "claims": entry.pop("failure_claims", None),
                 "kernels": entry.pop("failure_kernels", []),
-                "message": _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
-                **failure_details(report_text(report)),
+                "message": group or _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
+                **failure_details(group or report_text(report)),
             }
 
     def policy(self) -> dict:
