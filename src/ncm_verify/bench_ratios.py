@@ -57,7 +57,17 @@ def format_kernel_rows(kernels: list[dict]) -> str:
 
 
 def format_cache_rows(generations: list[dict]) -> str:
-    header = ("case", "path", "median", "speedup", "predicted", "of predicted", "peak MLX memory")
+    """One line per (case, path), then per case the split of uncached and warm calls into layers and a fixed cost."""
+    header = (
+        "case",
+        "path",
+        "median [q1, q3]",
+        "speedup",
+        "predicted",
+        "of predicted",
+        "pairs predicted",
+        "peak MLX memory",
+    )
     lines = []
     for case in generations:
         for name, row in case["contenders"].items():
@@ -67,14 +77,34 @@ def format_cache_rows(generations: list[dict]) -> str:
                 (
                     case["case"],
                     name,
-                    milliseconds(row["median_s"]),
+                    f"{milliseconds(row['median_s'])} [{row['q1_s'] * 1e3:.3g}, {row['q3_s'] * 1e3:.3g}]",
                     multiple(ratios.get("vs uncached")),
                     multiple(row.get("predicted_speedup")),
                     "-" if "of predicted" not in ratios else f"{ratios['of predicted']:.0%}",
+                    multiple(row.get("predicted_speedup_pairs")),
                     "-" if peak is None else f"{peak / 2**20:.1f} MiB",
                 )
             )
-    return render_columns(header, lines)
+    splits = [format_layer_split(case) for case in generations if "layers" in case["contenders"]["cached warm"]]
+    note = (
+        "predicted: C4's positions per layer, uncached / cached; pairs predicted: attention pairs (query x key) "
+        "per layer, the same way. A layer's cost grows with both, so its speedup lies between the two."
+    )
+    return "\n".join([render_columns(header, lines), *splits, note])
+
+
+def format_layer_split(case: dict) -> str:
+    """The uncached and warm medians split into a cost per layer and a fixed cost per call (timed at 1 layer)."""
+    split = case["contenders"]["cached warm"]["layers"]["median"]
+    per_layer, fixed = (
+        f"uncached {milliseconds(split[f'uncached {part}'])}, warm {milliseconds(split[f'cached warm {part}'])}"
+        for part in ("layer_s", "fixed_s")
+    )
+    return (
+        f"{case['case']}: per layer {per_layer}; fixed per call {fixed}; layers' speedup "
+        f"{split['layers speedup']:.2f}x = {split['layers of predicted']:.0%} of predicted, "
+        f"{split['layers of pairs predicted']:.0%} of pairs predicted"
+    )
 
 
 def render_columns(header: tuple, lines: list[tuple]) -> str:
