@@ -88,7 +88,10 @@ def format_cache_rows(generations: list[dict]) -> str:
     splits = [format_layer_split(case) for case in generations if "layers" in case["contenders"]["cached warm"]]
     note = (
         "predicted: C4's positions per layer, uncached / cached; pairs predicted: attention pairs (query x key) "
-        "per layer, the same way. A layer's cost grows with both, so its speedup lies between the two."
+        "per layer, the same way. Were a layer's cost a sum of costs per position and per pair, its speedup "
+        "would lie between the two. Fixed per call: the rest of a call (embedding, heads, sampling, keys, look-ups), "
+        "from its time at 1 layer. Cold may beat both: the prefix's last-layer attention and MLP feed nothing, "
+        "and MLX's lazy graph never computes them."
     )
     return "\n".join([render_columns(header, lines), *splits, note])
 
