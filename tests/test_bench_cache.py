@@ -50,3 +50,10 @@ def test_a_tiny_cache_case_reports_both_predictions_and_the_layer_split():
         assert split["layers speedup"] == pytest.approx(split["uncached layer_s"] / split["cached warm layer_s"])
     table = bench_ratios.format_cache_rows([case])
     assert "cached warm, 1 layer" in table and "layers' speedup" in table and "pairs predicted" in table
+    bench_document = {
+        **{key: "x" for key in ("impl", "commit", "datetime", "device")},
+        "kernels": [],
+        "generation": [case],
+    }
+    line = bench_ratios.c9_summary({**bench_document, "schema": bench_ratios.BENCH_SCHEMA}, "x", "x")
+    assert "of the attention pairs' prediction" in line, line

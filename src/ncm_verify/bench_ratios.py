@@ -202,9 +202,16 @@ def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:
                 shown = ", ".join(f"{key} {value:.2f}" for key, value in ratios.items())
                 parts.append(f"B={case['batch']} {name}: {shown}")
     for case in bench["generation"]:
-        warm = case["contenders"]["cached warm"]["ratios"]
+        warm = case["contenders"]["cached warm"]
+        layers = warm.get("layers", {}).get("median")
+        split = (
+            ""
+            if layers is None
+            else f"; its layers {layers['layers speedup']:.2f}x, {layers['layers of predicted']:.0%} of predicted, "
+            f"{layers['layers of pairs predicted']:.0%} of the attention pairs' prediction"
+        )
         parts.append(
-            f"{case['case']}: cached warm {warm['vs uncached']['value']:.2f}x "
-            f"({warm['of predicted']['value']:.0%} of predicted)"
+            f"{case['case']}: cached warm {warm['ratios']['vs uncached']['value']:.2f}x "
+            f"({warm['ratios']['of predicted']['value']:.0%} of predicted{split})"
         )
     return f"measured by make bench ({bench['datetime']}, {bench['device']}), not asserted: " + "; ".join(parts)
