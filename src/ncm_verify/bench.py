@@ -429,62 +429,145 @@ def peak_bytes(function: Callable[[], object]) -> int:
     return int(mx.get_peak_memory())
 
 
-def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, budget_s: float) -> dict:
-    """Uncached vs cached (cold, warm, loaded from disk) generation, beside C4's predicted speedups."""
+@dataclasses.dataclass(frozen=True)
+class CacheBench:
+    """One cache config's model, a batch of prefixes, a key, and a cache already holding those prefixes."""
+
+    impl: object
+    model: object
+    prefix: mx.array
+    key: mx.array
+    warm: object
+
+    def uncached(self):
+        return generation(self.impl.generate_uncached, self.model, self.prefix, self.key)
+
+    def cached(self, cache=None):
+        return generation(self.impl.generate_cached, self.model, self.prefix, self.key, cache=cache)
+
+    def contenders(self) -> dict[str, Callable[[], object]]:
+        """Uncached; cached cold (a fresh cache: every row misses, is computed and stored); cached warm."""
+        return {
+            "uncached": self.uncached,
+            "cached cold": lambda: self.cached(self.impl.PrefixCache(max_bytes=1 << 30)),
+            "cached warm": lambda: self.cached(self.warm),
+        }
+
+
+def make_cache_bench(impl, overrides: dict, batch: int) -> CacheBench:
     model = make_cache_model(impl, overrides)
     config = model.config
     prefix = mx.random.randint(0, config.vocab_size, (batch, config.prefix_length), key=mx.random.key(7))
-    prefix = prefix.astype(mx.int32)
-    key = mx.random.key(0)
-    warm = impl.PrefixCache(max_bytes=1 << 30)
-    generation(impl.generate_cached, model, prefix, key, cache=warm)
+    made = CacheBench(impl, model, prefix.astype(mx.int32), mx.random.key(0), impl.PrefixCache(max_bytes=1 << 30))
+    made.cached(made.warm)  # fills the warm cache
+    return made
+
+
+CACHE_BUDGET_SCALE = 4
+"""A cache case gets this many times a kernel case's time budget: its calls take 15 ms to 1 s, and with
+the 8 s default the longer-prefix case stopped after 4 rounds, too few for quartiles."""
+ONE_LAYER = ", 1 layer"
+"""Suffix of the contenders timed on the same config with one layer: the difference is the layers' cost."""
+
+
+def split_layers(full: float, one: float, layers: int) -> dict:
+    """Seconds per layer and fixed seconds per call (embedding, heads, sampling, keys, cache look-ups),
+    from one call's time with `layers` layers and with one (each layer has the same shapes)."""
+    per_layer = (full - one) / (layers - 1)
+    return {"layer_s": per_layer, "fixed_s": one - per_layer}
+
+
+def layer_speedups(times: dict[str, list], layers: int, predicted: dict) -> dict:
+    """Per statistic, the uncached and warm calls split into layers and a fixed cost, and the layers'
+    speedup beside both predictions: C4's positions count models the layers' work, not the fixed cost."""
+    split = {}
+    for statistic, reduce in STATISTICS.items():
+        parts = {
+            name: split_layers(reduce(times[name]), reduce(times[name + ONE_LAYER]), layers)
+            for name in ("uncached", "cached warm")
+        }
+        speedup = parts["uncached"]["layer_s"] / parts["cached warm"]["layer_s"]
+        split[statistic] = {
+            **{f"{name} {part}": value for name, halves in parts.items() for part, value in halves.items()},
+            "layers speedup": speedup,
+            "layers of predicted": speedup / predicted["positions"],
+            "layers of pairs predicted": speedup / predicted["pairs"],
+        }
+    return split
+
+
+def predicted_speedups(config, batch: int) -> dict[str, dict]:
+    """Per cached contender, C4's predicted speedup from positions and the one from attention pairs."""
+    hits = {"cached cold": 0, "cached warm": batch, "loaded then warm": batch}
+    return {
+        name: {
+            "positions": accounting.uncached_positions(config, batch)
+            / accounting.cached_positions(config, batch, prefix_hits),
+            "pairs": accounting.uncached_pairs(config, batch) / accounting.cached_pairs(config, batch, prefix_hits),
+        }
+        for name, prefix_hits in hits.items()
+    }
+
+
+def run_cache_case(impl, label: str, overrides: dict, batch: int, rounds: int, budget_s: float) -> dict:
+    """Uncached vs cached (cold, warm, loaded from disk) generation, beside C4's predicted speedups.
+
+    The uncached and warm calls are also timed with one layer, side by side, to split each into a
+    cost per layer (what C4's counts model) and a fixed cost per call that they do not.
+    """
+    cache_bench = make_cache_bench(impl, overrides, batch)
+    config = cache_bench.model.config
+    contenders = cache_bench.contenders()
+    if config.num_layers > 1:
+        one_layer = make_cache_bench(impl, {**overrides, "num_layers": 1}, batch)
+        contenders.update(
+            {name + ONE_LAYER: call for name, call in one_layer.contenders().items() if name != "cached cold"}
+        )
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "prefix-cache.safetensors"
-        warm.save(path)
+        cache_bench.warm.save(path)
 
         def load():
             loaded = impl.PrefixCache(max_bytes=1 << 30)
             loaded.load(path)
             return loaded
 
-        contenders = {
-            "uncached": lambda: generation(impl.generate_uncached, model, prefix, key),
-            "cached cold": lambda: generation(impl.generate_cached, model, prefix, key),
-            "cached warm": lambda: generation(impl.generate_cached, model, prefix, key, cache=warm),
-            "cache load": load,
-            "loaded then warm": lambda: generation(impl.generate_cached, model, prefix, key, cache=load()),
-        }
-        times = time_side_by_side(contenders, rounds, budget_s, burst=1)  # long calls: no cold start to hide
-        hits = generation(impl.generate_cached, model, prefix, key, cache=load()).cache_hits
+        contenders["cache load"] = load
+        contenders["loaded then warm"] = lambda: cache_bench.cached(load())
+        # long calls: no cold start to hide
+        times = time_side_by_side(contenders, rounds, budget_s * CACHE_BUDGET_SCALE, burst=1)
+        hits = cache_bench.cached(load()).cache_hits
         peaks = {name: peak_bytes(contenders[name]) for name in ("uncached", "cached cold", "cached warm")}
-    uncached = accounting.uncached_positions(config, batch)
-    predicted = {
-        "cached cold": uncached / accounting.cached_positions(config, batch, 0),
-        "cached warm": uncached / accounting.cached_positions(config, batch, batch),
-        "loaded then warm": uncached / accounting.cached_positions(config, batch, batch),
-    }
-    rows = {
-        "uncached": {**summarise(times["uncached"]), "peak_bytes": peaks["uncached"]},
-        "cache load": summarise(times["cache load"]),
-    }
-    for name, speedup in predicted.items():
-        rows[name] = {**summarise(times[name]), "peak_bytes": peaks.get(name), "predicted_speedup": speedup}
+    predicted = predicted_speedups(config, batch)
+    rows = {name: summarise(samples) for name, samples in times.items()}
+    for name, peak in peaks.items():
+        rows[name]["peak_bytes"] = peak
+    for name, speedups in predicted.items():
+        rows[name]["predicted_speedup"] = speedups["positions"]
+        rows[name]["predicted_speedup_pairs"] = speedups["pairs"]
         for statistic, reduce in STATISTICS.items():
             measured = reduce(times["uncached"]) / reduce(times[name])
             rows[name][RATIO_KEYS[statistic]] = {
                 "vs uncached": ratio(measured, "higher", "uncached time / cached"),
-                "of predicted": ratio(measured / speedup, "higher", "measured / predicted speedup"),
+                "of predicted": ratio(measured / speedups["positions"], "higher", "measured / predicted speedup"),
             }
+    if config.num_layers > 1:
+        rows["cached warm"]["layers"] = layer_speedups(times, config.num_layers, predicted["cached warm"])
     return {
         "case": f"generation {label} B={batch}",
         "config": config.to_dict(),
         "batch": batch,
         "positions_per_layer": {
-            "uncached": uncached,
+            "uncached": accounting.uncached_positions(config, batch),
             "cached cold": accounting.cached_positions(config, batch, 0),
             "cached warm": accounting.cached_positions(config, batch, batch),
         },
-        "cache_bytes": warm.nbytes,
+        "pairs_per_layer": {
+            "uncached": accounting.uncached_pairs(config, batch),
+            "cached cold": accounting.cached_pairs(config, batch, 0),
+            "cached warm": accounting.cached_pairs(config, batch, batch),
+        },
+        "cache_bytes": cache_bench.warm.nbytes,
         "loaded_hits": hits,
         "contenders": rows,
     }

@@ -57,7 +57,17 @@ def format_kernel_rows(kernels: list[dict]) -> str:
 
 
 def format_cache_rows(generations: list[dict]) -> str:
-    header = ("case", "path", "median", "speedup", "predicted", "of predicted", "peak MLX memory")
+    """One line per (case, path), then per case the split of uncached and warm calls into layers and a fixed cost."""
+    header = (
+        "case",
+        "path",
+        "median [q1, q3]",
+        "speedup",
+        "predicted",
+        "of predicted",
+        "pairs predicted",
+        "peak MLX memory",
+    )
     lines = []
     for case in generations:
         for name, row in case["contenders"].items():
@@ -67,14 +77,37 @@ def format_cache_rows(generations: list[dict]) -> str:
                 (
                     case["case"],
                     name,
-                    milliseconds(row["median_s"]),
+                    f"{milliseconds(row['median_s'])} [{row['q1_s'] * 1e3:.3g}, {row['q3_s'] * 1e3:.3g}]",
                     multiple(ratios.get("vs uncached")),
                     multiple(row.get("predicted_speedup")),
                     "-" if "of predicted" not in ratios else f"{ratios['of predicted']:.0%}",
+                    multiple(row.get("predicted_speedup_pairs")),
                     "-" if peak is None else f"{peak / 2**20:.1f} MiB",
                 )
             )
-    return render_columns(header, lines)
+    splits = [format_layer_split(case) for case in generations if "layers" in case["contenders"]["cached warm"]]
+    note = (
+        "predicted: C4's positions per layer, uncached / cached; pairs predicted: attention pairs (query x key) "
+        "per layer, the same way. Were a layer's cost a sum of costs per position and per pair, its speedup "
+        "would lie between the two. Fixed per call: the rest of a call (embedding, heads, sampling, keys, look-ups), "
+        "from its time at 1 layer. Cold may beat both: the prefix's last-layer attention and MLP feed nothing, "
+        "and MLX's lazy graph never computes them."
+    )
+    return "\n".join([render_columns(header, lines), *splits, note])
+
+
+def format_layer_split(case: dict) -> str:
+    """The uncached and warm medians split into a cost per layer and a fixed cost per call (timed at 1 layer)."""
+    split = case["contenders"]["cached warm"]["layers"]["median"]
+    per_layer, fixed = (
+        f"uncached {milliseconds(split[f'uncached {part}'])}, warm {milliseconds(split[f'cached warm {part}'])}"
+        for part in ("layer_s", "fixed_s")
+    )
+    return (
+        f"{case['case']}: per layer {per_layer}; fixed per call {fixed}; layers' speedup "
+        f"{split['layers speedup']:.2f}x = {split['layers of predicted']:.0%} of predicted, "
+        f"{split['layers of pairs predicted']:.0%} of pairs predicted"
+    )
 
 
 def render_columns(header: tuple, lines: list[tuple]) -> str:
@@ -169,9 +202,16 @@ def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:
                 shown = ", ".join(f"{key} {value:.2f}" for key, value in ratios.items())
                 parts.append(f"B={case['batch']} {name}: {shown}")
     for case in bench["generation"]:
-        warm = case["contenders"]["cached warm"]["ratios"]
+        warm = case["contenders"]["cached warm"]
+        layers = warm.get("layers", {}).get("median")
+        split = (
+            ""
+            if layers is None
+            else f"; its layers {layers['layers speedup']:.2f}x, {layers['layers of predicted']:.0%} of predicted, "
+            f"{layers['layers of pairs predicted']:.0%} of the attention pairs' prediction"
+        )
         parts.append(
-            f"{case['case']}: cached warm {warm['vs uncached']['value']:.2f}x "
-            f"({warm['of predicted']['value']:.0%} of predicted)"
+            f"{case['case']}: cached warm {warm['ratios']['vs uncached']['value']:.2f}x "
+            f"({warm['ratios']['of predicted']['value']:.0%} of predicted{split})"
         )
     return f"measured by make bench ({bench['datetime']}, {bench['device']}), not asserted: " + "; ".join(parts)

@@ -32,3 +32,21 @@ def cached_positions(config, batch_size: int = 1, prefix_hits: int = 0) -> int:
 def avoided_positions(config, batch_size: int = 1, prefix_hits: int = 0) -> int:
     """Per layer: positions the cached path does not process that the uncached one does."""
     return uncached_positions(config, batch_size) - cached_positions(config, batch_size, prefix_hits)
+
+
+def uncached_pairs(config, batch_size: int = 1) -> int:
+    """Per layer, attention pairs scored (query x key, masked ones included): level l's whole
+    sequence against itself. Softmax and the score matmuls scale with these, not with positions."""
+    sizes = config.level_sizes
+    return batch_size * sum((config.prefix_length + sum(sizes[: level + 1])) ** 2 for level in range(len(sizes)))
+
+
+def cached_pairs(config, batch_size: int = 1, prefix_hits: int = 0) -> int:
+    """Per layer: each missed prefix against itself, then level l's rows (level l-1's tokens and
+    level l's slots) against the prefix and levels <= l."""
+    sizes = config.level_sizes
+    per_row_levels = sum(
+        (sizes[level] + (sizes[level - 1] if level else 0)) * (config.prefix_length + sum(sizes[: level + 1]))
+        for level in range(len(sizes))
+    )
+    return (batch_size - prefix_hits) * config.prefix_length**2 + batch_size * per_row_levels

@@ -103,17 +103,21 @@ class PrefixCache:
         """One key per prefix (rows of token ids, any length); refuses a model whose
         prefix states are not reusable."""
         require_reusable(model)
-        rows = [tuple(int(t) for t in np.asarray(row).reshape(-1)) for row in prefixes]
+        if isinstance(prefixes, mx.array) and prefixes.ndim == 2 and mx.issubdtype(prefixes.dtype, mx.integer):
+            rows = [tuple(row) for row in np.asarray(prefixes).tolist()]  # one host copy, not one per row
+        else:
+            rows = [tuple(int(t) for t in np.asarray(row).reshape(-1)) for row in prefixes]
         identity = fingerprint(model)
         return [CacheKey(row, identity, model.config.mask, model.config.dtype, namespace) for row in rows]
 
     def lookup(self, key: CacheKey) -> Entry | None:
         """The entry stored under exactly `key`, or None; counts the hit or miss."""
-        found = self._entries.get(key.encode())
+        encoded = key.encode()
+        found = self._entries.get(encoded)
         if found is None:
             self.misses += 1
             return None
-        self._touch(key.encode())
+        self._touch(encoded)
         self.hits += 1
         return found[1]
 

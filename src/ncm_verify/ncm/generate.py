@@ -52,16 +52,17 @@ def _check_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
         raise ValueError(f"prefix: token ids must be integers, got dtype {prefix.dtype}")
     if prefix.ndim != 2 or prefix.shape[1] != config.prefix_length:
         raise ValueError(f"prefix: expected shape [B, {config.prefix_length}], got {tuple(prefix.shape)}")
-    if prefix.size and (mx.min(prefix).item() < 0 or mx.max(prefix).item() >= config.vocab_size):
+    low, high = mx.stack([mx.min(prefix), mx.max(prefix)]).tolist() if prefix.size else (0, 0)  # one sync
+    if low < 0 or high >= config.vocab_size:
         raise ValueError(f"prefix: token ids must lie in [0, {config.vocab_size})")
     return prefix.astype(mx.int32), per_sequence_keys(key, prefix.shape[0])
 
 
 def _sample(logits: mx.array, keys: mx.array) -> tuple[mx.array, mx.array]:
     """Gumbel-max draws in float32 with one key per row; returns choices and smallest margin."""
-    perturbed = mx.stack(
-        [logits[b].astype(mx.float32) + mx.random.gumbel(logits.shape[1:], key=keys[b]) for b in range(logits.shape[0])]
-    )
+    # vmapped over the keys: the same bits as one draw per row, in one op instead of B
+    noise = mx.vmap(lambda key: mx.random.gumbel(logits.shape[1:], key=key))(keys)
+    perturbed = logits.astype(mx.float32) + noise
     if perturbed.shape[-1] < 2:
         return mx.zeros(perturbed.shape[:-1], dtype=mx.int32), mx.array(mx.inf)
     top = mx.sort(perturbed, axis=-1)
@@ -70,9 +71,7 @@ def _sample(logits: mx.array, keys: mx.array) -> tuple[mx.array, mx.array]:
 
 def _level_keys(keys: mx.array, num_levels: int) -> mx.array:
     """``[B, L, 2, 2]``: per row and level, a latent key and a token key (independent of B)."""
-    return mx.stack([mx.random.split(keys[b], 2 * num_levels) for b in range(keys.shape[0])]).reshape(
-        keys.shape[0], num_levels, 2, 2
-    )
+    return mx.vmap(lambda key: mx.random.split(key, 2 * num_levels))(keys).reshape(keys.shape[0], num_levels, 2, 2)
 
 
 def _decode_level(model: NCM, slots: mx.array, keys: mx.array):
@@ -95,7 +94,7 @@ def _finish(model: NCM, outputs: list, cache_hits: int = 0) -> Generation:
         0.0,
         cache_hits,
     )
-    mx.eval(result.tokens, result.latents, result.latent_logits, result.token_logits)
+    mx.eval(result.tokens, result.latents, result.latent_logits, result.token_logits, margins)  # one sync
     result.margin = min(float(m.item()) for m in margins)
     return result
 

@@ -19,7 +19,8 @@ KV = tuple[mx.array, mx.array]
 
 
 class Block(nn.Module):
-    """One transformer layer; counts the positions (batch x length) it processes."""
+    """One transformer layer; counts the positions (batch x length) it processes and the
+    attention pairs (batch x rows x columns) it scores, masked ones included."""
 
     def __init__(self, config: NCMConfig):
         super().__init__()
@@ -32,6 +33,7 @@ class Block(nn.Module):
         self.down = nn.Linear(2 * config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.positions_processed = 0
+        self.pairs_processed = 0
 
     def _heads(self, x: mx.array) -> mx.array:
         batch, length, width = x.shape
@@ -50,6 +52,7 @@ class Block(nn.Module):
             k, v = mx.concatenate([cache[0], k], axis=2), mx.concatenate([cache[1], v], axis=2)
         if kv_cache is not None:
             k, v = kv_cache.update_and_fetch(k, v)
+        self.pairs_processed += x.shape[0] * x.shape[1] * k.shape[2]
         scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(q.shape[-1]))
         scores = mx.where(mask, scores, mx.array(-mx.inf, dtype=scores.dtype))
         # precise softmax: float16 rows keep their float32 normaliser
@@ -107,9 +110,13 @@ class NCM(nn.Module):
     def position_counts(self) -> list[int]:
         return [layer.positions_processed for layer in self.layers]
 
+    def pair_counts(self) -> list[int]:
+        """Per layer, attention pairs scored since the last `reset_counts` (see `accounting.cached_pairs`)."""
+        return [layer.pairs_processed for layer in self.layers]
+
     def reset_counts(self) -> None:
         for layer in self.layers:
-            layer.positions_processed = 0
+            layer.positions_processed = layer.pairs_processed = 0
 
 
 def _initial_value(name: str, shape: tuple[int, ...], key: mx.array) -> mx.array:
