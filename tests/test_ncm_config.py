@@ -95,3 +95,11 @@ def test_a_non_integer_prefix_is_a_value_error_naming_prefix_not_a_silent_trunca
     model = make_model(NCMConfig(**GOOD))
     with pytest.raises(ValueError, match="^prefix:"):
         generate(model, prefix, mx.random.key(0))
+
+
+@pytest.mark.parametrize("generate", [generate_uncached, generate_cached], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("shape", [(0, 4), (4,), (1, 3)], ids=["empty batch", "one dimension", "short prefix"])
+def test_a_prefix_of_the_wrong_shape_or_an_empty_batch_is_a_value_error_naming_prefix(generate, shape):
+    model = make_model(NCMConfig(**GOOD))
+    with pytest.raises(ValueError, match=r"^prefix: expected shape \[B >= 1, 4\]"):
+        generate(model, mx.zeros(shape, dtype=mx.int32), mx.random.key(0))

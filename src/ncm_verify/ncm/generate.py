@@ -50,9 +50,9 @@ def _check_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
     prefix = mx.array(prefix)
     if not mx.issubdtype(prefix.dtype, mx.integer):
         raise ValueError(f"prefix: token ids must be integers, got dtype {prefix.dtype}")
-    if prefix.ndim != 2 or prefix.shape[1] != config.prefix_length:
-        raise ValueError(f"prefix: expected shape [B, {config.prefix_length}], got {tuple(prefix.shape)}")
-    low, high = mx.stack([mx.min(prefix), mx.max(prefix)]).tolist() if prefix.size else (0, 0)  # one sync
+    if prefix.ndim != 2 or prefix.shape[1] != config.prefix_length or prefix.shape[0] < 1:
+        raise ValueError(f"prefix: expected shape [B >= 1, {config.prefix_length}], got {tuple(prefix.shape)}")
+    low, high = mx.stack([mx.min(prefix), mx.max(prefix)]).tolist()  # one sync
     if low < 0 or high >= config.vocab_size:
         raise ValueError(f"prefix: token ids must lie in [0, {config.vocab_size})")
     return prefix.astype(mx.int32), per_sequence_keys(key, prefix.shape[0])
