@@ -113,6 +113,19 @@ def test_a_block_whose_running_sum_ends_below_the_threshold_yields_its_last_posi
     np.testing.assert_array_equal(got, [3, 2], err_msg="blocks ending below (row 0) and reaching (row 1) the threshold")
 
 
+@pytest.mark.parametrize("masked", [True, False], ids=["masked sum", "minimum and sum"])
+def test_both_value_checks_refuse_every_corruption_and_pass_valid_rows(masked):
+    """Small inputs take the masked sum and large ones the minimum and sum: each must catch everything."""
+    rows = np.array(mx.softmax(mx.random.normal((3, 1000), key=mx.random.key(4)), axis=-1))
+    assert speculative.valid_rows("p", mx.array(rows), masked).item(), "valid rows refused"
+    for what, value in (("NaN", np.nan), ("+inf", np.inf), ("-inf", -np.inf), ("negative", -1e-3)):
+        bad = rows.copy()
+        bad[1, 18] += bad[1, 17] - value if np.isfinite(value) else 0.0  # a negative entry in a row summing to 1
+        bad[1, 17] = value
+        assert not speculative.valid_rows("p", mx.array(bad), masked).item(), f"a row holding {what} passed"
+    assert not speculative.valid_rows("p", mx.array(rows * 1.01), masked).item(), "rows summing to 1.01 passed"
+
+
 def test_validation_still_names_the_first_bad_argument():
     inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
     target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
