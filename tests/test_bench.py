@@ -126,6 +126,18 @@ def test_both_value_checks_refuse_every_corruption_and_pass_valid_rows(masked):
     assert not speculative.valid_rows("p", mx.array(rows * 1.01), masked).item(), "rows summing to 1.01 passed"
 
 
+def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whole(monkeypatch):
+    case = bench.KernelCase("chain", 300, 3, 7)
+    inputs = bench.make_kernel_inputs(case, seed=6)
+    arguments = (inputs["target"], inputs["draft"], inputs["tokens"], mx.array(np.arange(7, dtype=np.int32) % 4))
+    uniforms = mx.array(bench.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
+    whole = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
+    monkeypatch.setattr(speculative, "CORRECTION_ENTRIES", 2 * case.vocab)  # groups of 2, 2, 2 and 1
+    grouped = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
+    for part, g, w in zip(("tokens", "num_accepted"), grouped, whole):
+        np.testing.assert_array_equal(g, w, err_msg=f"{part} differ when corrected in groups of 2 sequences")
+
+
 def test_validation_still_names_the_first_bad_argument():
     inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
     target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]

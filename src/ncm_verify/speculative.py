@@ -264,9 +264,11 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     pick the id. Only the block sums read the whole row.
     """
     vocab = p.shape[-1]
-    p, q = as_blocks(as_float32(p)), as_blocks(as_float32(q))
+    p = as_blocks(as_float32(p))
+    # q is read once, here: its copy's memory may hold the residual (MLX's CPU cache keeps 32 MiB).
+    residual = mx.maximum(p - as_blocks(as_float32(q)), 0.0)
     count, block = p.shape[-2:]
-    residual_cdf = mx.cumsum(mx.maximum(p - q, 0.0).sum(axis=-1), axis=-1)
+    residual_cdf = mx.cumsum(residual.sum(axis=-1), axis=-1)
     use_residual = residual_cdf[..., -1:] > RESIDUAL_FLOOR
     # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
     block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1), axis=-1))
@@ -275,8 +277,7 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     found = (block_cdf < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
     chosen = mx.minimum(found, count - 1)
     start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-1), 0.0)
-    p_block = take_block(p, chosen)
-    weights = mx.where(use_residual, mx.maximum(p_block - take_block(q, chosen), 0.0), p_block)
+    weights = mx.where(use_residual, take_block(residual, chosen), take_block(p, chosen))
     drawn = chosen * block + index_in_block(start, weights, threshold)
     # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
     return mx.where(found < count, drawn, vocab)[..., 0]
@@ -311,6 +312,24 @@ def emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.
 REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=make_uniforms)
 
 
+def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
+    """Each sequence's corrected or bonus token, drawn from its emission row alone with ``uniforms [B]``."""
+    max_draft = draft_probs.shape[1]
+    # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
+    p_row = gather_row(target_probs, num_accepted)
+    if max_draft:
+        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
+        q_row = q_row * (num_accepted < num_draft).astype(q_row.dtype)[:, None]
+    else:
+        q_row = mx.zeros_like(p_row)
+    return rules.correct(p_row, q_row, uniforms)
+
+
+CORRECTION_ENTRIES = 2**20
+"""Emission-row entries per sequence group corrected together: their copies (12 MB at float32) stay within
+MLX's 32 MiB CPU buffer cache, so a large batch does not page-fault fresh memory each step (4x slower at B = 32)."""
+
+
 def apply_chain(
     target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules: Rules = REFERENCE_RULES
 ) -> ChainOutcome:
@@ -321,16 +340,14 @@ def apply_chain(
     q_x = gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
     num_accepted = count_accepted(accepted)
-    # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
-    p_row = gather_row(target_probs, num_accepted)
-    if max_draft:
-        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
-        # Materialised on its own: fused with the residual, the broadcast mask made mx.compile's CPU
-        # kernel 3-8x slower than eager (measured at B = 8, V = 128,256).
-        q_row = q_row * (num_accepted < num_draft).astype(q_row.dtype)[:, None]
+    batch, group = target_probs.shape[0], max(1, CORRECTION_ENTRIES // target_probs.shape[-1])
+    inputs = (target_probs, draft_probs, num_accepted, num_draft, uniforms[:, 1, 0])
+    if batch <= group:
+        emitted = correct_emission_rows(*inputs, rules)
     else:
-        q_row = mx.zeros_like(p_row)
-    emitted = rules.correct(p_row, q_row, uniforms[:, 1, 0])
+        emitted = mx.concatenate(
+            [correct_emission_rows(*(a[i : i + group] for a in inputs), rules) for i in range(0, batch, group)]
+        )
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
 
@@ -515,13 +532,13 @@ def verify_chain(
         ChainOutcome: emitted tokens ``[B, G+1]`` and accepted counts ``[B]``.
     """
     if validate:
-        lengths = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
-        num_draft = None if num_draft is None else lengths
+        num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
+    elif num_draft is None:
+        num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
     batch = target_probs.shape[0]
     check_key(key, batch)
     keys = key if batch else per_sequence_keys(key, batch)  # split inside the compiled step
-    lengths = () if num_draft is None else (num_draft,)  # the default made inside: no eager op per call
-    return ChainOutcome(*compiled_chain_step(apply, rules)(target_probs, draft_probs, draft_tokens, keys, *lengths))
+    return ChainOutcome(*compiled_chain_step(apply, rules)(target_probs, draft_probs, draft_tokens, num_draft, keys))
 
 
 @functools.lru_cache(maxsize=64)
@@ -531,9 +548,8 @@ def compiled_chain_step(apply: Callable, rules: Rules) -> Callable:
     Eager, its ~40 small ops cost more than the arithmetic at B = 1 (mlx-lm compiles its samplers alike).
     """
 
-    def step(target_probs, draft_probs, draft_tokens, keys, *num_draft):
+    def step(target_probs, draft_probs, draft_tokens, num_draft, keys):
         batch, rows = target_probs.shape[:2]
-        num_draft = num_draft[0] if num_draft else mx.full((batch,), rows - 1, dtype=mx.int32)
         keys = mx.random.split(keys, batch) if keys.shape == (2,) else keys
         uniforms = rules.uniforms(keys, (2, rows))
         return tuple(apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules))
