@@ -465,7 +465,7 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
     check_floating("draft_probs", draft_probs, 3, "probabilities")
     check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        normalisation_for(name, probs.dtype)
+        normalisation_for(name, probs.dtype)  # a dtype without a tolerance raises here, not inside a trace
     if num_draft is None:
         num_draft = mx.full((batch,), rows - 1, dtype=mx.int32)
     elif not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
