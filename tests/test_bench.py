@@ -86,18 +86,56 @@ def test_the_transformers_peer_accepts_a_certain_draft_and_corrects_an_impossibl
     assert emitted == [([1, 4, 5], 2), ([1], 0)]
 
 
-@pytest.mark.parametrize("vocab", [1, 2, 7, 1024, 1025, 1089, 5000])
-def test_the_blockwise_cdf_count_equals_a_full_count(vocab):
+@pytest.mark.parametrize("vocab", [1, 2, 7, 32, 33, 1025, 5000])
+def test_the_two_level_draw_takes_the_first_id_whose_exact_cumulative_weight_reaches_the_threshold(vocab):
+    """Dyadic weights summing to exactly 1 make every partial sum exact in float32, in any order,
+    so the draw must equal a full count even with thresholds on, just below and just above a boundary."""
     rng = np.random.default_rng(vocab)
-    weights = rng.random((4, vocab)).astype(np.float32) * (rng.random((4, vocab)) < 0.3)
-    weights[:, 0] += 1e-3
-    cdf = np.cumsum(weights, axis=-1, dtype=np.float32)
-    # thresholds at, just below and just above entries, and at both ends
+    counts = rng.integers(1, 64, size=(4, vocab)) * (rng.random((4, vocab)) < 0.3)
+    counts[:, -1] += 2**16 - counts.sum(axis=-1)  # each row's total is exactly 2^16 units
+    weights = (counts / 2**16).astype(np.float32)
+    cdf = np.cumsum(counts, axis=-1) / 2**16
     picks = rng.integers(0, vocab, size=4)
-    thresholds = cdf[np.arange(4), picks] * np.array([1.0, 1 - 1e-7, 1 + 1e-7, 0.5], np.float32)
-    thresholds[-1] = cdf[-1, -1]
-    got = np.array(speculative.count_below(mx.array(cdf), mx.array(thresholds[:, None])))
-    np.testing.assert_array_equal(got, (cdf < thresholds[:, None]).sum(axis=-1))
+    uniforms = cdf[np.arange(4), picks] * np.array([1.0, 1 - 2**-20, 1 + 2**-20, 0.5])
+    uniforms = np.clip(uniforms, 2**-24, 1 - 2**-24).astype(np.float32)
+    expected = (cdf < uniforms[:, None].astype(np.float64)).sum(axis=-1)
+    zeros = np.zeros_like(weights)
+    for q, what in ((zeros, "residual of q = 0"), (weights, "fallback to p where q = p")):
+        got = np.array(speculative.sample_residual(mx.array(weights), mx.array(q), mx.array(uniforms)))
+        np.testing.assert_array_equal(got, expected, err_msg=f"V={vocab}: {what}")
+
+
+def test_a_block_whose_running_sum_ends_below_the_threshold_yields_its_last_positive_weight():
+    """Block sums and running sums may round apart; the id drawn must never be a zero weight past the block's mass."""
+    weights = mx.array([[0.0, 0.5, 0.0, 0.25, 0.0, 0.0], [0.5, 0.0, 0.25, 0.0, 0.25, 0.0]])
+    start, threshold = mx.array([[0.0], [0.0]]), mx.array([[0.8], [0.6]])
+    got = np.array(speculative.index_in_block(start, weights, threshold))[:, 0]
+    np.testing.assert_array_equal(got, [3, 2], err_msg="blocks ending below (row 0) and reaching (row 1) the threshold")
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked sum", "minimum and sum"])
+def test_both_value_checks_refuse_every_corruption_and_pass_valid_rows(masked):
+    """Small inputs take the masked sum and large ones the minimum and sum: each must catch everything."""
+    rows = np.array(mx.softmax(mx.random.normal((3, 1000), key=mx.random.key(4)), axis=-1))
+    assert speculative.valid_rows("p", mx.array(rows), masked).item(), "valid rows refused"
+    for what, value in (("NaN", np.nan), ("+inf", np.inf), ("-inf", -np.inf), ("negative", -1e-3)):
+        bad = rows.copy()
+        bad[1, 18] += bad[1, 17] - value if np.isfinite(value) else 0.0  # a negative entry in a row summing to 1
+        bad[1, 17] = value
+        assert not speculative.valid_rows("p", mx.array(bad), masked).item(), f"a row holding {what} passed"
+    assert not speculative.valid_rows("p", mx.array(rows * 1.01), masked).item(), "rows summing to 1.01 passed"
+
+
+def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whole(monkeypatch):
+    case = bench.KernelCase("chain", 300, 3, 7)
+    inputs = bench.make_kernel_inputs(case, seed=6)
+    arguments = (inputs["target"], inputs["draft"], inputs["tokens"], mx.array(np.arange(7, dtype=np.int32) % 4))
+    uniforms = mx.array(bench.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
+    whole = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
+    monkeypatch.setattr(speculative, "CORRECTION_ENTRIES", 2 * case.vocab)  # groups of 2, 2, 2 and 1
+    grouped = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
+    for part, g, w in zip(("tokens", "num_accepted"), grouped, whole):
+        np.testing.assert_array_equal(g, w, err_msg=f"{part} differ when corrected in groups of 2 sequences")
 
 
 def test_validation_still_names_the_first_bad_argument():

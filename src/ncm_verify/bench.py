@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -306,16 +307,21 @@ def make_floors(nbytes: int, dtype: str) -> dict[str, Callable[[], None]]:
 def time_side_by_side(
     contenders: dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = BURST
 ) -> dict[str, list]:
-    """Seconds per call of each contender, interleaved round by round (rotating the order) so
+    """Seconds per call of each contender, interleaved round by round (in a shuffled order) so
     that machine noise hits all alike. A round runs each contender `burst` times in a row, as a
-    decoding loop would. Stops after `rounds`, or at `budget_s` once 3 rounds are in."""
+    decoding loop would. Stops after `rounds`, or at `budget_s` once 3 rounds are in.
+
+    The order is drawn afresh each round (seeded): a rotation keeps each contender behind the
+    same one, and the one behind the floors' large reads found a cold cache (1.4x slower at B = 1).
+    """
     for function in contenders.values():  # warm up: compile, allocate
         function()
     names = list(contenders)
     times: dict[str, list] = {name: [] for name in names}
+    order = random.Random(0)
     start = time.perf_counter()
     for index in range(rounds):
-        for name in names[index % len(names) :] + names[: index % len(names)]:
+        for name in order.sample(names, len(names)):
             for _ in range(burst):
                 begin = time.perf_counter()
                 contenders[name]()

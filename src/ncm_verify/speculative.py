@@ -12,7 +12,7 @@ result as its rows one at a time.
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -25,8 +25,8 @@ UNIFORM_GRID_BITS = 23
 RESIDUAL_FLOOR = 1e-30
 """A residual mass below this is numerically zero (p == q); then the target row is used."""
 PAD_TOKEN = -1
-SEARCH_MIN_VOCAB = 1024
-"""Below this vocabulary one pass over the cdf is as cheap as the blockwise search."""
+CDF_BLOCK = 32
+"""Entries per block of the two-level inverse CDF: MLX's CPU sums blocks this short fastest (20 GB/s measured)."""
 SMALLEST_NORMAL = 2.0**-126
 """The smallest normal float32: an inverse-CDF threshold never goes below it (nor flushes to zero)."""
 
@@ -103,16 +103,13 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
     return probs
 
 
-def row_sums(rows: mx.array, block: int = 256) -> mx.array:
-    """Sums over the last axis, by blocks then over the blocks.
+def row_sums(rows: mx.array) -> mx.array:
+    """Sums over the last axis in three levels: blocks of 32, blocks of 16 of those, then the rest.
 
     One float32 pass over 65 536 entries errs by 3e-4 here (beyond the 1e-4 a row may
-    stray); blocks of 256 keep it near 1e-6 at any vocabulary.
+    stray); blocks keep it near 1e-6 at any vocabulary, and blocks of 32 stream fastest.
     """
-    pad = (-rows.shape[-1]) % block
-    if pad:
-        rows = mx.pad(rows, [(0, 0)] * (rows.ndim - 1) + [(0, pad)])
-    return rows.reshape(*rows.shape[:-1], rows.shape[-1] // block, block).sum(axis=-1).sum(axis=-1)
+    return as_blocks(as_blocks(rows).sum(axis=-1), 16).sum(axis=-1).sum(axis=-1)
 
 
 def check_scores(name: str, scores, ndim: int) -> mx.array:
@@ -167,15 +164,20 @@ def check_drafted_under(name: str, draft_probs: mx.array, tokens: mx.array, vali
         raise ValueError(f"{name}: a drafted token has draft probability 0; q must be the sampling distribution")
 
 
-def per_sequence_keys(key, batch: int) -> mx.array:
-    """One key per sequence: `key` split B ways, or `key` itself when it is [B, 2]."""
+def check_key(key, batch: int) -> None:
+    """One ``mx.random.key`` (shape (2,)) or one per sequence, ``[B, 2]``."""
     if not isinstance(key, mx.array) or key.dtype != mx.uint32:
         raise ValueError("key: expected an mx.random.key (uint32 array)")
-    if key.shape == (2,):
-        return mx.random.split(key, batch) if batch else mx.zeros((0, 2), dtype=mx.uint32)
+    if key.shape not in ((2,), (batch, 2)):
+        raise ValueError(f"key: expected shape (2,) or ({batch}, 2), got {tuple(key.shape)}")
+
+
+def per_sequence_keys(key, batch: int) -> mx.array:
+    """One key per sequence: `key` split B ways, or `key` itself when it is [B, 2]."""
+    check_key(key, batch)
     if key.shape == (batch, 2):
         return key
-    raise ValueError(f"key: expected shape (2,) or ({batch}, 2), got {tuple(key.shape)}")
+    return mx.random.split(key, batch) if batch else mx.zeros((0, 2), dtype=mx.uint32)
 
 
 # --- pure kernels -------------------------------------------------------------
@@ -224,41 +226,61 @@ def as_float32(array) -> mx.array:
     return array if array.dtype == mx.float32 else array.astype(mx.float32)
 
 
-def count_below(cdf: mx.array, threshold: mx.array) -> mx.array:
-    """``(cdf < threshold).sum(-1)`` for a non-decreasing `cdf`, reading about 2 sqrt(V) entries.
-
-    Whole blocks below the threshold are counted from their last entries, then
-    the one straddling block entry by entry: no pass over the vocabulary.
-    """
-    vocab = cdf.shape[-1]
-    block = max(1, math.isqrt(vocab))
-    if vocab <= SEARCH_MIN_VOCAB:
-        return (cdf < threshold).sum(axis=-1).astype(mx.int32)
-    ends = cdf[..., block - 1 :: block]
-    full_blocks = (ends < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
-    # Positions past the end read the last entry, which is never below the threshold.
-    window = mx.minimum(full_blocks * block + mx.arange(block, dtype=mx.int32), vocab - 1)
-    inside = (mx.take_along_axis(cdf, window, axis=-1) < threshold).sum(axis=-1, keepdims=True)
-    return (full_blocks * block + inside.astype(mx.int32))[..., 0]
-
-
 def threshold_of(uniforms: mx.array, cdf: mx.array) -> mx.array:
     """``u * total`` for an inverse-CDF draw, at least the smallest normal float32 (never 0)."""
     return mx.maximum(uniforms[..., None] * cdf[..., -1:], SMALLEST_NORMAL)
 
 
+def as_blocks(rows: mx.array, block: int = CDF_BLOCK) -> mx.array:
+    """``[..., V]`` as ``[..., ceil(V / block), block]``, zero-padded (no copy when `block` divides V)."""
+    pad = (-rows.shape[-1]) % block
+    if pad:
+        rows = mx.pad(rows, [(0, 0)] * (rows.ndim - 1) + [(0, pad)])
+    return rows.reshape(*rows.shape[:-1], rows.shape[-1] // block, block)
+
+
+def take_block(blocks: mx.array, index: mx.array) -> mx.array:
+    """``blocks[..., index, :]`` for ``[..., n, block]`` blocks and an index ``[..., 1]``."""
+    return mx.take_along_axis(blocks, index[..., None], axis=-2)[..., 0, :]
+
+
+def index_in_block(start: mx.array, weights: mx.array, threshold: mx.array) -> mx.array:
+    """The first id of a block whose running total from `start` reaches `threshold`, as ``[..., 1]``.
+
+    Summed in another order than its block sum (a backend's reduction may differ from its scan), the
+    block may seem to end below the threshold: then its last positive weight, never a zero-weight id past it.
+    """
+    inside = (start + mx.cumsum(weights, axis=-1) < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
+    positions = mx.arange(weights.shape[-1], dtype=mx.int32)
+    last_positive = mx.max(mx.where(weights > 0, positions, 0), axis=-1, keepdims=True)
+    return mx.minimum(inside, last_positive)
+
+
 def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
-    """Inverse-CDF draw from normalised max(p - q, 0); from p where that mass is zero."""
-    p = as_float32(p)
-    residual_cdf = mx.cumsum(mx.maximum(p - as_float32(q), 0.0), axis=-1)
-    # Both draws are made and one kept: cheaper than a pass to choose the weights first.
-    target_cdf = mx.cumsum(p, axis=-1)
-    mass = residual_cdf[..., -1]
-    # Each threshold is below its cdf's last entry, so the index is < V and has weight > 0; kept
-    # at least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
-    from_residual = count_below(residual_cdf, threshold_of(uniforms, residual_cdf))
-    from_target = count_below(target_cdf, threshold_of(uniforms, target_cdf))
-    return mx.where(mass > RESIDUAL_FLOOR, from_residual, from_target)
+    """Inverse-CDF draw from normalised max(p - q, 0); from p where that mass is zero.
+
+    Two levels, so that no cumulative sum spans the row: block sums and their running
+    totals pick the block where ``u * total`` falls, then that one block's running sums
+    pick the id. Only the block sums read the whole row.
+    """
+    vocab = p.shape[-1]
+    p = as_blocks(as_float32(p))
+    # q is read once, here: its copy's memory may hold the residual (MLX's CPU cache keeps 32 MiB).
+    residual = mx.maximum(p - as_blocks(as_float32(q)), 0.0)
+    count, block = p.shape[-2:]
+    residual_cdf = mx.cumsum(residual.sum(axis=-1), axis=-1)
+    use_residual = residual_cdf[..., -1:] > RESIDUAL_FLOOR
+    # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
+    block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1), axis=-1))
+    # Kept at least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
+    threshold = threshold_of(uniforms, block_cdf)
+    found = (block_cdf < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
+    chosen = mx.minimum(found, count - 1)
+    start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-1), 0.0)
+    weights = mx.where(use_residual, take_block(residual, chosen), take_block(p, chosen))
+    drawn = chosen * block + index_in_block(start, weights, threshold)
+    # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
+    return mx.where(found < count, drawn, vocab)[..., 0]
 
 
 def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
@@ -290,6 +312,24 @@ def emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.
 REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=make_uniforms)
 
 
+def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
+    """Each sequence's corrected or bonus token, drawn from its emission row alone with ``uniforms [B]``."""
+    max_draft = draft_probs.shape[1]
+    # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
+    p_row = gather_row(target_probs, num_accepted)
+    if max_draft:
+        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
+        q_row = q_row * (num_accepted < num_draft).astype(q_row.dtype)[:, None]
+    else:
+        q_row = mx.zeros_like(p_row)
+    return rules.correct(p_row, q_row, uniforms)
+
+
+CORRECTION_ENTRIES = 2**20
+"""Emission-row entries per sequence group corrected together: their copies (12 MB at float32) stay within
+MLX's 32 MiB CPU buffer cache, so a large batch does not page-fault fresh memory each step (4x slower at B = 32)."""
+
+
 def apply_chain(
     target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules: Rules = REFERENCE_RULES
 ) -> ChainOutcome:
@@ -300,16 +340,14 @@ def apply_chain(
     q_x = gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
     num_accepted = count_accepted(accepted)
-    # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
-    p_row = gather_row(target_probs, num_accepted)
-    if max_draft:
-        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
-        # Materialised on its own: fused with the residual, the broadcast mask made mx.compile's CPU
-        # kernel 3-8x slower than eager (measured at B = 8, V = 128,256).
-        q_row = mx.contiguous(q_row * (num_accepted < num_draft).astype(q_row.dtype)[:, None])
+    batch, group = target_probs.shape[0], max(1, CORRECTION_ENTRIES // target_probs.shape[-1])
+    inputs = (target_probs, draft_probs, num_accepted, num_draft, uniforms[:, 1, 0])
+    if batch <= group:
+        emitted = correct_emission_rows(*inputs, rules)
     else:
-        q_row = mx.zeros_like(p_row)
-    emitted = rules.correct(p_row, q_row, uniforms[:, 1, 0])
+        emitted = mx.concatenate(
+            [correct_emission_rows(*(a[i : i + group] for a in inputs), rules) for i in range(0, batch, group)]
+        )
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
 
@@ -382,15 +420,39 @@ def apply_latent_chain(
 # --- validated entry points -----------------------------------------------------
 
 
-def valid_rows(name: str, probs: mx.array) -> mx.array:
+MASKED_CHECK_MAX_ENTRIES = 2**21
+"""Up to this many entries, one sum over a copy with bad entries masked to +inf beats a minimum and a
+sum of the input (1.7x faster at 2-8 MB on MLX's CPU); at 80 MB the copy made it 4x slower."""
+
+
+def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.array:
     """A lazy boolean: every entry finite and >= 0, and every row sums to 1 within tolerance.
 
-    Two reductions: a NaN or infinite entry turns its row's sum into NaN or
-    infinity, and a negative one (or -inf) shows in the minimum.
+    A NaN or infinite entry turns its row's sum into NaN or infinity; a negative one is masked
+    to +inf (`masked`; by default for inputs up to `MASKED_CHECK_MAX_ENTRIES`) or shows in the minimum.
     """
     tolerance = normalisation_for(name, probs.dtype)
     as_float = as_float32(probs)
-    return (as_float.min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
+    if masked if masked is not None else probs.size <= MASKED_CHECK_MAX_ENTRIES:
+        return mx.all(mx.abs(row_sums(mx.where(as_float >= 0, as_float, mx.inf)) - 1.0) <= tolerance)
+    return (as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
+
+
+def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+    """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
+    rows, vocab = target_probs.shape[1:]
+    ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
+    ok = ok & mx.all((num_draft >= 0) & (num_draft <= rows - 1))
+    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+    ids = draft_tokens.astype(mx.int64)
+    ok = ok & mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
+    # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
+    q_x = gather_drafted(draft_probs, mx.clip(ids, 0, vocab - 1).astype(mx.int32))
+    return ok & mx.all(mx.where(is_draft, q_x > 0, True))
+
+
+CHAIN_VALUES_VALID = mx.compile(chain_values_valid)
+"""Compiled once: one fused pass whose one host sync answers every value check."""
 
 
 def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tuple[mx.array, mx.array]:
@@ -402,23 +464,17 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
     batch, rows, vocab = target_probs.shape
     check_floating("draft_probs", draft_probs, 3, "probabilities")
     check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
-    ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
+    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        normalisation_for(name, probs.dtype)  # a dtype without a tolerance raises here, not inside a trace
     if num_draft is None:
         num_draft = mx.full((batch,), rows - 1, dtype=mx.int32)
     elif not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
-    ok = ok & mx.all((num_draft >= 0) & (num_draft <= rows - 1))
-    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
     if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
         raise ValueError("draft_tokens: expected integer ids")
     check_shape("draft_tokens", draft_tokens, (batch, rows - 1))
-    ids = draft_tokens.astype(mx.int64)
-    ok = ok & mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
-    # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
-    q_x = gather_drafted(draft_probs, mx.clip(ids, 0, vocab - 1).astype(mx.int32))
-    ok = ok & mx.all(mx.where(is_draft, q_x > 0, True))
-    return num_draft.astype(mx.int32), ok
+    return num_draft.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, num_draft)
 
 
 def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
@@ -479,9 +535,26 @@ def verify_chain(
         num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
     elif num_draft is None:
         num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
-    batch, rows = target_probs.shape[:2]
-    uniforms = draw_uniforms(key, batch, (2, rows), rules=rules)
-    return apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules)
+    batch = target_probs.shape[0]
+    check_key(key, batch)
+    keys = key if batch else per_sequence_keys(key, batch)  # split inside the compiled step
+    return ChainOutcome(*compiled_chain_step(apply, rules)(target_probs, draft_probs, draft_tokens, num_draft, keys))
+
+
+@functools.lru_cache(maxsize=64)
+def compiled_chain_step(apply: Callable, rules: Rules) -> Callable:
+    """``verify_chain``'s step after validation, uniforms drawn inside, ``mx.compile``d once per (apply, rules).
+
+    Eager, its ~40 small ops cost more than the arithmetic at B = 1 (mlx-lm compiles its samplers alike).
+    """
+
+    def step(target_probs, draft_probs, draft_tokens, num_draft, keys):
+        batch, rows = target_probs.shape[:2]
+        keys = mx.random.split(keys, batch) if keys.shape == (2,) else keys
+        uniforms = rules.uniforms(keys, (2, rows))
+        return tuple(apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules))
+
+    return mx.compile(step)
 
 
 def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True) -> ChainOutcome:
