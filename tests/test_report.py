@@ -584,6 +584,30 @@ def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(led
     assert claims["C5"]["status"] == "not shown" and "another claim's kernel" in claims["C5"]["reason"]
 
 
+def test_a_failure_on_another_claims_kernel_leaves_a_claim_whose_kernels_are_inherited_not_provided(ledger, passing):
+    """A port of verify_chain alone fails a property shared by C5 and C7 on verify_chain: C7's kernel was the
+    reference's, so C7 reads not provided by the module, not 'not shown'."""
+    shared = passing["properties"][3]
+    shared.update(
+        claims=["C5", "C7"],
+        outcome="failed",
+        calls={
+            "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
+            "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
+        },
+        failure={"phase": "call", "kind": "assertion", "claims": ["C5"], "kernels": ["verify_chain"], "message": "A"},
+    )
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C5"]["status"] == "failed"
+    assert claims["C7"]["status"] == "not provided", claims["C7"]["reason"]
+    assert "not provided by ncm_verify.reference: its calls reached only inherited names (verify_greedy)" in (
+        claims["C7"]["reason"]
+    )
+    shared["calls"]["verify_greedy"]["own"] = True  # the port's own greedy kernel ran: no verdict on C7 either way
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C7"]["status"] == "not shown" and "another claim's kernel" in claims["C7"]["reason"]
+
+
 PORT = '''
 """A partial port: its own greedy verifier, the reference's residual, no model or cache."""
 from ncm_verify.speculative import residual_distribution
