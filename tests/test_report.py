@@ -955,3 +955,13 @@ def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path
     (tmp_path / "reuse.json").write_text(json.dumps(reuse))
     result = run_pytest(tmp_path, *workers, *arguments)
     assert result.returncode == 1 and "reused reference run planned 12" in result.stdout, result.stdout
+
+
+def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
+    """xdist's work stealing hands each worker a contiguous block first (4 then 5 of 9): each starts with a long one."""
+    from ncm_verify.report import plugin
+
+    planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
+    monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"

@@ -40,7 +40,7 @@ def test_shrinking_stops_at_the_budget_and_the_failure_still_prints_its_example_
     @given(values=st.lists(st.integers(0, 1000), min_size=40, max_size=40))
     def slow_to_shrink(values):
         calls.append(sum(values))
-        time.sleep(0.1)  # a statistical property's example takes seconds; unbounded, this shrinks for ~3 s
+        time.sleep(0.1)  # a statistical property's example takes seconds; unbounded, this shrinks for ~7 s
         assert sum(values) < 50
 
     started = time.perf_counter()
@@ -49,5 +49,6 @@ def test_shrinking_stops_at_the_budget_and_the_failure_still_prints_its_example_
     elapsed = time.perf_counter() - started
     notes = "\n".join(getattr(failure.value, "__notes__", []))
     assert "Failing test case: slow_to_shrink(" in notes and "@reproduce_failure(" in notes, notes
-    assert elapsed < 2, f"shrinking ran {elapsed:.1f} s past a 0.5 s budget ({len(calls)} examples)"
+    # unbounded, Hypothesis runs ~70 examples here (~7 s); a load-proof bound on calls, not on wall time
+    assert len(calls) < 40, f"{len(calls)} examples in {elapsed:.1f} s under a 0.5 s shrink budget"
     assert "stopped because it is making very slow progress" in capsys.readouterr().out  # the budget stopped it

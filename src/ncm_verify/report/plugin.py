@@ -102,21 +102,39 @@ def pytest_configure(config):
             config.pluginmanager.register(collector, "ncm-verify-evidence")
 
 
-def planned_statistical_tests(items) -> int:
-    """Chi-square tests the collected statistical properties will run at most."""
+def planned_tests_of(item) -> int:
+    """Chi-square tests one collected property will run at most (0 unless statistical)."""
     from hypothesis import settings
 
-    total = 0
-    for item in items:
-        marker = item.get_closest_marker("statistical")
-        if marker is None:
-            continue
-        per_example = marker.kwargs.get("tests", 1)
-        test = getattr(item, "obj", None)
-        test_settings = getattr(test, "_hypothesis_internal_use_settings", settings.default)
-        explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
-        total += per_example * (test_settings.max_examples + explicit)
-    return max(total, 1)
+    marker = item.get_closest_marker("statistical")
+    if marker is None:
+        return 0
+    test = getattr(item, "obj", None)
+    test_settings = getattr(test, "_hypothesis_internal_use_settings", settings.default)
+    explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
+    return marker.kwargs.get("tests", 1) * (test_settings.max_examples + explicit)
+
+
+def planned_statistical_tests(items) -> int:
+    """Chi-square tests the collected statistical properties will run at most."""
+    return max(sum(planned_tests_of(item) for item in items), 1)
+
+
+def balanced_order(items: list, workers: int) -> list:
+    """Statistical properties (the long ones: each example samples 10-100k outcomes) first, largest plan first,
+    dealt in turn to the `workers` contiguous blocks xdist's work stealing first hands out (the first worker gets
+    n // workers of the pending list, the next n // (workers - 1) of the rest, ...), so that the longest start at
+    once on different workers instead of queueing behind one another."""
+    ranked = sorted(items, key=lambda item: -planned_tests_of(item))  # stable: the rest keep collection order
+    sizes, left = [], len(items)
+    for remaining in range(workers, 0, -1):
+        sizes.append(left // remaining)
+        left -= sizes[-1]
+    blocks: list[list] = [[] for _ in sizes]
+    for rank, item in enumerate(ranked):
+        free = [b for b in range(workers) if len(blocks[b]) < sizes[b]]
+        blocks[min(free, key=lambda b: (b - rank) % workers)].append(item)
+    return [item for block in blocks for item in block]
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -131,6 +149,8 @@ def pytest_collection_modifyitems(session, config, items):
     if reused:  # after the policy is planned over every property, so alpha and n are those of a full run
         config.hook.pytest_deselected(items=[item for item in items if item.nodeid in reused])
         items[:] = [item for item in items if item.nodeid not in reused]
+    if _is_worker(config) and getattr(config.option, "dist", None) == "worksteal":  # every worker orders alike
+        items[:] = balanced_order(items, int(config.workerinput["workercount"]))
 
 
 def read_reuse(config) -> dict:
