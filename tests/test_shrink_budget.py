@@ -23,7 +23,7 @@ def apply_shrink_budget(monkeypatch):
 
 def test_each_profile_sets_the_global_hypothesis_reads_when_it_shrinks(apply_shrink_budget):
     """An upgrade of Hypothesis that drops or renames the global fails here instead of shrinking for minutes."""
-    assert apply_shrink_budget("ci") == 20 and engine.MAX_SHRINKING_SECONDS == 20
+    assert apply_shrink_budget("ci") == 10 and engine.MAX_SHRINKING_SECONDS == 10
     assert apply_shrink_budget("thorough") == 300
     source = Path(engine.__file__).read_text()
     assert "time.perf_counter() + MAX_SHRINKING_SECONDS" in source  # read at run time, not bound at import
