@@ -965,3 +965,29 @@ def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
     monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
     assert "".join(plugin.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
     assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
+
+
+GROUP_FAILURE = """  + Exception Group Traceback (most recent call last):
+  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | AssertionError: chain output: chi-square rejects the exact distribution
+    | Failing test case: example(
+    |     max_draft=1,
+    |     seed=0,
+    | )
+    | run_chain(V=2, T=2, G=1, mixed=False, seed=0)
+    |
+    | You can reproduce this test case by temporarily adding @reproduce_failure('6.170.17', b'AEEB') as a decorator
+    +---------------- 2 ----------------
+    | Failing test case: example(
+    |     max_draft=2,
+    | )
+"""
+
+
+def test_a_property_that_found_several_failures_reports_the_first_example_and_its_reproduction():
+    from ncm_verify.report.plugin import failure_details
+
+    details = failure_details(GROUP_FAILURE)
+    assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
+    assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"

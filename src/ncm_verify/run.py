@@ -211,7 +211,8 @@ def reusable_properties(kept: dict, module) -> list[dict]:
 def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, rerun: bool) -> dict:
     """Which properties this run takes from the reference's cached evidence, and why (none, when it cannot)."""
     if module.__name__ == DEFAULT_IMPLEMENTATION:
-        return {"reused": 0, "why": "the reference runs every property (its evidence is kept for ports' runs)"}
+        kept = "kept for ports' runs" if derandomized else "not kept: this profile's examples are random"
+        return {"reused": 0, "why": f"the reference runs every property (its evidence {kept})"}
     if rerun:
         return {"reused": 0, "why": "CI=true (or --rerun-selftests): every property runs, none reused"}
     if not derandomized:

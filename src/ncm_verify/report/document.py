@@ -438,14 +438,9 @@ def environment_table(report: dict) -> Table | None:
         if facts.get(key) is not None:
             rows.append((key.replace("_", " "), str(facts[key])))
     if facts.get("reuse"):
-        rows.append(("properties reused", reuse_line(facts["reuse"])))
+        rows.append(("properties reused", facts["reuse"]["why"]))
     rows += [(key, str(value)) for key, value in environment.items()]
     return Table("Environment", ("item", "value"), rows)
-
-
-def reuse_line(reuse: dict) -> str:
-    """How many properties this run carried from the reference's run, from which, or why none."""
-    return f"{reuse['reused']}: {reuse['why']}"
 
 
 def bench_table(report: dict) -> Table | None:

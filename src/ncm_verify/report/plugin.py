@@ -364,8 +364,13 @@ _REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
 
+_GROUP_MARGIN = re.compile(r"^ *\| ?", re.M)
+"""The margin an exception group draws before each line of its members (Hypothesis found several failures)."""
+
+
 def failure_details(text: str) -> dict:
-    """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text."""
+    """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text (the first, in a group)."""
+    text = _GROUP_MARGIN.sub("", text)
     falsifying = _FALSIFYING.search(text)
     reproduce = _REPRODUCE.search(text)
     seed = _SEED.search(text)

@@ -19,7 +19,7 @@ def render_terminal(report: dict) -> str:
         )
     reuse = (report.get("run_facts") or {}).get("reuse")
     if reuse:
-        lines.append(f"  properties reused: {doc.reuse_line(reuse)}")
+        lines.append(f"  properties reused: {reuse['why']}")
     lines.append("  claims:")
     for claim in report["claims"]:
         lines.append(
