@@ -26,6 +26,27 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+SHRINK_SECONDS = {"dev": 10, "ci": 10, "selftest": 10, "thorough": 300}
+"""Time Hypothesis may spend shrinking one failure, per profile: a failing statistical property draws 50-100k
+samples per example and shrank for 4 minutes under `ci`, and a port that fails a dozen properties waited for
+each; `thorough` keeps Hypothesis's own 300 s for the most minimal counterexample."""
+
+
+def apply_shrink_budget(profile: str) -> float:
+    """Set Hypothesis's shrink time limit for `profile`; it reads the engine's module global at run time.
+
+    An upgrade that drops the global fails here (and in tests/test_checks.py), not silently.
+    """
+    from hypothesis.internal.conjecture import engine
+
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise RuntimeError("hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS is gone: bound shrinking anew")
+    engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS.get(profile, 300)
+    return engine.MAX_SHRINKING_SECONDS
+
+
+apply_shrink_budget(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
 
 def pytest_configure(config):
     """`make verify SEED=123` (`--hypothesis-seed=123`): a derandomized profile draws that seed's examples instead."""

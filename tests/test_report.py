@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from ncm_verify.cli import main
 from ncm_verify.report import document as doc
+from ncm_verify.report import status as claim_status
 from ncm_verify.report.html import render_html
 from ncm_verify.report.markdown import render_markdown
 from ncm_verify.report.terminal import render_terminal
@@ -584,6 +586,31 @@ def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(led
     assert claims["C5"]["status"] == "not shown" and "another claim's kernel" in claims["C5"]["reason"]
 
 
+def test_a_failure_on_another_claims_kernel_leaves_a_claim_whose_kernels_are_inherited_not_provided(ledger, passing):
+    """A port of verify_chain alone fails a property shared by C5 and C7 on verify_chain: C7's kernel was the
+    reference's, so C7 reads not provided by the module, not 'not shown'."""
+    shared = passing["properties"][3]
+    shared.update(
+        claims=["C5", "C7"],
+        outcome="failed",
+        calls={
+            "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
+            "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
+        },
+        failure={"phase": "call", "kind": "assertion", "claims": ["C5"], "kernels": ["verify_chain"], "message": "A"},
+    )
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C5"]["status"] == "failed"
+    assert claims["C7"]["status"] == "not provided", claims["C7"]["reason"]
+    assert (
+        "not provided by ncm_verify.reference: its calls reached only inherited names (verify_greedy)"
+        in (claims["C7"]["reason"])
+    )
+    shared["calls"]["verify_greedy"]["own"] = True  # the port's own greedy kernel ran: no verdict on C7 either way
+    claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert claims["C7"]["status"] == "not shown" and "another claim's kernel" in claims["C7"]["reason"]
+
+
 PORT = '''
 """A partial port: its own greedy verifier, the reference's residual, no model or cache."""
 from ncm_verify.speculative import residual_distribution
@@ -788,3 +815,192 @@ def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_no
     )
     claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
     assert claim["status"] == "not shown" and "1 distinct law < 10" in claim["reason"]
+
+
+# --- reuse: a port's run carries the reference's evidence for the properties it would repeat exactly ---
+
+GREEDY_PORT = '''
+"""A port of verify_greedy alone; everything else is the reference's."""
+from ncm_verify.reference import *  # noqa: F403
+
+
+def verify_greedy(target, draft_tokens, *, num_draft=None, validate=True):
+    return "mine"
+'''
+
+
+@pytest.fixture
+def port_file(tmp_path):
+    """The greedy port's file; loaded in this process, it is forgotten afterwards (another test has its own)."""
+    folder = tmp_path / "ports"
+    folder.mkdir()
+    (folder / "greedy_port.py").write_text(GREEDY_PORT)
+    yield str(folder / "greedy_port.py")
+    sys.modules.pop("greedy_port", None)
+
+
+@pytest.fixture
+def properties_commands(fake_phases, passing, monkeypatch) -> list[list[str]]:
+    """The properties phase's command of each run; the passing evidence records what each property read."""
+    from ncm_verify import run
+
+    for entry in passing["properties"]:
+        entry["looked_up"] = sorted(entry["calls"])
+    passing["properties"][0].update(calls={}, looked_up=[])  # an enumeration identity: reads no implementation
+    passing["properties"][3]["calls"] = {"verify_greedy": {"calls": 3, "own": True, "origin": "ncm_verify.speculative"}}
+    passing["properties"][3]["looked_up"] = ["verify_greedy"]
+    commands, fake = [], run.run_phase
+
+    def recorded(name, step, command, env):
+        if name == "properties":
+            commands.append(command)
+        return fake(name, step, command, env)
+
+    monkeypatch.setattr(run, "run_phase", recorded)
+    monkeypatch.delenv("CI", raising=False)
+    return commands
+
+
+def reused_nodeids(command: list[str]) -> list[str] | None:
+    """The node ids a properties command carries from the reference run (None: it reuses nothing)."""
+    reuse = next((a.split("=", 1)[1] for a in command if a.startswith("--ncm-reuse=")), None)
+    return None if reuse is None else sorted(e["nodeid"] for e in json.loads(Path(reuse).read_text())["properties"])
+
+
+def test_a_port_reuses_reference_evidence_only_under_the_same_suite_key_profile_and_seed(
+    properties_commands, port_file, tmp_path, monkeypatch
+):
+    from ncm_verify import run
+
+    reports = tmp_path / "r"
+    run.verify(port_file, "ci", reports, 1)  # nothing cached yet: every property runs, and the run says why
+    first = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    assert (
+        first["reused"] == 0
+        and "`make verify` once" in first["why"]
+        and reused_nodeids(properties_commands[-1]) is None
+    )
+    run.verify("ncm_verify.reference", "ci", reports, 1)
+    reference_run = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["run_id"]
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) == [
+        "properties/test_chain.py::test_samples[float32]",
+        "properties/test_prefix.py::test_cached",
+        "properties/test_prefix.py::test_isolated",
+    ]  # not test_greedy: it read verify_greedy, which the port defines
+    reuse = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    assert reuse["reused"] == 3 and reuse["from_run"] == reference_run
+    for changed in ({"seed": 5}, {"profile": "thorough"}):
+        run.verify(port_file, changed.get("profile", "ci"), reports, 1, seed=changed.get("seed"))
+        assert reused_nodeids(properties_commands[-1]) is None, changed
+    assert "draws random examples" in json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]["why"]
+    monkeypatch.setattr(run, "suite_key", lambda: "k2")  # the suite or its environment changed
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) is None
+    monkeypatch.setattr(run, "suite_key", lambda: "k1")
+    monkeypatch.setenv("CI", "true")
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) is None
+
+
+def test_a_property_that_read_a_name_the_port_defines_is_never_reused(port_file, passing):
+    from ncm_verify import run
+    from ncm_verify.impl import load_implementation
+
+    read = {
+        "calls only inherited": ({"verify_chain": {"calls": 2, "own": True}}, ["verify_chain"]),
+        "calls its own": ({"verify_greedy": {"calls": 2, "own": True}}, ["verify_greedy"]),
+        "reads its own without calling": (
+            {"verify_chain": {"calls": 2, "own": True}},
+            ["verify_chain", "verify_greedy"],
+        ),
+        "reads nothing": ({}, []),
+    }
+    kept = {"properties": [node(name, ["C5"], calls=calls, looked_up=names) for name, (calls, names) in read.items()]}
+    kept["properties"].append(node("failed", ["C5"], outcome="failed", calls={}, looked_up=[]))
+    kept["properties"].append(node("older evidence without reads", ["C5"], calls={}))
+    carried = {e["nodeid"]: e for e in run.reusable_properties(kept, load_implementation(port_file))}
+    assert sorted(carried) == ["calls only inherited", "reads nothing"]
+    assert carried["calls only inherited"]["calls"]["verify_chain"]["own"] is False  # judged as the port's
+
+
+REUSED_SUITE = """
+import pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=2)
+@settings(max_examples=3, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+def test_reused(x, impl):
+    raise AssertionError("a reused property must not run")
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=4, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+def test_runs(x, impl):
+    impl.verify_greedy(None, None)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path, workers, run_pytest, port_file):
+    (tmp_path / "test_suite.py").write_text(REUSED_SUITE)
+    carried = node("test_suite.py::test_reused", ["C5"], stats=[chi_square_record("test_suite.py::test_reused", 0.4)])
+    carried["calls"] = {"verify_chain": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}}
+    source = {"run_id": "ref123", "ran": "2026-11-30T22:00:00+00:00", "key": "k1-ci-derandomized"}
+    reuse = {"source": source, "policy": {**POLICY, "planned_tests": 10}, "properties": [carried]}
+    (tmp_path / "reuse.json").write_text(json.dumps(reuse))
+    arguments = [f"--impl={port_file}", f"--ncm-report-dir={tmp_path / 'r'}", f"--ncm-reuse={tmp_path / 'reuse.json'}"]
+    result = run_pytest(tmp_path, *workers, *arguments)
+    assert result.returncode == 0, result.stdout + result.stderr  # test_reused would have failed, had it run
+    assert "1 properties reused from reference run ref123" in result.stdout
+    evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
+    nodes = {n["property"]: n for n in evidence["properties"]}
+    assert nodes["test_suite.py::test_reused"]["reused"] == source and "reused" not in nodes["test_suite.py::test_runs"]
+    # alpha and n are those of a full run (2 x 3 + 1 x 4 planned), and the reused tests count against the budget
+    assert evidence["policy"]["planned_tests"] == 10 and evidence["budget"]["chi_square_tests_run"] == 1
+    summary = claim_status.property_summary(nodes["test_suite.py::test_reused"], {"impl": "greedy_port"}, "C5")
+    assert summary["reused"] == "reused from reference run ref123 (2026-11-30T22:00:00+00:00)"
+    assert summary["implementation_use_reason"].startswith("not provided by greedy_port")
+    reuse["policy"]["planned_tests"] = 12  # a reference run that planned otherwise is not this run's evidence
+    (tmp_path / "reuse.json").write_text(json.dumps(reuse))
+    result = run_pytest(tmp_path, *workers, *arguments)
+    assert result.returncode == 1 and "reused reference run planned 12" in result.stdout, result.stdout
+
+
+def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
+    """xdist's work stealing hands each worker a contiguous block first (4 then 5 of 9): each starts with a long one."""
+    from ncm_verify.report import plugin
+
+    planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
+    monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
+
+
+GROUP_FAILURE = """  + Exception Group Traceback (most recent call last):
+  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | AssertionError: chain output: chi-square rejects the exact distribution
+    | Failing test case: example(
+    |     max_draft=1,
+    |     seed=0,
+    | )
+    | run_chain(V=2, T=2, G=1, mixed=False, seed=0)
+    |
+    | You can reproduce this test case by temporarily adding @reproduce_failure('6.170.17', b'AEEB') as a decorator
+    +---------------- 2 ----------------
+    | Failing test case: example(
+    |     max_draft=2,
+    | )
+"""
+
+
+def test_a_property_that_found_several_failures_reports_the_first_example_and_its_reproduction():
+    from ncm_verify.report.plugin import failure_details
+
+    details = failure_details(GROUP_FAILURE)
+    assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
+    assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"

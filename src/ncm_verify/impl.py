@@ -238,9 +238,10 @@ class RecordingImplementation:
         self._own = own_names(module)
         self.calls: dict[str, int] = {}
         self.example_names: set[str] = set()
+        self.looked_up: set[str] = set()
 
     def begin_test(self) -> None:
-        self.calls, self.example_names = {}, set()
+        self.calls, self.example_names, self.looked_up = {}, set(), set()
 
     def begin_example(self) -> None:
         self.example_names = set()
@@ -256,6 +257,10 @@ class RecordingImplementation:
         }
 
     def __getattr__(self, name: str):
+        # every name read, called or not: a run may reuse a property's reference evidence only when each of them
+        # is the reference's own object (run.reusable_properties); Hypothesis probes for hooks the module lacks
+        if name in PROTOCOL_NAMES or hasattr(self._module, name):
+            self.looked_up.add(name)
         value = getattr(self._module, name, None)
         if name not in PROTOCOL_NAMES:
             if value is None and not hasattr(self._module, name):

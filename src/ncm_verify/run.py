@@ -4,7 +4,9 @@
 
 Phases run as subprocesses (pytest), each announced with its place in the run:
 
-1. properties, against the implementation under test, stamped with this run's id;
+1. properties, against the implementation under test, stamped with this run's id. The reference's evidence is
+   kept per suite key, profile and seed (derandomized profiles only); a port's run carries from it every property
+   that read only names the port inherits, or none, instead of rerunning the same code on the same examples;
 2. planted bugs, then calibration and power: the suite's self-tests. They depend on the suite,
    not on the implementation, so their results are cached under a key hashed from the suite's
    sources and environment, reused while nothing changed, and always rerun when ``CI=true``;
@@ -26,7 +28,13 @@ import sys
 import uuid
 from pathlib import Path
 
-from ncm_verify.impl import ImplementationError, describe_implementation, load_implementation
+from ncm_verify.impl import (
+    DEFAULT_IMPLEMENTATION,
+    ImplementationError,
+    describe_implementation,
+    load_implementation,
+    own_names,
+)
 from ncm_verify.report import document as doc
 from ncm_verify.report.environment import git_commit, git_dirty
 from ncm_verify.report.ledger import read_ledger, repository_problems
@@ -34,6 +42,11 @@ from ncm_verify.report.ledger import read_ledger, repository_problems
 ROOT = Path(__file__).resolve().parents[2]
 SELFTEST_CACHE = ".selftests"
 """Folder under the reports folder holding cached self-test results, one subfolder per key."""
+REFERENCE_EVIDENCE = "reference-evidence"
+"""Folder under the self-test cache keeping the reference's property evidence per suite key, profile and seed."""
+REUSE_FILE = "reuse.json"
+"""The reference evidence a port's run carries (`--ncm-reuse`), written beside the report."""
+REUSABLE_OUTCOMES = ("passed", "xfailed")
 SUITE_SOURCES = ("src/ncm_verify", "properties", "tests", "pyproject.toml", "ledger.json")
 PLANTED_FILES = ("tests/test_mutants.py",)
 PYTEST_PASSED, PYTEST_FAILED = 0, 1
@@ -48,15 +61,15 @@ def say(message: str) -> None:
     print(f"ncm-verify: {message}", flush=True)
 
 
-def check_profile(profile: str) -> None:
-    """A ValueError naming `profile` unless properties/conftest.py registers it."""
+def check_profile(profile: str):
+    """The Hypothesis settings properties/conftest.py registers as `profile`; a UsageError naming it otherwise."""
     from hypothesis import settings
     from hypothesis.errors import InvalidArgument
 
     saved = os.environ.pop("HYPOTHESIS_PROFILE", None)
     try:
         runpy.run_path(str(ROOT / "properties" / "conftest.py"))
-        settings.get_profile(profile)
+        return settings.get_profile(profile)
     except InvalidArgument:
         known = sorted(getattr(settings, "_profiles", {}))
         raise UsageError(f"profile: no Hypothesis profile {profile!r}; choose one of {', '.join(known)}") from None
@@ -82,7 +95,8 @@ def suite_key() -> str:
 
 
 def pytest_command(*args: str, jobs: int) -> list[str]:
-    workers = ["-n", str(jobs)] if jobs > 1 else ["-p", "no:xdist"]
+    # work stealing: an idle worker takes a busy one's queued properties, so a few long ones do not pile up on one
+    workers = ["-n", str(jobs), "--dist", "worksteal"] if jobs > 1 else ["-p", "no:xdist"]
     return [sys.executable, "-m", "pytest", *args, *workers]
 
 
@@ -154,6 +168,75 @@ def copy_selftest_results(reports: Path, cache: dict) -> None:
             target.write_text(json.dumps({**data, "cache": stamp}, indent=1) + "\n")
 
 
+def reference_evidence_path(reports: Path, key: str, profile: str, seed: int | None) -> Path:
+    """Where the reference's property evidence for this suite key, profile and seed is kept."""
+    drawn = "derandomized" if seed is None else f"seed-{seed}"
+    return reports / SELFTEST_CACHE / REFERENCE_EVIDENCE / f"{key}-{profile}-{drawn}.json"
+
+
+def keep_reference_evidence(reports: Path, target: Path, run_id: str, ran: str) -> None:
+    """Store the reference run's property evidence, so that a port's run can reuse what it would repeat."""
+    evidence = doc.read_json(reports / doc.EVIDENCE_FILE)
+    if evidence is None or evidence.get("run_id") != run_id:
+        return
+    source = {"run_id": run_id, "ran": ran, "key": target.stem}
+    kept = {"source": source, "policy": evidence["policy"], "properties": evidence["properties"]}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_suffix(".partial")
+    scratch.write_text(json.dumps(kept, indent=1) + "\n")
+    scratch.replace(target)
+
+
+def reusable_properties(kept: dict, module) -> list[dict]:
+    """The reference's property runs that `module` would repeat exactly, with its calls judged as `module`'s.
+
+    A run repeats when every name the property read from the implementation (called or not) is the reference's
+    own object in `module`, or when it read none: the same code on the same derandomized examples. Only runs
+    that passed, or confirmed a known upstream bug, are carried; anything else runs again.
+    """
+    reference = load_implementation(DEFAULT_IMPLEMENTATION)
+    own = own_names(module)
+    absent = object()
+    carried = []
+    for entry in kept["properties"]:
+        if entry["outcome"] not in REUSABLE_OUTCOMES or entry.get("calls") is None or "looked_up" not in entry:
+            continue
+        names = {*entry["calls"], *entry["looked_up"]}
+        if all(getattr(module, name, absent) is getattr(reference, name, absent) for name in names):
+            calls = {name: {**record, "own": own.get(name, False)} for name, record in entry["calls"].items()}
+            carried.append({**entry, "calls": calls})
+    return carried
+
+
+def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, rerun: bool) -> dict:
+    """Which properties this run takes from the reference's cached evidence, and why (none, when it cannot)."""
+    if module.__name__ == DEFAULT_IMPLEMENTATION:
+        kept = "kept for ports' runs" if derandomized else "not kept: this profile's examples are random"
+        return {"reused": 0, "why": f"the reference runs every property (its evidence {kept})"}
+    if rerun:
+        return {"reused": 0, "why": "CI=true (or --rerun-selftests): every property runs, none reused"}
+    if not derandomized:
+        return {"reused": 0, "why": "the profile draws random examples: a reference run's are not this run's"}
+    kept = doc.read_json(kept_path)
+    if kept is None:
+        return {
+            "reused": 0,
+            "why": f"no reference evidence cached for {kept_path.stem}: every property runs "
+            "(`make verify` once, on the reference, enables reuse)",
+        }
+    carried = reusable_properties(kept, module)
+    (reports / REUSE_FILE).write_text(json.dumps({**kept, "properties": carried}) + "\n")
+    source = kept["source"]
+    return {
+        "reused": len(carried),
+        "from_run": source["run_id"],
+        "ran": source["ran"],
+        "why": f"{len(carried)} of {len(kept['properties'])} properties read only names this module inherits, "
+        f"or none: reused from reference run {source['run_id']} ({source['ran']})",
+        "file": str(reports / REUSE_FILE),
+    }
+
+
 def clear_previous_report(reports: Path) -> None:
     """No file of an earlier run may be read as this run's: evidence and report are removed first."""
     for name in (
@@ -164,6 +247,7 @@ def clear_previous_report(reports: Path) -> None:
         doc.MUTANTS_FILE,
         doc.CALIBRATION_FILE,
         "stats.jsonl",
+        REUSE_FILE,
     ):
         (reports / name).unlink(missing_ok=True)
 
@@ -183,8 +267,9 @@ def verify(
 ) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start)."""
     try:
-        check_profile(profile)
-        implementation = describe_implementation(load_implementation(impl), impl)
+        profile_settings = check_profile(profile)
+        module = load_implementation(impl)
+        implementation = describe_implementation(module, impl)
     except (UsageError, ImplementationError) as error:
         print(f"ncm-verify: {error}", file=sys.stderr)
         if reports.is_dir():  # an earlier run's report must not pass for this one's
@@ -198,6 +283,11 @@ def verify(
     say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
     env.update(HYPOTHESIS_PROFILE=profile)
+    rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
+    # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
+    kept_path = reference_evidence_path(reports, suite_key(), profile, seed)
+    reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
+    say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
         "properties",
         "-q",
@@ -205,10 +295,14 @@ def verify(
         f"--ncm-report-dir={reports}",
         f"--ncm-run-id={run_id}",
         *([f"--hypothesis-seed={seed}"] if seed is not None else []),
+        *([f"--ncm-reuse={reuse['file']}"] if reuse.get("file") else []),
         jobs=jobs,
     )
+    ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     phases = [run_phase("properties", "1/4", properties, env)]
-    rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
+    completed = phases[0]["exit_status"] in (PYTEST_PASSED, PYTEST_FAILED)
+    if module.__name__ == DEFAULT_IMPLEMENTATION and profile_settings.derandomize and completed:
+        keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
     selftests, cache = cached_selftests(reports, jobs, selftest_env, rerun=rerun)
@@ -221,6 +315,7 @@ def verify(
         "suite_commit": git_commit(ROOT),
         "suite_dirty": git_dirty(ROOT),
         "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
+        "reuse": {k: v for k, v in reuse.items() if k != "file"},
         "ledger_problems": ledger_against_run(reports),
     }
     from ncm_verify.cli import print_report, write_reports

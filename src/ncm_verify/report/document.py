@@ -312,7 +312,10 @@ def properties_table(claim: dict) -> Table:
                 p["nodeid"],
                 p["outcome"],
                 f"{number(p['distinct_examples'])} of {number(p['examples'])}",
-                "; ".join([p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]),
+                "; ".join(
+                    [p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]
+                    + ([p["reused"]] if p.get("reused") else [])
+                ),
                 number(p["duration_s"]),
                 number(p["statistics"]["tests"]) if p["statistics"] else "-",
                 f"{difference['check']}: {number(difference['difference'])} vs {number(difference['tolerance'])}"
@@ -434,6 +437,8 @@ def environment_table(report: dict) -> Table | None:
     for key in ("run_id", "suite_commit", "suite_dirty"):
         if facts.get(key) is not None:
             rows.append((key.replace("_", " "), str(facts[key])))
+    if facts.get("reuse"):
+        rows.append(("properties reused", facts["reuse"]["why"]))
     rows += [(key, str(value)) for key, value in environment.items()]
     return Table("Environment", ("item", "value"), rows)
 

@@ -67,6 +67,11 @@ def pytest_addoption(parser):
         help="stop at the first property that fails by assertion (the planted-bug sweep needs only one)",
     )
     group.addoption(
+        "--ncm-reuse",
+        default=None,
+        help="JSON of reference evidence to carry into this run; its properties are deselected, not rerun",
+    )
+    group.addoption(
         "--ncm-inventory",
         default=None,
         help="write the collected tests with their claim markers to this JSON file",
@@ -97,21 +102,39 @@ def pytest_configure(config):
             config.pluginmanager.register(collector, "ncm-verify-evidence")
 
 
-def planned_statistical_tests(items) -> int:
-    """Chi-square tests the collected statistical properties will run at most."""
+def planned_tests_of(item) -> int:
+    """Chi-square tests one collected property will run at most (0 unless statistical)."""
     from hypothesis import settings
 
-    total = 0
-    for item in items:
-        marker = item.get_closest_marker("statistical")
-        if marker is None:
-            continue
-        per_example = marker.kwargs.get("tests", 1)
-        test = getattr(item, "obj", None)
-        test_settings = getattr(test, "_hypothesis_internal_use_settings", settings.default)
-        explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
-        total += per_example * (test_settings.max_examples + explicit)
-    return max(total, 1)
+    marker = item.get_closest_marker("statistical")
+    if marker is None:
+        return 0
+    test = getattr(item, "obj", None)
+    test_settings = getattr(test, "_hypothesis_internal_use_settings", settings.default)
+    explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
+    return marker.kwargs.get("tests", 1) * (test_settings.max_examples + explicit)
+
+
+def planned_statistical_tests(items) -> int:
+    """Chi-square tests the collected statistical properties will run at most."""
+    return max(sum(planned_tests_of(item) for item in items), 1)
+
+
+def balanced_order(items: list, workers: int) -> list:
+    """Statistical properties (the long ones: each example samples 10-100k outcomes) first, largest plan first,
+    dealt in turn to the `workers` contiguous blocks xdist's work stealing first hands out (the first worker gets
+    n // workers of the pending list, the next n // (workers - 1) of the rest, ...), so that the longest start at
+    once on different workers instead of queueing behind one another."""
+    ranked = sorted(items, key=lambda item: -planned_tests_of(item))  # stable: the rest keep collection order
+    sizes, left = [], len(items)
+    for remaining in range(workers, 0, -1):
+        sizes.append(left // remaining)
+        left -= sizes[-1]
+    blocks: list[list] = [[] for _ in sizes]
+    for rank, item in enumerate(ranked):
+        free = [b for b in range(workers) if len(blocks[b]) < sizes[b]]
+        blocks[min(free, key=lambda b: (b - rank) % workers)].append(item)
+    return [item for block in blocks for item in block]
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -122,6 +145,24 @@ def pytest_collection_modifyitems(session, config, items):
     inventory = config.getoption("--ncm-inventory")
     if inventory:
         Path(inventory).write_text(json.dumps(collected_inventory(items), indent=1), encoding="utf-8")
+    reused = reused_entries(config)
+    if reused:  # after the policy is planned over every property, so alpha and n are those of a full run
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in reused])
+        items[:] = [item for item in items if item.nodeid not in reused]
+    if _is_worker(config) and getattr(config.option, "dist", None) == "worksteal":  # every worker orders alike
+        items[:] = balanced_order(items, int(config.workerinput["workercount"]))
+
+
+def read_reuse(config) -> dict:
+    """What `--ncm-reuse` carries: {"source": the reference run, "policy": its policy, "properties": entries}."""
+    path = config.getoption("--ncm-reuse")
+    return json.loads(Path(path).read_text(encoding="utf-8")) if path else {"properties": []}
+
+
+def reused_entries(config) -> dict[str, dict]:
+    """Node id -> the reference evidence carried into this run, stamped with the run it came from."""
+    reuse = read_reuse(config)
+    return {entry["nodeid"]: {**entry, "reused": reuse["source"]} for entry in reuse["properties"]}
 
 
 def claims_of(item) -> list[str]:
@@ -303,6 +344,7 @@ def item_evidence(item) -> dict:
     calls = _RECORDER[0].call_records() if uses_impl else {}
     return {
         "calls": calls,
+        "looked_up": sorted(_RECORDER[0].looked_up) if uses_impl else [],
         "claims": claims_of(item),
         "statistical_tests_per_example": statistical.kwargs.get("tests", 1) if statistical else None,
         "hypothesis": hypothesis,
@@ -338,8 +380,13 @@ _REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
 
+_GROUP_MARGIN = re.compile(r"^ *\| ?", re.M)
+"""The margin an exception group draws before each line of its members (Hypothesis found several failures)."""
+
+
 def failure_details(text: str) -> dict:
-    """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text."""
+    """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text (the first, in a group)."""
+    text = _GROUP_MARGIN.sub("", text)
     falsifying = _FALSIFYING.search(text)
     reproduce = _REPRODUCE.search(text)
     seed = _SEED.search(text)
@@ -377,7 +424,9 @@ class EvidenceCollector:
     def __init__(self, config, report_dir: Path):
         self.config = config
         self.report_dir = report_dir
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, dict] = reused_entries(config)
+        self.reuse = read_reuse(config)
+        self.reused = len(self.entries)
         self.budget: dict | None = None
 
     def entry(self, report) -> dict:
@@ -430,6 +479,8 @@ class EvidenceCollector:
 
     def policy(self) -> dict:
         seen = [e.pop("policy") for e in self.entries.values() if "policy" in e]
+        if not seen and self.reused:  # nothing ran here: the reused run's policy is this run's
+            return self.reuse["policy"]
         return seen[0] if seen else stats.current_policy().describe()
 
     def budget_check(self, policy: dict) -> dict:
@@ -462,6 +513,15 @@ class EvidenceCollector:
 
         policy = self.policy()
         self.budget = self.budget_check(policy)
+        if self.reused and policy["planned_tests"] != self.reuse["policy"]["planned_tests"]:
+            self.budget.update(
+                run_failed_by_budget=True,
+                note=f"{policy['planned_tests']} chi-square tests planned, but the reused reference run planned "
+                f"{self.reuse['policy']['planned_tests']}: its evidence is not this run's",
+            )
+        if self.reused and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:  # every property was reused
+            failing = any(e["outcome"] in ("failed", "error") for e in self.entries.values())
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if failing else pytest.ExitCode.OK
         if self.budget["run_failed_by_budget"]:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         document = {
@@ -486,6 +546,11 @@ class EvidenceCollector:
             terminalreporter.write_line(f"ncm-verify: {len(not_provided)} property runs need names the module lacks")
         if self.budget is None:
             return
+        if self.reused:
+            source = self.reuse["source"]
+            terminalreporter.write_line(
+                f"ncm-verify: {self.reused} properties reused from reference run {source['run_id']} ({source['ran']})"
+            )
         terminalreporter.write_line(f"ncm-verify: {self.budget['note']}")
         if self.budget["run_failed_by_budget"]:
             terminalreporter.write_line("ncm-verify: run FAILED: statistical budget overspent", red=True)

@@ -17,6 +17,9 @@ def render_terminal(report: dict) -> str:
             f"{policy['planned_tests']} planned chi-square tests, per-test alpha {doc.number(policy['alpha'])}; "
             f"{budget['chi_square_tests_run']} run"
         )
+    reuse = (report.get("run_facts") or {}).get("reuse")
+    if reuse:
+        lines.append(f"  properties reused: {reuse['why']}")
     lines.append("  claims:")
     for claim in report["claims"]:
         lines.append(
