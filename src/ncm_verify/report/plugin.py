@@ -474,7 +474,8 @@ class EvidenceCollector:
                 "claims": entry.pop("failure_claims", None),
                 "kernels": entry.pop("failure_kernels", []),
                 "message": group or _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
-                **failure_details(group or report_text(report)),
+                # the members' own text first; the traceback may hold the @reproduce_failure line they lack
+                **failure_details(f"{group or ''}\n{report_text(report)}"),
             }
 
     def policy(self) -> dict:
