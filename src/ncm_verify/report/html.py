@@ -14,6 +14,7 @@ from html import escape
 
 from ncm_verify.report import document as doc
 from ncm_verify.report import mlx_lm_section
+from ncm_verify.report.status import count_by_file
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -425,15 +426,6 @@ def implementation_line(report: dict) -> str:
     return "Implementation under test: " + ", ".join(facts)
 
 
-def count_by_file(nodes: list[str]) -> str:
-    """'test_a.py (3), test_b.py (1)': a long list of node ids read at a glance, files in first-seen order."""
-    counts: dict[str, int] = {}
-    for node in nodes:
-        name = node.split("::")[0].rsplit("/", 1)[-1]
-        counts[name] = counts.get(name, 0) + 1
-    return ", ".join(f"{name} ({count})" for name, count in counts.items())
-
-
 def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
     """What this run did not check: (item, the node ids behind it), each derived from the report's data."""
     items = []
@@ -473,6 +465,12 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
         nodes = [p["nodeid"] for p in properties if summary_of(p)]
         if nodes:
             items.append((f"{len(nodes)} property runs {meaning}, by file: {count_by_file(nodes)}.", nodes))
+    reuse = (report.get("run_facts") or {}).get("reuse") or {}
+    if reuse.get("reused"):
+        items.append(
+            f"{reuse['reused']} property runs did not run here: {reuse['why']}. They would run the reference's code on "
+            "the same derandomized examples; CI=true runs them all."
+        )
     if report["mutants"] is None:
         items.append("The planted-bug sweep did not run (no mutants.json): the suite's teeth are unproven here.")
     if report["calibration"] is None:

@@ -164,6 +164,15 @@ def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tu
     return "implementation", f"called {', '.join(own)}"
 
 
+def count_by_file(nodes: list[str]) -> str:
+    """'test_a.py (3), test_b.py (1)': a long list of node ids read at a glance, files in first-seen order."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        name = node.split("::")[0].rsplit("/", 1)[-1]
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} ({number})" for name, number in counts.items())
+
+
 def reused_note(node: dict) -> str | None:
     """'reused from reference run <id> (<time>)' for evidence carried from the reference's run, else None."""
     source = node.get("reused")
@@ -286,7 +295,10 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     if thin:
         return NOT_SHOWN, f"not enough evidence: {', '.join(thin)}"
     if not_provided:
-        why = "; ".join(f"{s['nodeid']}: {s['skip_reason'] or s['implementation_use_reason']}" for s in not_provided)
+        by_reason: dict[str, list[str]] = {}
+        for s in not_provided:
+            by_reason.setdefault(s["skip_reason"] or s["implementation_use_reason"], []).append(s["nodeid"])
+        why = "; ".join(f"{reason} [{count_by_file(nodes)}]" for reason, nodes in by_reason.items())
         return NOT_PROVIDED, f"{len(not_provided)} of {runs} not provided by the module: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
