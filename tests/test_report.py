@@ -626,7 +626,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 @pytest.mark.claim("C5")
-@settings(database=None, derandomize=True, max_examples=100)
+@settings(database=None, derandomize=True, max_examples=100, print_blob=True)
 @given(st.integers(0, 100))
 def test_fails_two_distinct_ways(impl, x):
     if x % 2:
@@ -697,6 +697,7 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     assert group["kind"] == "assertion" and "Failure 2 of 2" in group["message"], group["message"]
     assert "the odd check" in group["message"] and "the even check" in group["message"]
     assert "x=" in (group["falsifying_example"] or ""), "the first failure's example is shown, not the group's header"
+    assert (group["reproduce_failure"] or "").startswith("@reproduce_failure("), "each member carries its blob"
 
 
 def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest):
@@ -981,27 +982,31 @@ def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
     assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
 
 
-GROUP_FAILURE = """  + Exception Group Traceback (most recent call last):
-  | ExceptionGroup: Hypothesis found 2 distinct failures. (2 sub-exceptions)
-  +-+---------------- 1 ----------------
-    | AssertionError: chain output: chi-square rejects the exact distribution
-    | Failing test case: example(
-    |     max_draft=1,
-    |     seed=0,
-    | )
-    | run_chain(V=2, T=2, G=1, mixed=False, seed=0)
-    |
-    | You can reproduce this test case by temporarily adding @reproduce_failure('6.170.17', b'AEEB') as a decorator
-    +---------------- 2 ----------------
-    | Failing test case: example(
-    |     max_draft=2,
-    | )
-"""
+def noted(error: Exception, *notes: str) -> Exception:
+    error.__notes__ = list(notes)  # what Hypothesis attaches to each failure of a group
+    return error
 
 
-def test_a_property_that_found_several_failures_reports_the_first_example_and_its_reproduction():
-    from ncm_verify.report.plugin import failure_details
+class FoundTwoFailures(Exception):
+    """Stands in for the ExceptionGroup Hypothesis raises when it found several distinct failures."""
 
-    details = failure_details(GROUP_FAILURE)
+    exceptions = (
+        noted(
+            AssertionError("chain output: chi-square rejects the exact distribution"),
+            "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)",
+            "You can reproduce this test case by temporarily adding @reproduce_failure('6.170.17', b'AEEB') as a "
+            "decorator",
+        ),
+        noted(ValueError("draft_tokens: q(x) = 0"), "Failing test case: example(\n    max_draft=2,\n)"),
+    )
+
+
+def test_a_property_that_found_several_failures_reports_each_message_and_the_first_example_and_reproduction():
+    from ncm_verify.report.plugin import failure_details, group_message
+
+    message = group_message(FoundTwoFailures())
+    assert "Failure 1 of 2: AssertionError: chain output" in message and "Failure 2 of 2: ValueError" in message
+    details = failure_details(message)
     assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
     assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"
+    assert group_message(AssertionError("one failure")) is None, "a single failure keeps pytest's own text"

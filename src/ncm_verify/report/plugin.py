@@ -36,6 +36,7 @@ MAX_MESSAGE_CHARS = 4000
 _STATISTICS = pytest.StashKey[dict]()
 _RECORDS_START = pytest.StashKey[int]()
 _COLLECTOR = pytest.StashKey["EvidenceCollector"]()
+_REUSE = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -154,9 +155,14 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def read_reuse(config) -> dict:
-    """What `--ncm-reuse` carries: {"source": the reference run, "policy": its policy, "properties": entries}."""
-    path = config.getoption("--ncm-reuse")
-    return json.loads(Path(path).read_text(encoding="utf-8")) if path else {"properties": []}
+    """What `--ncm-reuse` carries: {"source": the reference run, "policy": its policy, "properties": entries}.
+
+    Read once per session: collection and the evidence collector both ask.
+    """
+    if _REUSE not in config.stash:
+        path = config.getoption("--ncm-reuse")
+        config.stash[_REUSE] = json.loads(Path(path).read_text(encoding="utf-8")) if path else {"properties": []}
+    return config.stash[_REUSE]
 
 
 def reused_entries(config) -> dict[str, dict]:
@@ -380,13 +386,8 @@ _REPRODUCE = re.compile(r"@reproduce_failure\(.*?\)")
 _SEED = re.compile(r"@seed\((\d+)\)|--hypothesis-seed=(\d+)")
 
 
-_GROUP_MARGIN = re.compile(r"^ *\| ?", re.M)
-"""The margin an exception group draws before each line of its members (Hypothesis found several failures)."""
-
-
 def failure_details(text: str) -> dict:
     """The falsifying example, ``@reproduce_failure`` line and seed in a failure's text (the first, in a group)."""
-    text = _GROUP_MARGIN.sub("", text)
     falsifying = _FALSIFYING.search(text)
     reproduce = _REPRODUCE.search(text)
     seed = _SEED.search(text)
@@ -474,8 +475,7 @@ class EvidenceCollector:
                 "claims": entry.pop("failure_claims", None),
                 "kernels": entry.pop("failure_kernels", []),
                 "message": group or _HYPOTHESIS_TAIL.split(crash_message(report), 1)[0].strip(),
-                # the members' own text first; the traceback may hold the @reproduce_failure line they lack
-                **failure_details(f"{group or ''}\n{report_text(report)}"),
+                **failure_details(group or report_text(report)),
             }
 
     def policy(self) -> dict:
