@@ -130,9 +130,9 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
     return phases
 
 
-def cached_selftests(reports: Path, jobs: int, env: dict, *, rerun: bool) -> tuple[list[dict], dict]:
-    """The self-tests' results for this suite: reused from the cache, or run now (and cached if they passed)."""
-    key = suite_key()
+def cached_selftests(reports: Path, key: str, jobs: int, env: dict, *, rerun: bool) -> tuple[list[dict], dict]:
+    """The self-tests' results for the suite hashed as `key`: reused from the cache, or run now (and cached if
+    they passed)."""
     cache = reports / SELFTEST_CACHE / key
     meta_path = cache / "meta.json"
     if not rerun and meta_path.is_file():
@@ -285,7 +285,8 @@ def verify(
     env.update(HYPOTHESIS_PROFILE=profile)
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
-    kept_path = reference_evidence_path(reports, suite_key(), profile, seed)
+    key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
+    kept_path = reference_evidence_path(reports, key, profile, seed)
     reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
@@ -305,7 +306,7 @@ def verify(
         keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
-    selftests, cache = cached_selftests(reports, jobs, selftest_env, rerun=rerun)
+    selftests, cache = cached_selftests(reports, key, jobs, selftest_env, rerun=rerun)
     phases += selftests
     copy_selftest_results(reports, cache)
     say("[4/4] report")
