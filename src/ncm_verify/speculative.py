@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import mlx.core as mx
+import numpy as np
 
 from ncm_verify.tolerances import normalisation_for
 
@@ -201,18 +202,36 @@ def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
     return mx.take_along_axis(rows, safe[..., None], axis=-1)[..., 0]
 
 
+@functools.lru_cache(maxsize=256)
+def positions(count: int) -> mx.array:
+    """``arange(count)`` as int32, made once per length: under ``mx.compile`` a constant, not a kernel per call."""
+    return mx.array(np.arange(count, dtype=np.int32))
+
+
+@functools.lru_cache(maxsize=256)
+def row_offsets(count: int, used: int, vocab: int) -> mx.array:
+    """Flat offsets ``[used]`` of rows ``i`` in a ``[count, vocab]`` block (a cached constant)."""
+    return mx.array((np.arange(used) * vocab).astype(np.int32 if count * vocab < 2**31 else np.int64))
+
+
+@functools.lru_cache(maxsize=256)
+def sequence_rows(batch: int, count: int) -> mx.array:
+    """Row ``b * count`` of each sequence in a ``[B * count, ...]`` flattening (a cached constant)."""
+    return mx.array((np.arange(batch) * count).astype(np.int32))
+
+
 def gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[b, i, ids[b, i]]`` for the first G rows, without copying the rows."""
     batch, count, vocab = rows.shape
-    flat = (mx.arange(batch)[:, None] * count + mx.arange(ids.shape[1])[None]) * vocab + mx.maximum(ids, 0)
-    return rows.reshape(-1)[flat]
+    flat = row_offsets(count, ids.shape[1], vocab) + mx.maximum(ids, 0)
+    return mx.take_along_axis(rows.reshape(batch, count * vocab), flat, axis=1)
 
 
 def gather_row(rows: mx.array, index: mx.array) -> mx.array:
     """``rows[b, index[b]]``: one ``[V]`` row per sequence, copied whole rather than entry by entry."""
     batch, count = rows.shape[:2]
     flat = rows.reshape((batch * count,) + tuple(rows.shape[2:]))
-    return mx.take(flat, mx.arange(batch) * count + index.astype(mx.int32), axis=0)
+    return mx.take(flat, sequence_rows(batch, count) + index, axis=0)
 
 
 def accept_drafts(p_x: mx.array, q_x: mx.array, uniforms: mx.array) -> mx.array:
@@ -226,11 +245,6 @@ def as_float32(array) -> mx.array:
     return array if array.dtype == mx.float32 else array.astype(mx.float32)
 
 
-def threshold_of(uniforms: mx.array, cdf: mx.array) -> mx.array:
-    """``u * total`` for an inverse-CDF draw, at least the smallest normal float32 (never 0)."""
-    return mx.maximum(uniforms[..., None] * cdf[..., -1:], SMALLEST_NORMAL)
-
-
 def as_blocks(rows: mx.array, block: int = CDF_BLOCK) -> mx.array:
     """``[..., V]`` as ``[..., ceil(V / block), block]``, zero-padded (no copy when `block` divides V)."""
     pad = (-rows.shape[-1]) % block
@@ -239,21 +253,16 @@ def as_blocks(rows: mx.array, block: int = CDF_BLOCK) -> mx.array:
     return rows.reshape(*rows.shape[:-1], rows.shape[-1] // block, block)
 
 
-def take_block(blocks: mx.array, index: mx.array) -> mx.array:
-    """``blocks[..., index, :]`` for ``[..., n, block]`` blocks and an index ``[..., 1]``."""
-    return mx.take_along_axis(blocks, index[..., None], axis=-2)[..., 0, :]
-
-
 def index_in_block(start: mx.array, weights: mx.array, threshold: mx.array) -> mx.array:
-    """The first id of a block whose running total from `start` reaches `threshold`, as ``[..., 1]``.
+    """The id of a block where the running total from `start` reaches `threshold`, as ``[..., 1]``:
+    the last positive weight whose preceding total lies below it.
 
     Summed in another order than its block sum (a backend's reduction may differ from its scan), the
     block may seem to end below the threshold: then its last positive weight, never a zero-weight id past it.
     """
-    inside = (start + mx.cumsum(weights, axis=-1) < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
-    positions = mx.arange(weights.shape[-1], dtype=mx.int32)
-    last_positive = mx.max(mx.where(weights > 0, positions, 0), axis=-1, keepdims=True)
-    return mx.minimum(inside, last_positive)
+    before = start + mx.cumsum(weights, axis=-1, inclusive=False)
+    below = (weights > 0) & (before < threshold)
+    return mx.max(mx.where(below, positions(weights.shape[-1]), 0), axis=-1, keepdims=True)
 
 
 def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
@@ -267,20 +276,23 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     p = as_blocks(as_float32(p))
     # q is read once, here: its copy's memory may hold the residual (MLX's CPU cache keeps 32 MiB).
     residual = mx.maximum(p - as_blocks(as_float32(q)), 0.0)
-    count, block = p.shape[-2:]
-    residual_cdf = mx.cumsum(residual.sum(axis=-1), axis=-1)
-    use_residual = residual_cdf[..., -1:] > RESIDUAL_FLOOR
+    count = p.shape[-2]
+    # Block totals stay a column [..., n, 1] throughout: each squeeze or expand is a node per call.
+    residual_cdf = mx.cumsum(residual.sum(axis=-1, keepdims=True), axis=-2)
+    use_residual = residual_cdf[..., -1:, :] > RESIDUAL_FLOOR
     # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
-    block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1), axis=-1))
-    # Kept at least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
-    threshold = threshold_of(uniforms, block_cdf)
-    found = (block_cdf < threshold).sum(axis=-1, keepdims=True).astype(mx.int32)
+    block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1, keepdims=True), axis=-2))
+    # At least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
+    threshold = mx.maximum(uniforms.reshape(uniforms.shape + (1, 1)) * block_cdf[..., -1:, :], SMALLEST_NORMAL)
+    found = (block_cdf < threshold).astype(mx.int32).sum(axis=-2, keepdims=True)
     chosen = mx.minimum(found, count - 1)
-    start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-1), 0.0)
-    weights = mx.where(use_residual, take_block(residual, chosen), take_block(p, chosen))
-    drawn = chosen * block + index_in_block(start, weights, threshold)
+    start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-2), 0.0)
+    weights = mx.where(
+        use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
+    )
+    drawn = chosen * CDF_BLOCK + index_in_block(start, weights, threshold)
     # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
-    return mx.where(found < count, drawn, vocab)[..., 0]
+    return mx.where(found < count, drawn, vocab).reshape(uniforms.shape)
 
 
 def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
@@ -295,21 +307,38 @@ def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
 
 
 def count_accepted(accepted: mx.array) -> mx.array:
-    """Length of the leading run of accepted drafts per sequence."""
-    return mx.cumprod(accepted.astype(mx.int32), axis=1).sum(axis=1).astype(mx.int32)
+    """Length of the leading run of accepted drafts per sequence: the first rejected position, else G."""
+    batch, max_draft = accepted.shape
+    if not max_draft:
+        return mx.zeros((batch,), dtype=mx.int32)
+    return mx.min(mx.where(accepted, max_draft, positions(max_draft)), axis=1)
+
+
+@functools.lru_cache(maxsize=256)
+def emitted_columns(batch: int, max_draft: int) -> mx.array:
+    """The draft column shown at each of the G+1 output positions, ``[B, G+1]`` (the last is always replaced)."""
+    columns = np.minimum(np.arange(max_draft + 1), max_draft - 1).astype(np.int32)
+    return mx.array(np.broadcast_to(columns, (batch, max_draft + 1)))
 
 
 def emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.array:
     """``[B, G+1]``: accepted drafts, then `last`, then padding."""
     batch, max_draft = drafts.shape
-    position = mx.arange(max_draft + 1)[None]
-    padded = mx.concatenate([drafts.astype(mx.int32), mx.full((batch, 1), PAD_TOKEN, mx.int32)], axis=1)
-    boundary = num_accepted[:, None]
-    out = mx.where(position < boundary, padded, PAD_TOKEN)
-    return mx.where(position == boundary, last[:, None], out)
+    boundary, last = num_accepted[:, None], last[:, None].astype(mx.int32)
+    if not max_draft:
+        return last
+    position = positions(max_draft + 1)
+    kept = mx.take_along_axis(drafts.astype(mx.int32), emitted_columns(batch, max_draft), axis=1)
+    return mx.where(position < boundary, kept, mx.where(position == boundary, last, PAD_TOKEN))
 
 
 REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=make_uniforms)
+
+
+def scale_rows(rows: mx.array, scale: mx.array) -> mx.array:
+    """``rows * scale[:, None]`` for ``[B, V]`` rows; one row's scale is applied as a scalar, since MLX's CPU
+    kernels read a column broadcast along V by their strided path (a 2.6x slower pass at V = 128 256)."""
+    return rows * (scale.reshape(()) if rows.shape[0] == 1 else scale[:, None])
 
 
 def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
@@ -319,7 +348,7 @@ def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, un
     p_row = gather_row(target_probs, num_accepted)
     if max_draft:
         q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
-        q_row = q_row * (num_accepted < num_draft).astype(q_row.dtype)[:, None]
+        q_row = scale_rows(q_row, (num_accepted < num_draft).astype(q_row.dtype))
     else:
         q_row = mx.zeros_like(p_row)
     return rules.correct(p_row, q_row, uniforms)
@@ -335,7 +364,7 @@ def apply_chain(
 ) -> ChainOutcome:
     """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
     max_draft = draft_tokens.shape[1]
-    is_draft = mx.arange(max_draft)[None] < num_draft[:, None]
+    is_draft = positions(max_draft) < num_draft[:, None]
     p_x = gather_drafted(target_probs, draft_tokens)
     q_x = gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
@@ -355,7 +384,7 @@ def apply_greedy(target, draft_tokens, num_draft) -> ChainOutcome:
     """Longest prefix where draft == argmax(target), then the target's argmax."""
     max_draft = draft_tokens.shape[1]
     best = mx.argmax(target, axis=-1).astype(mx.int32)
-    is_draft = mx.arange(max_draft)[None] < num_draft[:, None]
+    is_draft = positions(max_draft) < num_draft[:, None]
     num_accepted = count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
     emitted = mx.take_along_axis(best, num_accepted[:, None], axis=1)[:, 0]
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
