@@ -144,10 +144,16 @@ def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
     return tokens
 
 
+@functools.lru_cache(maxsize=256)
+def all_drafts(batch: int, max_draft: int) -> mx.array:
+    """The default draft lengths, G for every sequence (a cached constant, not a kernel per call)."""
+    return mx.array(np.full(batch, max_draft, dtype=np.int32))
+
+
 def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
     """Per-sequence draft lengths in [0, G]; None means G for every sequence."""
     if num_draft is None:
-        return mx.full((batch,), max_draft, dtype=mx.int32)
+        return all_drafts(batch, max_draft)
     if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
@@ -496,7 +502,7 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         normalisation_for(name, probs.dtype)  # a dtype without a tolerance raises here, not inside a trace
     if num_draft is None:
-        num_draft = mx.full((batch,), rows - 1, dtype=mx.int32)
+        num_draft = all_drafts(batch, rows - 1)
     elif not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
@@ -563,7 +569,7 @@ def verify_chain(
     if validate:
         num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
     elif num_draft is None:
-        num_draft = mx.full((target_probs.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
+        num_draft = all_drafts(target_probs.shape[0], draft_tokens.shape[1])
     batch = target_probs.shape[0]
     check_key(key, batch)
     keys = key if batch else per_sequence_keys(key, batch)  # split inside the compiled step
@@ -603,7 +609,7 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True
         is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
         check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
     elif num_draft is None:
-        num_draft = mx.full((target.shape[0],), draft_tokens.shape[1], dtype=mx.int32)
+        num_draft = all_drafts(target.shape[0], draft_tokens.shape[1])
     return apply_greedy(target, draft_tokens, num_draft)
 
 
