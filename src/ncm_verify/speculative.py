@@ -192,8 +192,14 @@ def per_sequence_keys(key, batch: int) -> mx.array:
 
 def make_uniforms(keys: mx.array, shape: tuple[int, ...]) -> mx.array:
     """Float32 uniforms ``[B, *shape]`` strictly inside (0, 1), one key per row."""
+    if keys.shape[0] == 1:  # the same draw without vmap, whose broadcasts cost 6 graph nodes a call
+        return on_uniform_grid(mx.random.uniform(shape=shape, key=keys.reshape(2)))[None]
+    return on_uniform_grid(mx.vmap(lambda key: mx.random.uniform(shape=shape, key=key))(keys))
+
+
+def on_uniform_grid(raw: mx.array) -> mx.array:
+    """Uniforms in [0, 1) moved to the centres of the 2^-23 grid: never 0 or 1."""
     scale = float(2**UNIFORM_GRID_BITS)
-    raw = mx.vmap(lambda key: mx.random.uniform(shape=shape, key=key))(keys)
     return (mx.floor(raw * scale) + 0.5) / scale
 
 
@@ -215,9 +221,12 @@ def positions(count: int) -> mx.array:
 
 
 @functools.lru_cache(maxsize=256)
-def row_offsets(count: int, used: int, vocab: int) -> mx.array:
-    """Flat offsets ``[used]`` of rows ``i`` in a ``[count, vocab]`` block (a cached constant)."""
-    return mx.array((np.arange(used) * vocab).astype(np.int32 if count * vocab < 2**31 else np.int64))
+def row_offsets(used: int, vocab: int, wide: bool) -> mx.array:
+    """Flat offsets ``i * vocab`` of rows ``i < used`` (a cached constant, int64 when `wide`).
+
+    Target and draft rows share it, so ``mx.compile`` computes their drafted entries' index once.
+    """
+    return mx.array((np.arange(used) * vocab).astype(np.int64 if wide else np.int32))
 
 
 @functools.lru_cache(maxsize=256)
@@ -229,7 +238,7 @@ def sequence_rows(batch: int, count: int) -> mx.array:
 def gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[b, i, ids[b, i]]`` for the first G rows, without copying the rows."""
     batch, count, vocab = rows.shape
-    flat = row_offsets(count, ids.shape[1], vocab) + mx.maximum(ids, 0)
+    flat = row_offsets(ids.shape[1], vocab, count * vocab >= 2**31) + mx.maximum(ids, 0)
     return mx.take_along_axis(rows.reshape(batch, count * vocab), flat, axis=1)
 
 
@@ -279,9 +288,10 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     pick the id. Only the block sums read the whole row.
     """
     vocab = p.shape[-1]
-    p = as_blocks(as_float32(p))
-    # q is read once, here: its copy's memory may hold the residual (MLX's CPU cache keeps 32 MiB).
-    residual = mx.maximum(p - as_blocks(as_float32(q)), 0.0)
+    p = as_float32(p)
+    # Made in the rows' own layout, so that a scaling of q by a scalar fuses into this one pass.
+    residual = as_blocks(mx.maximum(p - as_float32(q), 0.0))
+    p = as_blocks(p)
     count = p.shape[-2]
     # Block totals stay a column [..., n, 1] throughout: each squeeze or expand is a node per call.
     residual_cdf = mx.cumsum(residual.sum(axis=-1, keepdims=True), axis=-2)
@@ -342,9 +352,15 @@ REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=
 
 
 def scale_rows(rows: mx.array, scale: mx.array) -> mx.array:
-    """``rows * scale[:, None]`` for ``[B, V]`` rows; one row's scale is applied as a scalar, since MLX's CPU
-    kernels read a column broadcast along V by their strided path (a 2.6x slower pass at V = 128 256)."""
-    return rows * (scale.reshape(()) if rows.shape[0] == 1 else scale[:, None])
+    """``rows * scale[:, None]`` for ``[B, V]`` rows.
+
+    MLX's CPU kernels read a column broadcast along V by their strided path (2.6x slower at V = 128 256).
+    One row's scale is a scalar, which fuses into the correction's contiguous pass; the scaling of several
+    rows stays a pass of its own (the reshape keeps the strided read out of the correction's pass).
+    """
+    if rows.shape[0] == 1:
+        return rows * scale.reshape(())
+    return (rows[:, None] * scale[:, None, None]).reshape(rows.shape)
 
 
 def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
