@@ -138,6 +138,15 @@ def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whol
         np.testing.assert_array_equal(g, w, err_msg=f"{part} differ when corrected in groups of 2 sequences")
 
 
+def test_one_sequence_draws_the_uniforms_of_its_row_in_a_batch():
+    """A batch of one skips vmap; its draw must still be the batch's row, or batch invariance breaks."""
+    keys = mx.random.split(mx.random.key(11), 6)
+    batch = np.array(speculative.make_uniforms(keys, (2, 5)))
+    for row in range(6):
+        alone = np.array(speculative.make_uniforms(keys[row : row + 1], (2, 5)))
+        np.testing.assert_array_equal(alone[0], batch[row], err_msg=f"uniforms of sequence {row} drawn alone")
+
+
 def test_validation_still_names_the_first_bad_argument():
     inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
     target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
