@@ -402,10 +402,24 @@ def apply_chain(
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
 
-def apply_greedy(target, draft_tokens, num_draft) -> ChainOutcome:
-    """Longest prefix where draft == argmax(target), then the target's argmax."""
+def first_argmax(scores: mx.array) -> mx.array:
+    """``argmax`` over the last axis (ties to the first index), through the maxima of 32-entry blocks.
+
+    MLX's CPU argmax reads a row 2.2x slower than a max over short blocks does (V = 128 256);
+    the first block holding the row's maximum, then that block's first maximum, is the same index.
+    """
+    if scores.shape[-1] % CDF_BLOCK:
+        return mx.argmax(scores, axis=-1)
+    blocks = as_blocks(scores)
+    block = mx.argmax(blocks.max(axis=-1), axis=-1, keepdims=True)
+    inside = mx.argmax(mx.take_along_axis(blocks, block[..., None], axis=-2), axis=-1)
+    return (block * CDF_BLOCK + inside)[..., 0]
+
+
+def apply_greedy(target, draft_tokens, num_draft, *, argmax: Callable = first_argmax) -> ChainOutcome:
+    """Longest prefix where draft == argmax(target), then the target's argmax (`argmax`: a planted bug's swap)."""
     max_draft = draft_tokens.shape[1]
-    best = mx.argmax(target, axis=-1).astype(mx.int32)
+    best = argmax(target).astype(mx.int32)
     is_draft = positions(max_draft) < num_draft[:, None]
     num_accepted = count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
     emitted = mx.take_along_axis(best, num_accepted[:, None], axis=1)[:, 0]

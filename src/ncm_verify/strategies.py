@@ -550,3 +550,45 @@ def step_cases(draw, kernel: str):
     step = make_step_case(kernel, arrays, dtype)
     step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns)), label="uniforms")
     return step
+
+
+# --- greedy steps: ties, masked rows, ids past 65 535 ---
+
+greedy_vocabs = st.one_of(st.integers(1, 70), st.sampled_from([32, 4096, 65536, 65568, 100_003, 131_072]))
+"""Greedy vocabularies: tiny (ties everywhere), multiples of 32 (a blockwise argmax) and not, past 2^16."""
+GREEDY_SCORE_KINDS = ("ties", "masked", "all_masked", "distinct")
+"""Score rows: small integers (many tied maxima), half -inf, whole rows -inf, or normal draws."""
+
+
+def make_greedy_scores(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    """Float64 scores ``[..., V]`` of `kind`; past 2^16 ids, half the rows hold their maximum at a high id."""
+    if kind == "distinct":
+        scores = rng.standard_normal(shape)
+    else:
+        scores = rng.integers(-2, 3, size=shape).astype(np.float64)
+        if kind != "ties":
+            scores[rng.random(shape) < (1.0 if kind == "all_masked" else 0.5)] = -np.inf
+    rows = scores.reshape(-1, shape[-1])
+    if shape[-1] > HIGH_IDS:
+        for row in rows[rng.random(len(rows)) < 0.5]:
+            row[rng.integers(HIGH_IDS, shape[-1], size=2)] = np.max(row) + 1.0  # -inf rows stay masked
+    return scores
+
+
+@st.composite
+def greedy_steps(draw):
+    """Scores ``[B, G+1, V]`` (float64 and the dtype they go in as), drafts that match each argmax half the time."""
+    vocab = draw(greedy_vocabs, label="vocab")
+    batch = draw(st.integers(1, 8 if vocab <= LARGE_VOCAB else 2), label="batch")
+    max_draft = draw(draft_lengths, label="max drafts")
+    kind = draw(st.sampled_from(GREEDY_SCORE_KINDS), label="score kind")
+    dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    scores = make_greedy_scores(rng, (batch, max_draft + 1, vocab), kind)
+    # The values the kernel sees: rounding to half precision may tie what float64 told apart.
+    scores = np.array(mx.array(scores.astype(np.float32)).astype(getattr(mx, dtype)).astype(mx.float32), np.float64)
+    best = np.argmax(scores[:, :max_draft], axis=-1)
+    drafts = np.where(rng.random(best.shape) < 0.5, best, rng.integers(0, vocab, size=best.shape))
+    num_draft = rng.integers(0, max_draft + 1, size=batch)
+    drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
+    return scores, dtype, drafts, num_draft

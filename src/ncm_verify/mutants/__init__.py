@@ -30,6 +30,7 @@ MUTANTS = {
     "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
     "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
     "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
+    "greedy_ties_to_the_last_maximum": "greedy verification breaks tied maxima toward the last index, not the first",
     "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
     "verify_chain_swaps_uniform_rows": "verify_chain alone hands apply_chain its uniform rows swapped",
     "residual_floor_too_high": "treats a residual of mass below 1e-6 as zero and corrects from p",
