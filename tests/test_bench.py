@@ -147,6 +147,18 @@ def test_one_sequence_draws_the_uniforms_of_its_row_in_a_batch():
         np.testing.assert_array_equal(alone[0], batch[row], err_msg=f"uniforms of sequence {row} drawn alone")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_blockwise_argmax_equals_mlx_argmax_on_ties_infinities_and_nan(dtype):
+    """Unvalidated scores may hold anything: the greedy step's argmax must still be MLX's own."""
+    rng = np.random.default_rng(5)
+    scores = rng.integers(-2, 3, size=(40, 3, 32 * 9)).astype(np.float32)
+    for kind, value in enumerate((-np.inf, np.inf, np.nan)):
+        scores[kind::4][rng.random(scores[kind::4].shape) < 0.3] = value
+    scores = mx.array(scores).astype(getattr(mx, dtype))
+    got, want = np.array(speculative.first_argmax(scores)), np.array(mx.argmax(scores, axis=-1))
+    np.testing.assert_array_equal(got, want, err_msg=f"first_argmax vs mx.argmax over 120 {dtype} rows")
+
+
 def test_validation_still_names_the_first_bad_argument():
     inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
     target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
