@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -503,12 +504,10 @@ def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.arr
     return (as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
 
 
-def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
-    """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
-    rows, vocab = target_probs.shape[1:]
+def drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> mx.array:
+    """Rows valid, ids in [0, V) (or -1 where not `is_draft`), each drafted one with q > 0: one lazy boolean."""
+    vocab = target_probs.shape[-1]
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
-    ok = ok & mx.all((num_draft >= 0) & (num_draft <= rows - 1))
-    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
     ids = draft_tokens.astype(mx.int64)
     ok = ok & mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
     # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
@@ -516,8 +515,48 @@ def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx
     return ok & mx.all(mx.where(is_draft, q_x > 0, True))
 
 
+def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+    """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
+    max_draft = target_probs.shape[1] - 1
+    is_draft = positions(max_draft) < num_draft[:, None]
+    lengths_valid = mx.all((num_draft >= 0) & (num_draft <= max_draft))
+    return lengths_valid & drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft)
+
+
 CHAIN_VALUES_VALID = mx.compile(chain_values_valid)
 """Compiled once: one fused pass whose one host sync answers every value check."""
+FACTORIZED_VALUES_VALID = mx.compile(partial(drafted_values_valid, is_draft=True))
+"""Factorised input has no padding: every position is drafted."""
+
+
+def check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) -> None:
+    """Types and shapes of target and draft rows ``[B, R, V]`` / ``[B, R - drafts_fewer, V]`` and their ids.
+
+    A dtype without a tolerance raises here, not inside a compiled trace.
+    """
+    check_floating("target_probs", target_probs, 3, "probabilities")
+    batch, rows, vocab = target_probs.shape
+    check_floating("draft_probs", draft_probs, 3, "probabilities")
+    check_shape("draft_probs", draft_probs, (batch, rows - drafts_fewer, vocab))
+    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        normalisation_for(name, probs.dtype)
+    if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
+        raise ValueError("draft_tokens: expected integer ids")
+    check_shape("draft_tokens", draft_tokens, (batch, rows - drafts_fewer))
+
+
+def checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], object]):
+    """`fused()`'s result when its lazy flag says every value is valid (one host sync), else `stepwise()`'s.
+
+    The stepwise checks name the first problem in argument order; input the fused pass doubts goes there.
+    """
+    try:
+        result, ok = fused()
+        if ok.item():
+            return result
+    except ValueError:
+        pass
+    return stepwise()
 
 
 def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tuple[mx.array, mx.array]:
@@ -525,36 +564,20 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
 
     Raises the stepwise checks' ValueError on a type or shape problem.
     """
-    check_floating("target_probs", target_probs, 3, "probabilities")
-    batch, rows, vocab = target_probs.shape
-    check_floating("draft_probs", draft_probs, 3, "probabilities")
-    check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
-    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
-        normalisation_for(name, probs.dtype)  # a dtype without a tolerance raises here, not inside a trace
+    check_row_types(target_probs, draft_probs, draft_tokens, 1)
+    batch, rows = target_probs.shape[:2]
     if num_draft is None:
         num_draft = all_drafts(batch, rows - 1)
     elif not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
-    if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
-        raise ValueError("draft_tokens: expected integer ids")
-    check_shape("draft_tokens", draft_tokens, (batch, rows - 1))
     return num_draft.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, num_draft)
 
 
 def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
-    """Validate chain input in one fused pass and one host sync; returns the draft lengths.
-
-    Input the fused pass doubts goes through the stepwise checks, which name the
-    first problem in argument order.
-    """
-    try:
-        lengths, ok = chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft)
-        if ok.item():
-            return lengths
-    except ValueError:
-        pass
-    return check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft)
+    """Validate chain input in one fused pass and one host sync; returns the draft lengths."""
+    arguments = (target_probs, draft_probs, draft_tokens, num_draft)
+    return checked_in_one_pass(partial(chain_input_flags, *arguments), partial(check_chain_inputs_stepwise, *arguments))
 
 
 def check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
@@ -600,24 +623,30 @@ def verify_chain(
         num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
     elif num_draft is None:
         num_draft = all_drafts(target_probs.shape[0], draft_tokens.shape[1])
-    batch = target_probs.shape[0]
+    arrays = (target_probs, draft_probs, draft_tokens, num_draft)
+    return ChainOutcome(*run_compiled_step(apply, rules, arrays, key, draft_tokens.shape[1] + 1))
+
+
+def run_compiled_step(apply: Callable, rules: Rules, arrays: tuple, key, columns: int) -> tuple:
+    """``apply(*arrays, uniforms [B, 2, columns], rules=rules)`` with the uniforms `key` gives, as one compiled step."""
+    batch = arrays[0].shape[0]
     check_key(key, batch)
     keys = key if batch else per_sequence_keys(key, batch)  # split inside the compiled step
-    return ChainOutcome(*compiled_chain_step(apply, rules)(target_probs, draft_probs, draft_tokens, num_draft, keys))
+    return compiled_step(apply, rules, columns)(*arrays, keys)
 
 
 @functools.lru_cache(maxsize=64)
-def compiled_chain_step(apply: Callable, rules: Rules) -> Callable:
-    """``verify_chain``'s step after validation, uniforms drawn inside, ``mx.compile``d once per (apply, rules).
+def compiled_step(apply: Callable, rules: Rules, columns: int) -> Callable:
+    """A ``verify_*`` step after validation, uniforms drawn inside, ``mx.compile``d once per (apply, rules, columns).
 
     Eager, its ~40 small ops cost more than the arithmetic at B = 1 (mlx-lm compiles its samplers alike).
     """
 
-    def step(target_probs, draft_probs, draft_tokens, num_draft, keys):
-        batch, rows = target_probs.shape[:2]
+    def step(*arrays_and_keys):
+        *arrays, keys = arrays_and_keys
+        batch = arrays[0].shape[0]
         keys = mx.random.split(keys, batch) if keys.shape == (2,) else keys
-        uniforms = rules.uniforms(keys, (2, rows))
-        return tuple(apply(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=rules))
+        return tuple(apply(*arrays, rules.uniforms(keys, (2, columns)), rules=rules))
 
     return mx.compile(step)
 
@@ -644,6 +673,17 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True
 
 
 def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
+    """Validate factorised input in one fused pass and one host sync."""
+
+    def fused() -> tuple[None, mx.array]:
+        check_row_types(target_probs, draft_probs, draft_tokens, 0)
+        return None, FACTORIZED_VALUES_VALID(target_probs, draft_probs, draft_tokens)
+
+    checked_in_one_pass(fused, partial(check_factorized_inputs_stepwise, target_probs, draft_probs, draft_tokens))
+
+
+def check_factorized_inputs_stepwise(target_probs, draft_probs, draft_tokens) -> None:
+    """Validate factorised input one check at a time."""
     check_probabilities("target_probs", target_probs, 3)
     check_probabilities("draft_probs", draft_probs, 3)
     check_shape("draft_probs", draft_probs, target_probs.shape)
@@ -671,9 +711,8 @@ def verify_factorized(
     """
     if validate:
         check_factorized_inputs(target_probs, draft_probs, draft_tokens)
-    batch, positions = target_probs.shape[:2]
-    uniforms = draw_uniforms(key, batch, (2, positions), rules=rules)
-    return apply(target_probs, draft_probs, draft_tokens, uniforms, rules=rules)
+    arrays = (target_probs, draft_probs, draft_tokens)
+    return FactorizedOutcome(*run_compiled_step(apply, rules, arrays, key, target_probs.shape[1]))
 
 
 def check_latent_chain_inputs(
@@ -731,6 +770,4 @@ def verify_latent_chain(
     )
     if validate:
         check_latent_chain_inputs(*inputs)
-    batch, positions = draft_tokens.shape
-    uniforms = draw_uniforms(key, batch, (2, positions + 1), rules=rules)
-    return apply(*inputs, uniforms, rules=rules)
+    return LatentChainOutcome(*run_compiled_step(apply, rules, inputs, key, draft_tokens.shape[1] + 1))
