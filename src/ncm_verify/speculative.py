@@ -151,14 +151,32 @@ def all_drafts(batch: int, max_draft: int) -> mx.array:
     return mx.array(np.full(batch, max_draft, dtype=np.int32))
 
 
+def lengths_valid(num_draft, max_draft: int) -> mx.array:
+    """Every draft length in [0, G]: one lazy boolean."""
+    return mx.all((num_draft >= 0) & (num_draft <= max_draft))
+
+
+def draft_lengths_of(num_draft, batch: int) -> mx.array:
+    """`num_draft` after its type and shape checks (values unchecked: cast them only once checked)."""
+    if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
+        raise ValueError("num_draft: expected an integer mx.array of shape [B]")
+    check_shape("num_draft", num_draft, (batch,))
+    return num_draft
+
+
+def check_ids_type(draft_tokens, shape: tuple[int, ...]) -> None:
+    """Integer ids of `shape` (their values are checked with the rest, in one pass)."""
+    if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
+        raise ValueError("draft_tokens: expected integer ids")
+    check_shape("draft_tokens", draft_tokens, shape)
+
+
 def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
     """Per-sequence draft lengths in [0, G]; None means G for every sequence."""
     if num_draft is None:
         return all_drafts(batch, max_draft)
-    if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
-        raise ValueError("num_draft: expected an integer mx.array of shape [B]")
-    check_shape("num_draft", num_draft, (batch,))
-    if batch and not _is_true((num_draft >= 0) & (num_draft <= max_draft)):
+    num_draft = draft_lengths_of(num_draft, batch)
+    if batch and not _is_true(lengths_valid(num_draft, max_draft)):
         raise ValueError(f"num_draft: draft lengths must lie in [0, {max_draft}]")
     return num_draft.astype(mx.int32)
 
@@ -504,14 +522,19 @@ def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.arr
     return (as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
 
 
+def ids_valid(draft_tokens, is_draft, vocab: int) -> mx.array:
+    """Every id in [0, V), or -1 where not `is_draft`: one lazy boolean."""
+    ids = draft_tokens.astype(mx.int64)
+    return mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
+
+
 def drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> mx.array:
     """Rows valid, ids in [0, V) (or -1 where not `is_draft`), each drafted one with q > 0: one lazy boolean."""
     vocab = target_probs.shape[-1]
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
-    ids = draft_tokens.astype(mx.int64)
-    ok = ok & mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
+    ok = ok & ids_valid(draft_tokens, is_draft, vocab)
     # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
-    q_x = gather_drafted(draft_probs, mx.clip(ids, 0, vocab - 1).astype(mx.int32))
+    q_x = gather_drafted(draft_probs, mx.clip(draft_tokens.astype(mx.int64), 0, vocab - 1).astype(mx.int32))
     return ok & mx.all(mx.where(is_draft, q_x > 0, True))
 
 
@@ -519,14 +542,22 @@ def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx
     """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
     max_draft = target_probs.shape[1] - 1
     is_draft = positions(max_draft) < num_draft[:, None]
-    lengths_valid = mx.all((num_draft >= 0) & (num_draft <= max_draft))
-    return lengths_valid & drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft)
+    return lengths_valid(num_draft, max_draft) & drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft)
+
+
+def greedy_values_valid(target, draft_tokens, num_draft) -> mx.array:
+    """Every value check of greedy input as one lazy boolean: no NaN score, lengths and ids in range."""
+    max_draft = target.shape[1] - 1
+    is_draft = positions(max_draft) < num_draft[:, None]
+    ok = mx.all(~mx.isnan(target)) & lengths_valid(num_draft, max_draft)
+    return ok & ids_valid(draft_tokens, is_draft, target.shape[-1])
 
 
 CHAIN_VALUES_VALID = mx.compile(chain_values_valid)
 """Compiled once: one fused pass whose one host sync answers every value check."""
 FACTORIZED_VALUES_VALID = mx.compile(partial(drafted_values_valid, is_draft=True))
 """Factorised input has no padding: every position is drafted."""
+GREEDY_VALUES_VALID = mx.compile(greedy_values_valid)
 
 
 def check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) -> None:
@@ -540,9 +571,7 @@ def check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) 
     check_shape("draft_probs", draft_probs, (batch, rows - drafts_fewer, vocab))
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         normalisation_for(name, probs.dtype)
-    if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
-        raise ValueError("draft_tokens: expected integer ids")
-    check_shape("draft_tokens", draft_tokens, (batch, rows - drafts_fewer))
+    check_ids_type(draft_tokens, (batch, rows - drafts_fewer))
 
 
 def checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], object]):
@@ -566,12 +595,8 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
     """
     check_row_types(target_probs, draft_probs, draft_tokens, 1)
     batch, rows = target_probs.shape[:2]
-    if num_draft is None:
-        num_draft = all_drafts(batch, rows - 1)
-    elif not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
-        raise ValueError("num_draft: expected an integer mx.array of shape [B]")
-    check_shape("num_draft", num_draft, (batch,))
-    return num_draft.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, num_draft)
+    lengths = all_drafts(batch, rows - 1) if num_draft is None else draft_lengths_of(num_draft, batch)
+    return lengths.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, lengths)
 
 
 def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
@@ -651,6 +676,10 @@ def compiled_step(apply: Callable, rules: Rules, columns: int) -> Callable:
     return mx.compile(step)
 
 
+GREEDY_STEP = mx.compile(apply_greedy)
+"""`verify_greedy`'s step after validation, compiled once (eager, its small ops cost 10% more at B = 1)."""
+
+
 def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True) -> ChainOutcome:
     """Greedy verification: reproduces the target's argmax decoding exactly.
 
@@ -660,16 +689,35 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True
         num_draft: ``[B]`` per-sequence draft lengths in [0, G]; default G.
     """
     if validate:
-        check_scores("target", target, 3)
-        batch, rows, vocab = target.shape
-        if rows < 1:
-            raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
-        num_draft = check_num_draft(num_draft, batch, rows - 1)
-        is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
-        check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+        num_draft = check_greedy_inputs(target, draft_tokens, num_draft)
     elif num_draft is None:
         num_draft = all_drafts(target.shape[0], draft_tokens.shape[1])
-    return apply_greedy(target, draft_tokens, num_draft)
+    return ChainOutcome(*GREEDY_STEP(target, draft_tokens, num_draft))
+
+
+def check_greedy_inputs(target, draft_tokens, num_draft) -> mx.array:
+    """Validate greedy input in one fused pass and one host sync; returns the draft lengths."""
+
+    def fused() -> tuple[mx.array, mx.array]:
+        check_floating("target", target, 3, "scores")
+        batch, rows = target.shape[:2]
+        check_ids_type(draft_tokens, (batch, rows - 1))
+        lengths = all_drafts(batch, rows - 1) if num_draft is None else draft_lengths_of(num_draft, batch)
+        return lengths.astype(mx.int32), GREEDY_VALUES_VALID(target, draft_tokens, lengths)
+
+    return checked_in_one_pass(fused, partial(check_greedy_inputs_stepwise, target, draft_tokens, num_draft))
+
+
+def check_greedy_inputs_stepwise(target, draft_tokens, num_draft) -> mx.array:
+    """Validate greedy input one check at a time; returns the per-sequence draft lengths."""
+    check_scores("target", target, 3)
+    batch, rows, vocab = target.shape
+    if rows < 1:
+        raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
+    num_draft = check_num_draft(num_draft, batch, rows - 1)
+    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+    check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+    return num_draft
 
 
 def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
