@@ -244,6 +244,7 @@ def test_a_tiny_bench_run_writes_every_ratio_and_renders_its_table():
     chain = run["kernels"][0]["contenders"]
     assert set(chain["eager"]["ratios"]) >= {"vs numpy", "x numpy copy floor", "x mlx reduction floor"}
     assert "vs eager" in chain["compiled"]["ratios"]
+    assert chain[bench.ROUND_TRIP]["median_s"] > 0, "the run does not say what one MLX call cost"
     warm = run["generation"][0]
     assert warm["loaded_hits"] == warm["batch"], "the persisted cache did not serve every row"
     assert warm["contenders"]["cached warm"]["predicted_speedup"] == pytest.approx(261 / 99)

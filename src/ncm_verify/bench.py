@@ -308,6 +308,19 @@ def make_floors(nbytes: int, dtype: str) -> dict[str, Callable[[], None]]:
     }
 
 
+ROUND_TRIP = "mlx round trip"
+"""A contender that does no work: a compiled two-op evaluation of 8 floats, the least any MLX call costs when
+timed as the steps are (after other contenders left MLX's stream thread asleep): 50-70 us on this 2-core VM,
+12 us in a tight loop. A B = 1 step pays it, and more such wakes of the stream thread between its kernels."""
+
+
+def make_round_trip() -> Callable[[], None]:
+    ones = mx.ones((8,))
+    mx.eval(ones)
+    twice_plus_two = mx.compile(lambda x: (x + 1) * 2)
+    return lambda: mx.eval(twice_plus_two(ones))
+
+
 # --- timing -------------------------------------------------------------------------
 
 
@@ -381,6 +394,7 @@ def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: 
     transformers_step = make_transformers_peer(case, inputs, loaded_peer)
     if transformers_step is not None:
         contenders["transformers"] = transformers_step
+    contenders[ROUND_TRIP] = make_round_trip()
     byte_counts = {"step": step_bytes(case), "inputs": input_bytes(case)}
     for what, nbytes in byte_counts.items():
         contenders.update({f"{floor} [{what}]": fn for floor, fn in make_floors(nbytes, case.dtype).items()})
@@ -394,7 +408,7 @@ def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: 
         for statistic, reduce in STATISTICS.items():
             typical = {contender: reduce(samples) for contender, samples in times.items()}
             rows[name][RATIO_KEYS[statistic]] = kernel_ratios(name, typical, floors[statistic][what])
-    for name in PEERS:
+    for name in (*PEERS, ROUND_TRIP):
         if name in times:
             rows[name] = summarise(times[name])
     return {
