@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -156,8 +155,10 @@ def lengths_valid(num_draft, max_draft: int) -> mx.array:
     return mx.all((num_draft >= 0) & (num_draft <= max_draft))
 
 
-def draft_lengths_of(num_draft, batch: int) -> mx.array:
-    """`num_draft` after its type and shape checks (values unchecked: cast them only once checked)."""
+def draft_lengths_of(num_draft, batch: int, max_draft: int) -> mx.array:
+    """`num_draft` after its type and shape checks (values unchecked: cast them only once checked); None: G each."""
+    if num_draft is None:
+        return all_drafts(batch, max_draft)
     if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
@@ -175,7 +176,7 @@ def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
     """Per-sequence draft lengths in [0, G]; None means G for every sequence."""
     if num_draft is None:
         return all_drafts(batch, max_draft)
-    num_draft = draft_lengths_of(num_draft, batch)
+    num_draft = draft_lengths_of(num_draft, batch, max_draft)
     if batch and not _is_true(lengths_valid(num_draft, max_draft)):
         raise ValueError(f"num_draft: draft lengths must lie in [0, {max_draft}]")
     return num_draft.astype(mx.int32)
@@ -555,7 +556,7 @@ def greedy_values_valid(target, draft_tokens, num_draft) -> mx.array:
 
 CHAIN_VALUES_VALID = mx.compile(chain_values_valid)
 """Compiled once: one fused pass whose one host sync answers every value check."""
-FACTORIZED_VALUES_VALID = mx.compile(partial(drafted_values_valid, is_draft=True))
+FACTORIZED_VALUES_VALID = mx.compile(functools.partial(drafted_values_valid, is_draft=True))
 """Factorised input has no padding: every position is drafted."""
 GREEDY_VALUES_VALID = mx.compile(greedy_values_valid)
 
@@ -595,14 +596,16 @@ def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tup
     """
     check_row_types(target_probs, draft_probs, draft_tokens, 1)
     batch, rows = target_probs.shape[:2]
-    lengths = all_drafts(batch, rows - 1) if num_draft is None else draft_lengths_of(num_draft, batch)
+    lengths = draft_lengths_of(num_draft, batch, rows - 1)
     return lengths.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, lengths)
 
 
 def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
     """Validate chain input in one fused pass and one host sync; returns the draft lengths."""
     arguments = (target_probs, draft_probs, draft_tokens, num_draft)
-    return checked_in_one_pass(partial(chain_input_flags, *arguments), partial(check_chain_inputs_stepwise, *arguments))
+    return checked_in_one_pass(
+        functools.partial(chain_input_flags, *arguments), functools.partial(check_chain_inputs_stepwise, *arguments)
+    )
 
 
 def check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
@@ -702,10 +705,10 @@ def check_greedy_inputs(target, draft_tokens, num_draft) -> mx.array:
         check_floating("target", target, 3, "scores")
         batch, rows = target.shape[:2]
         check_ids_type(draft_tokens, (batch, rows - 1))
-        lengths = all_drafts(batch, rows - 1) if num_draft is None else draft_lengths_of(num_draft, batch)
+        lengths = draft_lengths_of(num_draft, batch, rows - 1)
         return lengths.astype(mx.int32), GREEDY_VALUES_VALID(target, draft_tokens, lengths)
 
-    return checked_in_one_pass(fused, partial(check_greedy_inputs_stepwise, target, draft_tokens, num_draft))
+    return checked_in_one_pass(fused, functools.partial(check_greedy_inputs_stepwise, target, draft_tokens, num_draft))
 
 
 def check_greedy_inputs_stepwise(target, draft_tokens, num_draft) -> mx.array:
@@ -727,7 +730,9 @@ def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
         check_row_types(target_probs, draft_probs, draft_tokens, 0)
         return None, FACTORIZED_VALUES_VALID(target_probs, draft_probs, draft_tokens)
 
-    checked_in_one_pass(fused, partial(check_factorized_inputs_stepwise, target_probs, draft_probs, draft_tokens))
+    checked_in_one_pass(
+        fused, functools.partial(check_factorized_inputs_stepwise, target_probs, draft_probs, draft_tokens)
+    )
 
 
 def check_factorized_inputs_stepwise(target_probs, draft_probs, draft_tokens) -> None:
