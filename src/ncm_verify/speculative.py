@@ -126,13 +126,18 @@ def check_shape(name: str, array: mx.array, shape: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(array.shape)}")
 
 
-def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
-    """Integer ids in [0, vocab) where `valid`; -1 padding allowed elsewhere."""
+def check_ids_type(name: str, tokens, shape) -> None:
+    """An integer ``mx.array`` of `shape` (its values are checked apart)."""
     if not isinstance(tokens, mx.array):
         raise ValueError(f"{name}: expected an mx.array, got {type(tokens).__name__}")
     if not mx.issubdtype(tokens.dtype, mx.integer):
         raise ValueError(f"{name}: token ids must be integers, got {tokens.dtype}")
     check_shape(name, tokens, shape)
+
+
+def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
+    """Integer ids in [0, vocab) where `valid`; -1 padding allowed elsewhere."""
+    check_ids_type(name, tokens, shape)
     if tokens.size == 0:
         return tokens
     ids = tokens.astype(mx.int64)  # unsigned ids compare with the -1 padding too
@@ -163,13 +168,6 @@ def draft_lengths_of(num_draft, batch: int, max_draft: int) -> mx.array:
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
     check_shape("num_draft", num_draft, (batch,))
     return num_draft
-
-
-def check_ids_type(draft_tokens, shape: tuple[int, ...]) -> None:
-    """Integer ids of `shape` (their values are checked with the rest, in one pass)."""
-    if not isinstance(draft_tokens, mx.array) or not mx.issubdtype(draft_tokens.dtype, mx.integer):
-        raise ValueError("draft_tokens: expected integer ids")
-    check_shape("draft_tokens", draft_tokens, shape)
 
 
 def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
@@ -253,6 +251,11 @@ def row_offsets(used: int, vocab: int, wide: bool) -> mx.array:
 def sequence_rows(batch: int, count: int) -> mx.array:
     """Row ``b * count`` of each sequence in a ``[B * count, ...]`` flattening (a cached constant)."""
     return mx.array((np.arange(batch) * count).astype(np.int32))
+
+
+def drafted_columns(num_draft: mx.array, max_draft: int) -> mx.array:
+    """``[B, G]``: which of the G draft columns hold a draft (the first ``num_draft[b]``)."""
+    return positions(max_draft) < num_draft[:, None]
 
 
 def gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
@@ -406,7 +409,7 @@ def apply_chain(
 ) -> ChainOutcome:
     """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
     max_draft = draft_tokens.shape[1]
-    is_draft = positions(max_draft) < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, max_draft)
     p_x = gather_drafted(target_probs, draft_tokens)
     q_x = gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
@@ -440,7 +443,7 @@ def apply_greedy(target, draft_tokens, num_draft, *, argmax: Callable = first_ar
     """Longest prefix where draft == argmax(target), then the target's argmax (`argmax`: a planted bug's swap)."""
     max_draft = draft_tokens.shape[1]
     best = argmax(target).astype(mx.int32)
-    is_draft = positions(max_draft) < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, max_draft)
     num_accepted = count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
     emitted = mx.take_along_axis(best, num_accepted[:, None], axis=1)[:, 0]
     return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
@@ -542,14 +545,14 @@ def drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> m
 def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
     """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
     max_draft = target_probs.shape[1] - 1
-    is_draft = positions(max_draft) < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, max_draft)
     return lengths_valid(num_draft, max_draft) & drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft)
 
 
 def greedy_values_valid(target, draft_tokens, num_draft) -> mx.array:
     """Every value check of greedy input as one lazy boolean: no NaN score, lengths and ids in range."""
     max_draft = target.shape[1] - 1
-    is_draft = positions(max_draft) < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, max_draft)
     ok = mx.all(~mx.isnan(target)) & lengths_valid(num_draft, max_draft)
     return ok & ids_valid(draft_tokens, is_draft, target.shape[-1])
 
@@ -572,7 +575,7 @@ def check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) 
     check_shape("draft_probs", draft_probs, (batch, rows - drafts_fewer, vocab))
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         normalisation_for(name, probs.dtype)
-    check_ids_type(draft_tokens, (batch, rows - drafts_fewer))
+    check_ids_type("draft_tokens", draft_tokens, (batch, rows - drafts_fewer))
 
 
 def checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], object]):
@@ -617,7 +620,7 @@ def check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_dra
     check_probabilities("draft_probs", draft_probs, 3)
     check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
     num_draft = check_num_draft(num_draft, batch, rows - 1)
-    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, rows - 1)
     check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
     check_drafted_under("draft_tokens", draft_probs, draft_tokens, is_draft)
     return num_draft
@@ -704,7 +707,7 @@ def check_greedy_inputs(target, draft_tokens, num_draft) -> mx.array:
     def fused() -> tuple[mx.array, mx.array]:
         check_floating("target", target, 3, "scores")
         batch, rows = target.shape[:2]
-        check_ids_type(draft_tokens, (batch, rows - 1))
+        check_ids_type("draft_tokens", draft_tokens, (batch, rows - 1))
         lengths = draft_lengths_of(num_draft, batch, rows - 1)
         return lengths.astype(mx.int32), GREEDY_VALUES_VALID(target, draft_tokens, lengths)
 
@@ -718,7 +721,7 @@ def check_greedy_inputs_stepwise(target, draft_tokens, num_draft) -> mx.array:
     if rows < 1:
         raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
     num_draft = check_num_draft(num_draft, batch, rows - 1)
-    is_draft = mx.arange(rows - 1)[None] < num_draft[:, None]
+    is_draft = drafted_columns(num_draft, rows - 1)
     check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
     return num_draft
 
