@@ -181,23 +181,6 @@ def greedy_decoding(fixture: AutoregressiveFixture) -> tuple[int, ...]:
     return tokens
 
 
-def greedy_step(scores: np.ndarray, drafts: np.ndarray, num_draft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy verification of ``[B, G+1, V]`` scores: tokens ``[B, G+1]`` and accepted counts ``[B]``.
-
-    Drafts stand while each equals its row's first maximum; then that row's first maximum, then -1.
-    """
-    best = np.argmax(scores, axis=-1)
-    batch, rows = best.shape
-    tokens = np.full((batch, rows), -1, dtype=np.int64)
-    counts = np.zeros(batch, dtype=np.int64)
-    for b in range(batch):
-        count = 0
-        while count < num_draft[b] and drafts[b, count] == best[b, count]:
-            count += 1
-        tokens[b, :count], tokens[b, count], counts[b] = drafts[b, :count], best[b, count], count
-    return tokens, counts
-
-
 # --- latent-conditioned verification ----------------------------------------------------
 
 
