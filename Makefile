@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 IMPL ?= ncm_verify.reference
 PROFILE ?= ci
 REPORTS ?= reports
+# The reference evidence and self-test results, reused by any later run whatever its REPORTS.
+CACHE ?= .ncm-verify-cache
 JOBS ?= 2
 # `make verify SEED=123` redraws the derandomized profile's examples from seed 123.
 SEED ?=
@@ -25,8 +27,8 @@ install: $(VENV)/installed
 ## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
-	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) \
-		$(if $(SEED),--seed=$(SEED))
+	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
+		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED))
 
 ## lint: ruff's format check and lint rules (configured in pyproject.toml)
 lint: install
@@ -41,7 +43,7 @@ test: install lint
 ## help: list the targets and variables
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /'
-	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) JOBS=$(JOBS); CI=true reruns the self-tests"
+	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS); CI=true reruns the self-tests"
 
 # C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
 # C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`
@@ -72,6 +74,6 @@ bench-compare: install
 install-peers: install
 	$(PY) -m pip install --quiet -e '.[peers]'
 
-## clean: remove reports (with the cached self-tests) and Hypothesis state
+## clean: remove reports, the cache (reference evidence, self-tests) and Hypothesis state
 clean:
-	rm -rf $(REPORTS) .hypothesis .benchmarks
+	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks

@@ -407,6 +407,15 @@ PASSING_SELFTESTS = {
 }
 
 
+PASSING_RUN = {
+    "phases": [
+        {"name": name, "exit_status": 0, "seconds": 1.0, "problem": None}
+        for name in ("properties", "planted bugs", "calibration and power")
+    ]
+}
+"""The record `ncm-verify verify` leaves of a run whose phases each exited with a verdict."""
+
+
 @pytest.fixture
 def passing(evidence) -> dict:
     """Evidence on which every claim with properties is shown."""
@@ -426,9 +435,10 @@ def passing(evidence) -> dict:
 
 
 def verdict_through_files(ledger: dict, evidence: dict, folder: Path, **selftests) -> tuple[int, dict]:
-    """Write the run's JSON, rebuild the report with the CLI: (exit status, verify.json)."""
+    """Write the run's JSON (its run record among it), rebuild the report with the CLI: (exit status, verify.json)."""
     folder.mkdir()
     (folder / "evidence.json").write_text(json.dumps(evidence))
+    (folder / doc.RUN_FILE).write_text(json.dumps(PASSING_RUN))
     for name, data in selftests.items():
         (folder / f"{name}.json").write_text(json.dumps(data))
     (folder / "ledger.json").write_text(json.dumps(ledger))
@@ -535,7 +545,7 @@ def test_each_failing_self_test_part_fails_the_run_in_report_and_exit_status(bre
 
 def test_a_registered_planted_bug_without_a_sweep_result_fails_the_run(ledger, passing):
     expected = [*doc.registered_mutants(), "lost_one"]
-    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, expected_mutants=expected)
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN, expected_mutants=expected)
     assert report["run"]["reasons"] == ["planted bugs: planted bugs with no sweep result: lost_one"]
 
 
@@ -567,19 +577,18 @@ def test_a_phase_that_exits_without_a_verdict_fails_the_run(ledger, passing):
     assert report["run"]["reasons"] == ["phases: phase properties: pytest exited 4"]
 
 
+def assertion_failure(claims: list[str], kernels: list[str], message: str, **extra) -> dict:
+    """The failure the plugin records for a property whose check failed on an example calling `kernels`."""
+    return {"phase": "call", "kind": "assertion", "claims": claims, "kernels": kernels, "message": message, **extra}
+
+
 def test_a_failure_counts_against_the_claim_of_the_kernel_its_example_called(ledger, passing):
     """A property under C5 and C7 that failed on a greedy example fails C7 only; C5 is left not shown."""
     shared = passing["properties"][3]
     shared.update(
         claims=["C5", "C7"],
         outcome="failed",
-        failure={
-            "phase": "call",
-            "kind": "assertion",
-            "claims": ["C7"],
-            "kernels": ["verify_greedy"],
-            "message": "AssertionError",
-        },
+        failure=assertion_failure(["C7"], ["verify_greedy"], "AssertionError"),
     )
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C7"]["status"] == "failed"
@@ -597,7 +606,7 @@ def test_a_failure_on_another_claims_kernel_leaves_a_claim_whose_kernels_are_inh
             "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
             "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
         },
-        failure={"phase": "call", "kind": "assertion", "claims": ["C5"], "kernels": ["verify_chain"], "message": "A"},
+        failure=assertion_failure(["C5"], ["verify_chain"], "A"),
     )
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C5"]["status"] == "failed"
@@ -731,10 +740,14 @@ def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, 
 
 
 @pytest.fixture
-def fake_phases(monkeypatch, passing, ledger):
-    """Phases that leave passing evidence and self-test files instead of running pytest; counts self-test runs."""
+def fake_phases(monkeypatch, passing, ledger, tmp_path):
+    """Phases that leave passing evidence and self-test files instead of running pytest; counts self-test runs.
+
+    The cache is the test's own, never the checkout's.
+    """
     from ncm_verify import run
 
+    monkeypatch.setattr(run, "DEFAULT_CACHE", tmp_path / "cache")
     ran = []
 
     def fake(name, step, command, env):
@@ -770,6 +783,108 @@ def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_
     monkeypatch.setenv("CI", "true")
     assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
     assert len(fake_phases) == 4
+
+
+def test_a_run_that_failed_only_through_a_phase_rebuilds_with_the_same_verdict_reasons_and_exit_status(
+    fake_phases, tmp_path, monkeypatch
+):
+    """A teeth self-test that fails (e.g. a power check) leaves the self-test files passing beside it: only its
+    phase's exit status says so, and the rebuild must read it as the run did."""
+    from ncm_verify import run
+
+    fake = run.run_phase
+
+    def teeth_fail(name, step, command, env):
+        result = fake(name, step, command, env)
+        return {**result, "exit_status": 1} if name == "calibration and power" else result
+
+    monkeypatch.setattr(run, "run_phase", teeth_fail)
+    monkeypatch.delenv("CI", raising=False)
+    reports = tmp_path / "r"
+    ran = run.verify("ncm_verify.reference", "ci", reports, 1)
+    written = (reports / doc.VERIFY_JSON).read_bytes()
+    verdict = json.loads(written)["run"]
+    assert ran == 1 == verdict["exit_status"], verdict
+    assert verdict["reasons"] == [
+        "phases: phase calibration and power: a self-test failed (see planted bugs and calibration)"
+    ]
+    assert main(["report", "--reports", str(reports)]) == ran
+    assert (reports / doc.VERIFY_JSON).read_bytes() == written  # the rebuild is the run's report, byte for byte
+    (reports / doc.RUN_FILE).unlink()  # evidence without the run's record: the phases are unknown, never passed
+    assert main(["report", "--reports", str(reports)]) == 1
+    phases = json.loads((reports / doc.VERIFY_JSON).read_text())["run"]["parts"]["phases"]
+    assert phases["reasons"] == [
+        "no run record (run.json): the phases are unknown, so their exit statuses are not shown"
+    ]
+
+
+def test_one_property_run_by_pytest_alone_rebuilds_as_failed_and_says_what_was_not_run(ledger, passing, tmp_path):
+    """README's "One property, still with a report": evidence only, no self-tests and no run record."""
+    folder = tmp_path / "quick"
+    folder.mkdir()
+    (folder / doc.EVIDENCE_FILE).write_text(json.dumps(passing))
+    (folder / "ledger.json").write_text(json.dumps(ledger))
+    assert main(["report", "--reports", str(folder), "--ledger", str(folder / "ledger.json")]) == 1
+    parts = json.loads((folder / doc.VERIFY_JSON).read_text())["run"]["parts"]
+    failed = {name: part["reasons"] for name, part in parts.items() if not part["passed"]}
+    assert sorted(failed) == ["calibration", "phases", "planted bugs"], failed
+    assert failed["planted bugs"] == ["not run: no mutants.json"] and "no run record" in failed["phases"][0]
+
+
+def test_a_port_run_with_its_reports_elsewhere_reuses_what_the_reference_run_left_in_the_cache(
+    properties_commands, fake_phases, port_file, tmp_path
+):
+    from ncm_verify import run
+
+    run.verify("ncm_verify.reference", "ci", tmp_path / "reports", 1)
+    assert len(fake_phases) == 2 and not (tmp_path / "reports" / ".selftests").exists()
+    run.verify(port_file, "ci", tmp_path / "elsewhere", 1)
+    facts = json.loads((tmp_path / "elsewhere" / doc.VERIFY_JSON).read_text())["run_facts"]
+    assert reused_nodeids(properties_commands[-1]) == [
+        "properties/test_chain.py::test_samples[float32]",
+        "properties/test_prefix.py::test_cached",
+        "properties/test_prefix.py::test_isolated",
+    ]
+    assert facts["reuse"]["reused"] == 3 and facts["selftests"]["reused"] is True and len(fake_phases) == 2
+    run.verify(port_file, "ci", tmp_path / "elsewhere", 1, cache=tmp_path / "another-cache")  # a cache of its own
+    assert reused_nodeids(properties_commands[-1]) is None and len(fake_phases) == 4
+
+
+def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_example_and_rerun_line(ledger, passing):
+    samples = passing["properties"][2]
+    failing = chi_square_record(samples["nodeid"], 1e-30, passed=False, law="bad")
+    failing["observed"] = [4000.0, 2048.0, 1524.0, 620.0]  # chi-square parts 2.25, 0, 244, 159
+    samples["stats"].append(failing)
+    samples["hypothesis"]["stopped_because"] = "shrinking was very slow"
+    samples.update(
+        outcome="failed",
+        failure=assertion_failure(
+            ["C5"],
+            ["verify_chain"],
+            "chain output: chi-square rejects the exact distribution: p = 1e-30\n  the 4 worst of 4 bins:\n"
+            + "\n".join(f"    bin {i} row" for i in range(4)),
+            falsifying_example="Failing test case: test_samples(\n    seed=3,\n)",
+        ),
+    )
+    passing["properties"][3].update(
+        outcome="error",
+        failure={"phase": "call", "kind": "ValueError", "message": "\n".join(f"line {i}" for i in range(9))},
+    )
+    lines = render_terminal(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN)).splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("  FAILURE ")]
+    assert [lines[i].split(":")[0] for i in starts] == ["  FAILURE 1 of 2", "  FAILURE 2 of 2"], lines
+    chain, greedy = lines[starts[0] : starts[1]], lines[starts[1] :]
+    assert "(C5), failed by assertion on verify_chain" in chain[0]
+    assert chain[1] == "    chain output: chi-square rejects the exact distribution: p = 1e-30"
+    assert [line.split(":")[0].strip() for line in chain[3:6]] == ["bin 2", "bin 3", "bin 0"], chain
+    assert "    example: Failing test case: test_samples( seed=3, )" in chain
+    assert any("shrinking stopped at the profile's time budget" in line for line in chain)
+    assert chain[-1].startswith("    rerun: HYPOTHESIS_PROFILE=ci") and "test_samples[float32]" in chain[-1]
+    assert "(C7), error with ValueError" in greedy[0] and greedy[1:8] == [
+        *(f"    line {i}" for i in range(6)),
+        "    ... 3 more lines in verify.md",
+    ]
+    assert not any("shrinking stopped" in line for line in greedy), greedy
 
 
 def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_claims_own_kernels(ledger, passing):

@@ -1,6 +1,6 @@
 """Command line: run the verification, regenerate the report from JSON, and check or show the ledger.
 
-ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--jobs 2] [--rerun-selftests]
+ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--cache DIR] [--jobs 2] [--rerun-selftests]
 ncm-verify report [--reports DIR] [--ledger PATH]
 ncm-verify ledger check [--ledger PATH] [--no-collect]
 ncm-verify ledger show [--ledger PATH]
@@ -16,12 +16,13 @@ from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import LedgerError, check_ledger, load_ledger
 
 
-def write_reports(reports_dir: Path, ledger_path: Path | None = None, run: dict | None = None) -> dict:
-    """Build the report from the JSON in `reports_dir` and write verify.json, .md and .html."""
+def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
+    """Build the report from the JSON in `reports_dir` (the run's record among it) and write verify.json, .md
+    and .html; `make verify` and `ncm-verify report` both write it here, from the same files."""
     from ncm_verify.report.html import render_html
     from ncm_verify.report.markdown import render_markdown
 
-    report = doc.load_report(reports_dir, ledger_path, run)
+    report = doc.load_report(reports_dir, ledger_path)
     reports_dir.mkdir(parents=True, exist_ok=True)
     doc.write_json(report, reports_dir / doc.VERIFY_JSON)
     (reports_dir / doc.VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
@@ -50,7 +51,13 @@ def command_verify(args) -> int:
     from ncm_verify.run import verify
 
     return verify(
-        args.impl, args.profile, Path(args.reports), args.jobs, rerun_selftests=args.rerun_selftests, seed=args.seed
+        args.impl,
+        args.profile,
+        Path(args.reports),
+        args.jobs,
+        rerun_selftests=args.rerun_selftests,
+        seed=args.seed,
+        cache=args.cache,
     )
 
 
@@ -82,6 +89,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--impl", default="ncm_verify.reference", help="module name or file path (default: %(default)s)")
     run.add_argument("--profile", default="ci", help="Hypothesis profile: dev, ci, thorough (default: %(default)s)")
     run.add_argument("--reports", default="reports", help="folder for evidence and report (default: %(default)s)")
+    run.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="folder for the reference evidence and self-test results reused across runs and reports folders "
+        "(default: .ncm-verify-cache at the suite's root)",
+    )
     run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
     run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")
     run.add_argument("--rerun-selftests", action="store_true", help="rerun the self-tests even if cached")

@@ -1,6 +1,6 @@
 """`make verify` as one readable sequence: check the inputs, run each phase, write the report, exit with its verdict.
 
-    python -m ncm_verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports reports] [--jobs 2]
+    python -m ncm_verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports reports] [--cache DIR] [--jobs 2]
 
 Phases run as subprocesses (pytest), each announced with its place in the run:
 
@@ -10,7 +10,13 @@ Phases run as subprocesses (pytest), each announced with its place in the run:
 2. planted bugs, then calibration and power: the suite's self-tests. They depend on the suite,
    not on the implementation, so their results are cached under a key hashed from the suite's
    sources and environment, reused while nothing changed, and always rerun when ``CI=true``;
-3. the report, whose verdict (`report.status.make_verdict`) is the exit status.
+3. the report, whose verdict (`report.status.make_verdict`) is the exit status. What the run knew of itself
+   (phases, run id, reuse) is written to run.json first, and the report is built from the folder's files alone,
+   as `ncm-verify report` rebuilds it.
+
+Both caches (reference evidence, self-tests) live in a folder of their own (``--cache``, default
+``.ncm-verify-cache`` at the suite's root), not under the reports folder: a port's run with its reports elsewhere
+reuses what the reference's run left.
 
 A bad ``--impl`` or ``--profile`` stops the run before any phase, with one message and no report.
 """
@@ -40,15 +46,20 @@ from ncm_verify.report.environment import git_commit, git_dirty
 from ncm_verify.report.ledger import read_ledger, repository_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-SELFTEST_CACHE = ".selftests"
-"""Folder under the reports folder holding cached self-test results, one subfolder per key."""
+DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
+"""The cache folder unless ``--cache`` names another (`make verify CACHE=...`)."""
+SELFTEST_CACHE = "selftests"
+"""Folder under the cache holding cached self-test results, one subfolder per key."""
 REFERENCE_EVIDENCE = "reference-evidence"
-"""Folder under the self-test cache keeping the reference's property evidence per suite key, profile and seed."""
+"""Folder under the cache keeping the reference's property evidence per suite key, profile and seed."""
 REUSE_FILE = "reuse.json"
 """The reference evidence a port's run carries (`--ncm-reuse`), written beside the report."""
 REUSABLE_OUTCOMES = ("passed", "xfailed")
 SUITE_SOURCES = ("src/ncm_verify", "properties", "tests", "pyproject.toml", "ledger.json")
 PLANTED_FILES = ("tests/test_mutants.py",)
+QUIET_FAILURES = ("--tb=no", "-rN")
+"""The properties phase prints no traceback or summary line: the closing summary gives one block per failure, read
+from the evidence, and the report keeps each failure's message and example."""
 PYTEST_PASSED, PYTEST_FAILED = 0, 1
 """pytest exit codes that carry a verdict; 2-5 mean interrupted, internal or usage errors, or nothing collected."""
 
@@ -130,16 +141,18 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
     return phases
 
 
-def cached_selftests(reports: Path, key: str, jobs: int, env: dict, *, rerun: bool) -> tuple[list[dict], dict]:
-    """The self-tests' results for the suite hashed as `key`: reused from the cache, or run now (and cached if
+def cached_selftests(
+    reports: Path, cache_root: Path, key: str, jobs: int, env: dict, *, rerun: bool
+) -> tuple[list[dict], dict]:
+    """The self-tests' results for the suite hashed as `key`: reused from `cache_root`, or run now (and cached if
     they passed)."""
-    cache = reports / SELFTEST_CACHE / key
+    cache = cache_root / SELFTEST_CACHE / key
     meta_path = cache / "meta.json"
     if not rerun and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        say(f"[2-3/4] self-tests: reusing results of {meta['ran']} (key {key}: suite and environment unchanged)")
-        return meta["phases"], {**meta, "reused": True}
-    scratch = reports / SELFTEST_CACHE / f"{key}.partial"
+        say(f"[2-3/4] self-tests: reusing results of {meta['ran']} from {cache} (suite and environment unchanged)")
+        return meta["phases"], {**meta, "reused": True, "folder": str(cache)}
+    scratch = cache_root / SELFTEST_CACHE / f"{key}.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -158,7 +171,7 @@ def cached_selftests(reports: Path, key: str, jobs: int, env: dict, *, rerun: bo
 
 def copy_selftest_results(reports: Path, cache: dict) -> None:
     """Put the self-tests' files beside the evidence, stamped with the cache key and when they ran."""
-    folder = Path(cache.get("folder") or reports / SELFTEST_CACHE / cache["key"])
+    folder = Path(cache["folder"])
     stamp = {"key": cache["key"], "ran": cache["ran"], "reused": cache["reused"]}
     for name in (doc.MUTANTS_FILE, doc.CALIBRATION_FILE):
         target = reports / name
@@ -168,10 +181,10 @@ def copy_selftest_results(reports: Path, cache: dict) -> None:
             target.write_text(json.dumps({**data, "cache": stamp}, indent=1) + "\n")
 
 
-def reference_evidence_path(reports: Path, key: str, profile: str, seed: int | None) -> Path:
+def reference_evidence_path(cache_root: Path, key: str, profile: str, seed: int | None) -> Path:
     """Where the reference's property evidence for this suite key, profile and seed is kept."""
     drawn = "derandomized" if seed is None else f"seed-{seed}"
-    return reports / SELFTEST_CACHE / REFERENCE_EVIDENCE / f"{key}-{profile}-{drawn}.json"
+    return cache_root / REFERENCE_EVIDENCE / f"{key}-{profile}-{drawn}.json"
 
 
 def keep_reference_evidence(reports: Path, target: Path, run_id: str, ran: str) -> None:
@@ -221,8 +234,8 @@ def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, re
     if kept is None:
         return {
             "reused": 0,
-            "why": f"no reference evidence cached for {kept_path.stem}: every property runs "
-            "(`make verify` once, on the reference, enables reuse)",
+            "why": f"no reference evidence cached for {kept_path.stem} in {kept_path.parent}: every property runs "
+            "(`make verify` once, on the reference, with this cache enables reuse)",
         }
     carried = reusable_properties(kept, module)
     (reports / REUSE_FILE).write_text(json.dumps({**kept, "properties": carried}) + "\n")
@@ -246,6 +259,7 @@ def clear_previous_report(reports: Path) -> None:
         doc.VERIFY_HTML,
         doc.MUTANTS_FILE,
         doc.CALIBRATION_FILE,
+        doc.RUN_FILE,
         "stats.jsonl",
         REUSE_FILE,
     ):
@@ -263,9 +277,17 @@ def ledger_against_run(reports: Path) -> list[str]:
 
 
 def verify(
-    impl: str, profile: str, reports: Path, jobs: int, *, rerun_selftests: bool = False, seed: int | None = None
+    impl: str,
+    profile: str,
+    reports: Path,
+    jobs: int,
+    *,
+    rerun_selftests: bool = False,
+    seed: int | None = None,
+    cache: Path | None = None,
 ) -> int:
-    """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start)."""
+    """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start). `cache`: where the reference
+    evidence and self-test results are kept (default `DEFAULT_CACHE`)."""
     try:
         profile_settings = check_profile(profile)
         module = load_implementation(impl)
@@ -278,6 +300,7 @@ def verify(
         return 2
     reports = reports.resolve()
     reports.mkdir(parents=True, exist_ok=True)
+    cache = Path(cache or DEFAULT_CACHE).resolve()
     clear_previous_report(reports)
     run_id = uuid.uuid4().hex[:12]
     say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
@@ -286,12 +309,13 @@ def verify(
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
-    kept_path = reference_evidence_path(reports, key, profile, seed)
+    kept_path = reference_evidence_path(cache, key, profile, seed)
     reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
         "properties",
         "-q",
+        *QUIET_FAILURES,
         f"--impl={impl}",
         f"--ncm-report-dir={reports}",
         f"--ncm-run-id={run_id}",
@@ -301,26 +325,30 @@ def verify(
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     phases = [run_phase("properties", "1/4", properties, env)]
+    if phases[0]["problem"]:  # no evidence tells why: say how to see the tracebacks this phase did not print
+        traced = f"HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist --impl={impl}"
+        say(f"[1/4] properties: {phases[0]['problem']}; to see its tracebacks: {traced}")
     completed = phases[0]["exit_status"] in (PYTEST_PASSED, PYTEST_FAILED)
     if module.__name__ == DEFAULT_IMPLEMENTATION and profile_settings.derandomize and completed:
         keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
-    selftests, cache = cached_selftests(reports, key, jobs, selftest_env, rerun=rerun)
+    selftests, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
     phases += selftests
-    copy_selftest_results(reports, cache)
+    copy_selftest_results(reports, selftest_cache)
     say("[4/4] report")
     facts = {
         "run_id": run_id,
         "phases": phases,
         "suite_commit": git_commit(ROOT),
         "suite_dirty": git_dirty(ROOT),
-        "selftests": {k: cache[k] for k in ("key", "ran", "reused")},
+        "selftests": {k: selftest_cache[k] for k in ("key", "ran", "reused")},
         "reuse": {k: v for k, v in reuse.items() if k != "file"},
         "ledger_problems": ledger_against_run(reports),
     }
+    (reports / doc.RUN_FILE).write_text(json.dumps(facts, indent=1) + "\n")
     from ncm_verify.cli import print_report, write_reports
 
-    report = write_reports(reports, run=facts)
+    report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(report, reports)
     return report["run"]["exit_status"]

@@ -22,6 +22,8 @@ EVIDENCE_FILE = "evidence.json"
 MUTANTS_FILE = "mutants.json"
 CALIBRATION_FILE = "calibration.json"
 BENCH_FILE = "bench.json"
+RUN_FILE = "run.json"
+"""What `ncm-verify verify` knew of its run (phases, run id, self-test cache, reuse), kept for the rebuild."""
 VERIFY_JSON = "verify.json"
 VERIFY_MD = "verify.md"
 VERIFY_HTML = "verify.html"
@@ -210,8 +212,9 @@ def build_report(
     }
 
 
-def load_report(reports_dir: Path, ledger_path: Path | None = None, run: dict | None = None) -> dict:
-    """Build the report from the JSON files in `reports_dir`; nothing is rerun. `run`: the orchestrator's facts."""
+def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
+    """Build the report from the JSON files in `reports_dir`, the run's own record (run.json) among them; nothing
+    is rerun, so a rebuild reads exactly what the run wrote and gives its verdict."""
     reports_dir = Path(reports_dir)
     ledger, problems = read_ledger(ledger_path)
     return build_report(
@@ -221,7 +224,7 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None, run: dict | 
         read_json(reports_dir / CALIBRATION_FILE),
         read_json(reports_dir / BENCH_FILE),
         problems,
-        run,
+        read_json(reports_dir / RUN_FILE),
         registered_mutants(),
     )
 

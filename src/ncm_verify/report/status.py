@@ -421,8 +421,14 @@ def ledger_part(ledger_problems: list[str], ledger_claims: list[dict], nodes: li
 
 
 def phases_part(phases: list[dict] | None, evidence: dict | None, run_id: str | None) -> list[str]:
-    """Each phase's exit status as expected, and the evidence stamped with this run's id."""
-    reasons = [f"phase {p['name']}: {p['problem']}" for p in phases or [] if p.get("problem")]
+    """Each phase's exit status as expected, and the evidence stamped with this run's id.
+
+    No phases (no run.json: the evidence was written by pytest alone) is no pass: a self-test or a phase that
+    failed would leave no other trace in the folder.
+    """
+    if phases is None:
+        return ["no run record (run.json): the phases are unknown, so their exit statuses are not shown"]
+    reasons = [f"phase {p['name']}: {p['problem']}" for p in phases if p.get("problem")]
     if run_id and evidence is not None and evidence.get("run_id") != run_id:
         reasons.append(f"evidence.json belongs to run {evidence.get('run_id')}, not this run {run_id}")
     return reasons

@@ -1,8 +1,55 @@
-"""The short summary printed at the end of `make verify`."""
+"""The short summary printed at the end of `make verify`, with one block per failed property."""
 
 from __future__ import annotations
 
+from hypothesis.internal.conjecture.engine import ExitReason
+
 from ncm_verify.report import document as doc
+from ncm_verify.report.html import plotted_record, worst_bins
+
+MESSAGE_LINES = 6
+"""Lines of a failure's message printed; the whole message, example and reproduction are in verify.md."""
+TERMINAL_BINS = 3
+LINE_CHARS = 240
+SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
+"""Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
+
+
+def clipped(text: str, limit: int = LINE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure_block(p: dict, number: int, total: int) -> list[str]:
+    """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it."""
+    failure = p["failure"]
+    kernels = f" on {', '.join(failure['kernels'])}" if failure.get("kernels") else ""
+    kind = "by assertion" if failure.get("kind") == "assertion" else f"with {failure.get('kind')}"
+    lines = [
+        f"  FAILURE {number} of {total}: {p['nodeid']} ({', '.join(p['claims']) or 'no claim'}), {p['outcome']} "
+        f"{kind}{kernels}"
+    ]
+    message = [line for line in (failure.get("message") or "").strip().splitlines() if line.strip()]
+    statistics = p.get("statistics")
+    if statistics and statistics["failed_tests"]:  # a chi-square rejection: its headline, then its worst bins
+        lines += [f"    {clipped(line)}" for line in message[:1]]
+        record, _ = plotted_record(statistics)
+        lines.append(f"    worst bins of {len(record['expected'])} (outcome: expected vs observed):")
+        lines += [
+            f"      {clipped(str(row.get('outcome')), 60)}: {doc.number(row.get('expected'))} vs "
+            f"{doc.number(row.get('observed'))} (chi-square part {doc.number(row.get('contribution'))})"
+            for row in worst_bins(record)[:TERMINAL_BINS]
+        ]
+    else:
+        lines += [f"    {clipped(line)}" for line in message[:MESSAGE_LINES]]
+        if len(message) > MESSAGE_LINES:
+            lines.append(f"    ... {len(message) - MESSAGE_LINES} more lines in verify.md")
+    if failure.get("falsifying_example"):
+        example = " ".join(failure["falsifying_example"].split())  # Hypothesis's one argument a line, joined
+        lines.append(f"    example: {clipped(example)}")
+    if p.get("stopped_because") == SHRINK_STOPPED:
+        lines.append("    (shrinking stopped at the profile's time budget: the example is less shrunk)")
+    lines.append(f"    rerun: {failure['command']}")
+    return lines
 
 
 def render_terminal(report: dict) -> str:
@@ -53,4 +100,7 @@ def render_terminal(report: dict) -> str:
         f"KS p={doc.number(calibration.get('ks_uniform_p_value'))}; "
         f"{len(calibration.get('power_cases') or [])} power cases"
     )
+    failed = doc.failures(report)
+    for number, p in enumerate(failed, 1):
+        lines += failure_block(p, number, len(failed))
     return "\n".join(lines)
