@@ -79,7 +79,7 @@ def pytest_configure(config):
         settings.load_profile("seeded")
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, trylast=True)  # inside Hypothesis's own wrapper, which sets its reporter
 def pytest_runtest_call(item):
     """Every property reports through `budget_reporter`. A known upstream bug (a strict xfail) is confirmed by its
     first falsifying example: no shrinking (its reason carries a minimal reproduction already)."""

@@ -861,8 +861,9 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
         failure=assertion_failure(
             ["C5"],
             ["verify_chain"],
-            "chain output: chi-square rejects the exact distribution: p = 1e-30\n  the 4 worst of 4 bins:\n"
-            + "\n".join(f"    bin {i} row" for i in range(4)),
+            "Hypothesis found 2 distinct failures.\n\n"
+            "Failure 1 of 2: chain output: chi-square rejects the exact distribution: p = 1e-30\n"
+            "  the 4 worst of 4 bins:\n" + "\n".join(f"    bin {i} row" for i in range(4)),
             falsifying_example="Failing test case: test_samples(\n    seed=3,\n)",
         ),
     )
@@ -875,8 +876,11 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
     assert [lines[i].split(":")[0] for i in starts] == ["  FAILURE 1 of 2", "  FAILURE 2 of 2"], lines
     chain, greedy = lines[starts[0] : starts[1]], lines[starts[1] :]
     assert "(C5), failed by assertion on verify_chain" in chain[0]
-    assert chain[1] == "    chain output: chi-square rejects the exact distribution: p = 1e-30"
-    assert [line.split(":")[0].strip() for line in chain[3:6]] == ["bin 2", "bin 3", "bin 0"], chain
+    assert chain[1:3] == [
+        "    Hypothesis found 2 distinct failures.",
+        "    Failure 1 of 2: chain output: chi-square rejects the exact distribution: p = 1e-30",
+    ]
+    assert [line.split(":")[0].strip() for line in chain[4:7]] == ["bin 2", "bin 3", "bin 0"], chain
     assert "    example: Failing test case: test_samples( seed=3, )" in chain
     assert any("shrinking stopped at the profile's time budget" in line for line in chain)
     assert chain[-1].startswith("    rerun: HYPOTHESIS_PROFILE=ci") and "test_samples[float32]" in chain[-1]

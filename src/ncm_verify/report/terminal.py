@@ -31,7 +31,9 @@ def failure_block(p: dict, number: int, total: int) -> list[str]:
     message = [line for line in (failure.get("message") or "").strip().splitlines() if line.strip()]
     statistics = p.get("statistics")
     if statistics and statistics["failed_tests"]:  # a chi-square rejection: its headline, then its worst bins
-        lines += [f"    {clipped(line)}" for line in message[:1]]
+        # a group's first line only counts its failures ("Hypothesis found 2 distinct failures."): keep the next too
+        headline = message[:2] if message and message[0].startswith("Hypothesis found") else message[:1]
+        lines += [f"    {clipped(line)}" for line in headline]
         record, _ = plotted_record(statistics)
         lines.append(f"    worst bins of {len(record['expected'])} (outcome: expected vs observed):")
         lines += [
