@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ncm_verify import stats
 from ncm_verify.cli import main
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
@@ -399,10 +400,11 @@ PASSING_SELFTESTS = {
         "check_budget": 3.3e-5,
         "p_values": [],
         "power_cases": [
-            {"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216, "alpha": 3.3e-6}
-            for i in range(4)
+            {"name": name, "runs": 200, "rejections": 199, "needed": 190, "n": 9216, "alpha": 3.3e-6, "passed": True}
+            for name in stats.power_case_names()
         ],
         "size": {"passed": True, "largest_ratio": 0.9999},
+        "size_large_df": {"passed": True, "largest_ratio": 0.4},
     },
 }
 
@@ -507,8 +509,17 @@ def test_each_way_a_property_lacks_evidence_gives_its_claim_a_status_and_the_run
 PART_BREAKS = {
     "a failing KS check": ("calibration", "ks_uniform_p_value", 1e-9, "calibration", "KS uniformity check failed"),
     "a failing binomial check": ("calibration", "binomial_p_value", 1e-9, "calibration", "binomial check failed"),
-    "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", "case 2: 120 of 200"),
-    "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
+    "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", ": 120 of 200"),
+    "a power case that failed its raw-model bar": ("calibration", "power_cases.0.passed", False, "calibration", "199"),
+    "no power case": ("calibration", "power_cases", [], "calibration", "power cases not recorded"),
+    "one power case missing": (
+        "calibration",
+        "power_cases",
+        [{"name": "chain fixture, 9 outcomes: spread", "runs": 200, "rejections": 199, "needed": 190, "passed": True}],
+        "calibration",
+        "not recorded: chain fixture, 9 outcomes: concentrated",
+    ),
+    "no size bound of many bins": ("calibration", "size_large_df", None, "calibration", "many bins not recorded"),
     "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
     "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
     "a surviving planted bug": (
