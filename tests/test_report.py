@@ -1021,3 +1021,14 @@ def test_a_property_that_found_several_failures_reports_each_message_and_the_fir
     assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
     assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"
     assert group_message(AssertionError("one failure")) is None, "a single failure keeps pytest's own text"
+
+
+def test_distinct_laws_are_counted_per_test_and_the_fewest_kept():
+    """A law that never changes is not shown by another test's changing: the property counts the fewer."""
+    records = [
+        {"name": "first tokens", "law_digest": "same", "expected": [1.0], "n": 1},
+        *({"name": "acceptance", "law_digest": f"law {i}", "expected": [1.0], "n": 1} for i in range(12)),
+    ]
+    assert claim_status.distinct_laws(records) == 1
+    assert claim_status.distinct_laws([r for r in records if r["name"] == "acceptance"]) == 12
+    assert claim_status.distinct_laws([]) == 0
