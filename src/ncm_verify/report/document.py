@@ -270,6 +270,8 @@ def policy_table(report: dict) -> Table | None:
         ("power at the detectable deviation", number(policy["power"])),
         ("power safety factor", number(policy["power_safety"])),
         ("target total-variation deviation", number(policy["target_tv"])),
+        ("target deviation of whole decoding loops", number(policy.get("loop_target_tv"))),
+        ("smallest alpha any run reaches (most tests planned)", number(policy.get("min_alpha"))),
         ("chi-square tests run", number(budget["chi_square_tests_run"])),
         ("budget check", budget["note"]),
     ]
