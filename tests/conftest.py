@@ -69,6 +69,7 @@ def pytest_sessionfinish(session):
             "planted": max(planted, key=lambda p: p["df"], default=None),
             "power_cases": planted,
             "size": calibration.get("size"),
+            "size_large_df": calibration.get("size large df"),
         }
         (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
 

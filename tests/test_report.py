@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ncm_verify import stats
 from ncm_verify.cli import main
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
@@ -399,10 +400,11 @@ PASSING_SELFTESTS = {
         "check_budget": 3.3e-5,
         "p_values": [],
         "power_cases": [
-            {"name": f"case {i}", "runs": 200, "rejections": 199, "needed": 190, "n": 9216, "alpha": 3.3e-6}
-            for i in range(4)
+            {"name": name, "runs": 200, "rejections": 199, "needed": 190, "n": 9216, "alpha": 3.3e-6, "passed": True}
+            for name in stats.power_case_names()
         ],
         "size": {"passed": True, "largest_ratio": 0.9999},
+        "size_large_df": {"passed": True, "largest_ratio": 0.4},
     },
 }
 
@@ -517,8 +519,17 @@ def test_each_way_a_property_lacks_evidence_gives_its_claim_a_status_and_the_run
 PART_BREAKS = {
     "a failing KS check": ("calibration", "ks_uniform_p_value", 1e-9, "calibration", "KS uniformity check failed"),
     "a failing binomial check": ("calibration", "binomial_p_value", 1e-9, "calibration", "binomial check failed"),
-    "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", "case 2: 120 of 200"),
-    "no power case": ("calibration", "power_cases", [], "calibration", "no power case recorded"),
+    "a power case below its bar": ("calibration", "power_cases.2.rejections", 120, "calibration", ": 120 of 200"),
+    "a power case that failed its raw-model bar": ("calibration", "power_cases.0.passed", False, "calibration", "199"),
+    "no power case": ("calibration", "power_cases", [], "calibration", "power cases not recorded"),
+    "one power case missing": (
+        "calibration",
+        "power_cases",
+        [{"name": "chain fixture, 9 outcomes: spread", "runs": 200, "rejections": 199, "needed": 190, "passed": True}],
+        "calibration",
+        "not recorded: chain fixture, 9 outcomes: concentrated",
+    ),
+    "no size bound of many bins": ("calibration", "size_large_df", None, "calibration", "many bins not recorded"),
     "a plan whose exact size exceeds alpha": ("calibration", "size.passed", False, "calibration", "exact size exceeds"),
     "no exact size check": ("calibration", "size", None, "calibration", "exact test-size check not recorded"),
     "a surviving planted bug": (
@@ -1129,3 +1140,14 @@ def test_a_property_that_found_several_failures_reports_each_message_and_the_fir
     assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
     assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"
     assert group_message(AssertionError("one failure")) is None, "a single failure keeps pytest's own text"
+
+
+def test_distinct_laws_are_counted_per_test_and_the_fewest_kept():
+    """A law that never changes is not shown by another test's changing: the property counts the fewer."""
+    records = [
+        {"name": "first tokens", "law_digest": "same", "expected": [1.0], "n": 1},
+        *({"name": "acceptance", "law_digest": f"law {i}", "expected": [1.0], "n": 1} for i in range(12)),
+    ]
+    assert claim_status.distinct_laws(records) == 1
+    assert claim_status.distinct_laws([r for r in records if r["name"] == "acceptance"]) == 12
+    assert claim_status.distinct_laws([]) == 0

@@ -6,10 +6,28 @@ Every sampling property runs goodness-of-fit tests through this module. A whole
 p-value is valid at that alpha, P(p <= alpha) <= alpha. Plans with one or two
 degrees of freedom get exact p-values (binomial tails; trinomial by conditioning
 on one count). Larger plans pool bins below ``CHI_SQUARE_MIN_EXPECTED`` and
-divide the chi-square tail by ``CHI_SQUARE_FRACTION``; the self-tests compute
-the exact size of the worst such plans by summation at the `ci` and `thorough`
-alphas. Power is asserted before any sample is drawn, by simulating the plan's
-own decision, independently of the formula that chose n.
+reject when the chi-square tail is below `chi_square_tail_at(alpha)`: a quarter
+of alpha down to ``CHI_SQUARE_KNEE``, a fraction shrinking as alpha^0.25 below
+it, because the chi-square tail's error grows as alpha shrinks. A run plans at
+most ``MAX_PLANNED_TESTS`` tests (`Policy` refuses more), so no alpha falls below
+``MIN_ALPHA``; the self-tests bound the size of the worst plans at the `ci` and
+`thorough` alphas and at ``MIN_ALPHA``, by summation for df 1-5 and by importance
+sampling for a plan of many bins.
+
+Power: n is the smallest at which the noncentral chi-square, its noncentrality
+discounted by ``POWER_SAFETY``, predicts power ``POWER`` against any deviation of
+total variation ``TARGET_TV`` on the binned law (the noncentrality of such a
+deviation is at least 4 n TV^2, the "spread" shape). The raw model is not
+trusted: it overpredicts for mass moved into a small bin (true power about 0.96
+where it says 0.99). What the plan promises, and the self-tests check on every
+shape `deviate` knows, is the discounted model: a deviation whose noncentrality
+is ``POWER_SAFETY`` times the raw power-0.99 noncentrality is caught with power
+0.99; the raw model's rate is reported beside it. Each property's n is checked by
+simulating its own test before any sample is drawn (`power_shortfall`).
+
+Binning hides what happens inside the pooled remainder, so a plan states two
+figures: TV ``min_detectable_tv`` on the binned law, and ``raw_detectable_tv``
+= that plus the pooled mass on the raw law (binned TV >= raw TV - pooled mass).
 
 Under a derandomized profile (`ci`) the examples and seeds are a function of
 the commit: the family-wise rate is the chance that a commit's drawn seeds make
@@ -44,7 +62,14 @@ EXACT_MAX_DF = 2
 CHI_SQUARE_MIN_EXPECTED = 100
 """Pooling limit of plans tested with the chi-square tail: at 20 their true size was up to 3x the share."""
 CHI_SQUARE_FRACTION = 0.25
-"""The chi-square tail is divided by this: its true size near 1e-6 is up to 1.3x the nominal at 100 expected."""
+"""The chi-square tail is compared with this fraction of alpha down to `CHI_SQUARE_KNEE`: its true size near 1e-6
+is up to 1.3x the nominal at 100 expected."""
+CHI_SQUARE_KNEE = 1e-6
+"""Below this alpha the fraction shrinks as (alpha / knee)^CHI_SQUARE_SLOPE: at a quarter, the worst df-3 plan's
+true size was 1.1x alpha at 5.8e-8 and 1.6x at 1e-8."""
+CHI_SQUARE_SLOPE = 0.25
+MAX_PLANNED_TESTS = 20_000
+"""Most chi-square tests one run may plan (14x `thorough`); past it `Policy` refuses, so alpha >= `MIN_ALPHA`."""
 TAIL_EPS = 1e-13
 """Mass left out of each enumerated count's window; added to exact p-values and sizes, so they stay upper bounds."""
 POWER = 0.99
@@ -60,11 +85,45 @@ POWER_DRAW_BUDGET = 2_000_000
 POWER_CHECK_AT = 0.985
 """The power check fails a plan whose true power is this (the model's error allowed) with at most `POWER_CHECK_RISK`."""
 POWER_CHECK_RISK = 1e-9
+LAW_DECIMALS = 6
+"""Binned laws are rounded to this many decimals before `law_digest`: the largest n (4e6) resolves a bin to
+about 5e-4, so laws closer than 1e-6 are one law to every test the suite can run (exp(log p) is not a new law)."""
+RAW_MODEL_SHAPES = ("spread", "concentrated")
+"""Shapes on which the raw noncentral chi-square is accurate: their power cases also pass its own 0.99 bar."""
+POWER_SHAPES = ("spread", "concentrated", "smallest", "pooled", "within pooled")
+"""Every deviation shape `deviate` knows: the power cases show each at its boundary."""
+POWER_CASES = {
+    "chain fixture, 9 outcomes": ("spread", "concentrated", "smallest"),
+    "Dirichlet(0.3), 512 outcomes": POWER_SHAPES,
+    "worst df-3 plan": ("spread", "smallest"),  # its two likeliest bins are the large one and a smallest
+}
+"""The power self-tests, by law and shape (the chain fixture and the df-3 plan pool nothing). The self-test
+parametrises over these and the verdict (`report.status.calibration_part`) requires every one."""
 LOOP_TARGET_TV = 0.1
 """Total-variation deviation the laws of whole decoding loops must detect: a loop (mlx-lm's, batch size 1)
 draws one sequence per Python call, so 0.02 would need ~10^5 calls per test."""
 MAX_SAMPLES = 4_000_000
 RECORDS_FILE = "stats.jsonl"
+
+
+def power_case_names() -> list[str]:
+    """'<law>: <shape>' for every power case the calibration self-tests must record."""
+    return [f"{law}: {shape}" for law, shapes in POWER_CASES.items() for shape in shapes]
+
+
+def chi_square_tail_at(alpha: float) -> float:
+    """The chi-square tail below which a chi-square plan rejects at `alpha`: a fraction of alpha, smaller below
+    the knee (increasing in alpha, so `corrected_p_value` inverts it)."""
+    shrink = min(1.0, alpha / CHI_SQUARE_KNEE) ** CHI_SQUARE_SLOPE
+    return CHI_SQUARE_FRACTION * alpha * shrink
+
+
+def corrected_p_value(tail: float) -> float:
+    """The smallest alpha at which a chi-square plan rejects a statistic of chi-square tail `tail`."""
+    scaled = tail / CHI_SQUARE_FRACTION
+    if scaled >= CHI_SQUARE_KNEE:
+        return min(1.0, scaled)
+    return CHI_SQUARE_KNEE * (scaled / CHI_SQUARE_KNEE) ** (1.0 / (1.0 + CHI_SQUARE_SLOPE))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +133,13 @@ class Policy:
     planned_tests: int = 1
     family_budget: float = FAMILY_BUDGET
     selftest_budget: float = SELFTEST_BUDGET
+
+    def __post_init__(self):
+        if not 1 <= self.planned_tests <= MAX_PLANNED_TESTS:
+            raise ValueError(
+                f"planned_tests: {self.planned_tests} is outside 1..{MAX_PLANNED_TESTS}; the size self-tests prove "
+                f"the p-values down to alpha {MIN_ALPHA:.3g}, the alpha of {MAX_PLANNED_TESTS} tests"
+            )
 
     @property
     def property_budget(self) -> float:
@@ -101,10 +167,21 @@ class Policy:
             "exact_max_df": EXACT_MAX_DF,
             "chi_square_min_expected": CHI_SQUARE_MIN_EXPECTED,
             "chi_square_fraction": CHI_SQUARE_FRACTION,
+            "chi_square_fraction_at_alpha": chi_square_tail_at(self.alpha) / self.alpha,
+            "chi_square_knee": CHI_SQUARE_KNEE,
+            "max_planned_tests": MAX_PLANNED_TESTS,
+            "min_alpha": MIN_ALPHA,
             "power": POWER,
             "power_safety": POWER_SAFETY,
             "target_tv": TARGET_TV,
+            "loop_target_tv": LOOP_TARGET_TV,
+            "law_decimals": LAW_DECIMALS,
+            "power_shapes": list(POWER_SHAPES),
         }
+
+
+MIN_ALPHA = Policy(planned_tests=MAX_PLANNED_TESTS).alpha
+"""The smallest alpha any run reaches: `MAX_PLANNED_TESTS` tests (about 4e-8)."""
 
 
 _policy = Policy()
@@ -120,10 +197,10 @@ def current_policy() -> Policy:
     return _policy
 
 
-def law_digest(probs: np.ndarray) -> str:
-    """A short hex digest of the exact probability vector: equal laws, equal digests."""
-    vector = np.ascontiguousarray(np.asarray(probs, dtype=np.float64).ravel())
-    return hashlib.sha256(vector.tobytes()).hexdigest()[:16]
+def law_digest(bin_probs: np.ndarray) -> str:
+    """A short hex digest of a (binned) law rounded to `LAW_DECIMALS`: laws no test tells apart share it."""
+    rounded = np.round(np.asarray(bin_probs, dtype=np.float64).ravel(), LAW_DECIMALS) + 0.0  # -0.0 is 0.0
+    return hashlib.sha256(np.ascontiguousarray(rounded).tobytes()).hexdigest()[:16]
 
 
 def _count_window(n: int, p: float) -> np.ndarray:
@@ -203,13 +280,13 @@ def p_value_of(statistic: float, bin_probs: np.ndarray, n: int) -> float:
     df = len(bin_probs) - 1
     if is_exact(df):
         return exact_p_value(statistic, bin_probs, n)
-    return min(1.0, float(scipy_stats.chi2.sf(statistic, df)) / CHI_SQUARE_FRACTION)
+    return corrected_p_value(float(scipy_stats.chi2.sf(statistic, df)))
 
 
 def critical_statistic(bin_probs: np.ndarray, n: int, alpha: float) -> float:
     """The smallest statistic the test rejects at `alpha` (to 1e-7 relative for exact plans)."""
     df = len(bin_probs) - 1
-    chi_square = float(scipy_stats.chi2.isf(CHI_SQUARE_FRACTION * alpha, df))
+    chi_square = float(scipy_stats.chi2.isf(chi_square_tail_at(alpha), df))
     if not is_exact(df):
         return chi_square
     low, high = 0.0, 4.0 * chi_square
@@ -263,6 +340,18 @@ class Plan:
     def method(self) -> str:
         return "exact" if is_exact(self.df) else "chi-square"
 
+    @property
+    def raw_detectable_tv(self) -> float:
+        """TV on the raw law detected with power `POWER`: binned TV >= raw TV - pooled mass."""
+        return self.min_detectable_tv + self.pooled_mass
+
+    @property
+    def pooled_bin(self) -> int | None:
+        """The bin holding the pooled remainder (the one bin of several outcomes), or None."""
+        members = np.bincount(self.bin_of[self.bin_of >= 0], minlength=len(self.bin_probs))
+        several = np.flatnonzero(members > 1)
+        return int(several[0]) if several.size else None
+
 
 def make_bins(probs: np.ndarray, n: int, min_expected: float = MIN_EXPECTED) -> tuple[np.ndarray, np.ndarray, float]:
     """Pool outcomes expected fewer than `min_expected` times into a remainder bin."""
@@ -296,7 +385,8 @@ def plan_at(probs: np.ndarray, n: int, alpha: float, *, bins: tuple | None = Non
     bin_of, bin_probs, pooled = make_plan_bins(probs, n) if bins is None else bins
     df = len(bin_probs) - 1
     critical = critical_statistic(bin_probs, n, alpha)
-    return Plan(n, alpha, bin_of, bin_probs, pooled, min_detectable_tv(n, df, critical), critical, law_digest(probs))
+    tv = min_detectable_tv(n, df, critical)
+    return Plan(n, alpha, bin_of, bin_probs, pooled, tv, critical, law_digest(bin_probs))
 
 
 def make_plan(probs: np.ndarray, *, target_tv: float = TARGET_TV, alpha: float | None = None) -> Plan:
@@ -322,35 +412,75 @@ def make_plan(probs: np.ndarray, *, target_tv: float = TARGET_TV, alpha: float |
     raise UntestableDistribution(f"target_tv: {target_tv} needs more than {MAX_SAMPLES} samples")
 
 
-def deviate(probs: np.ndarray, tv: float, shape: str) -> np.ndarray:
-    """`probs` moved by exactly `tv` in total variation.
+def _move(probs: np.ndarray, tv: float, into: np.ndarray) -> np.ndarray:
+    """`tv` added to the outcomes `into` (in proportion, or evenly where they hold nothing), taken from the
+    likeliest other outcomes, as few as hold it."""
+    others = np.flatnonzero(~into)
+    order = others[np.argsort(probs[others], kind="stable")[::-1]]
+    if probs[order].sum() < tv * (1 - 1e-12):
+        raise ValueError(f"tv: {tv} is more than the {probs[order].sum():.4g} outside the outcomes it moves into")
+    moved = probs.copy()
+    moved[order] -= np.minimum(probs[order], np.clip(tv - np.cumsum(np.r_[0.0, probs[order][:-1]]), 0.0, None))
+    held = probs[into].sum()
+    moved[into] += tv * (probs[into] / held if held > 0 else np.full(int(into.sum()), 1.0 / into.sum()))
+    return moved
+
+
+def deviate(
+    probs: np.ndarray, tv: float, shape: str, *, bin_of: np.ndarray | None = None, pooled: np.ndarray | None = None
+) -> np.ndarray:
+    """`probs` moved by exactly `tv` in total variation, in one of `POWER_SHAPES`.
 
     "spread": every outcome scaled, up on one half of the mass and down on the other,
     so that sum((q - p)^2 / p) is close to 4 tv^2, the least any deviation of size tv gives.
     "concentrated": tv moved between the two likeliest outcomes (or onto the likeliest from as few
-    as hold it), the case the safety factor is for.
+    as hold it), the most noncentrality per unit of TV.
+    "smallest": tv moved from the likeliest outcomes into the least likely bin (`bin_of`: outcome -> bin,
+    -1 impossible; default one bin per outcome), where the noncentral chi-square overstates power.
+    "pooled": tv moved from the likeliest outcomes into the outcomes `pooled` (a mask: the pooled remainder).
+    "within pooled": tv moved inside `pooled`, from all its outcomes onto its likeliest: binning cannot see it.
     """
     probs = np.asarray(probs, dtype=np.float64)
+    if shape in ("pooled", "within pooled"):
+        if pooled is None or not np.asarray(pooled).any():
+            raise ValueError(f"pooled: shape {shape!r} needs the mask of a pooled remainder, got none")
+        pooled = np.asarray(pooled, dtype=bool)
+        if shape == "pooled":
+            return _move(probs, tv, pooled)
+        into = np.zeros(len(probs), dtype=bool)
+        into[np.flatnonzero(pooled)[np.argmax(probs[pooled])]] = True
+        inside = probs.copy()
+        inside[~pooled] = 0.0  # take only from the pooled outcomes
+        return np.where(pooled, _move(inside, tv, into), probs)
+    if shape == "smallest":
+        bins = np.arange(len(probs)) if bin_of is None else np.asarray(bin_of)
+        possible = bins >= 0
+        mass = np.bincount(bins[possible], weights=probs[possible])
+        return _move(probs, tv, possible & (bins == int(np.argmin(np.where(mass > 0, mass, np.inf)))))
     if shape == "concentrated":
         order = np.argsort(probs, kind="stable")[::-1]
-        moved = probs.copy()
         if probs[order[0]] >= tv:
+            moved = probs.copy()
             moved[order[0]] -= tv
             moved[order[1]] += tv
             return moved
         # no outcome holds tv: give it to the likeliest, taken from as few of the next as can give it
-        taken = np.minimum(probs[order[1:]], np.clip(tv - np.cumsum(np.r_[0.0, probs[order[1:-1]]]), 0.0, None))
-        moved[order[1:]] -= taken
-        moved[order[0]] += tv
-        return moved
+        into = np.zeros(len(probs), dtype=bool)
+        into[order[0]] = True
+        return _move(probs, tv, into)
     if shape != "spread":
-        raise ValueError(f"shape: expected 'spread' or 'concentrated', got {shape!r}")
+        raise ValueError(f"shape: expected one of {POWER_SHAPES}, got {shape!r}")
     up = np.zeros(len(probs), dtype=bool)
     up[np.argsort(probs)[::-2]] = True  # every other outcome by size: close to half the mass
     if probs[~up].sum() < tv:  # too little mass to take tv from: move it the other way
         up = ~up
     mass_up = probs[up].sum()
     return np.where(up, probs * (1 + tv / mass_up), probs * (1 - tv / (1 - mass_up)))
+
+
+def plan_shapes(plan: Plan) -> tuple[str, ...]:
+    """The shapes the plan's bins can show: "pooled" only with a pooled remainder; never "within pooled"."""
+    return RAW_MODEL_SHAPES + ("smallest",) + (("pooled",) if plan.pooled_bin is not None else ())
 
 
 def power_draws(plan: Plan) -> int:
@@ -364,7 +494,8 @@ def simulated_power(plan: Plan, tv: float, shape: str, *, draws: int = POWER_DRA
     Independent of the noncentral formula that chose n: it applies the plan's own
     rejection region to counts drawn from a deviated law. Seeded by the law's digest.
     """
-    deviated = deviate(plan.bin_probs, tv, shape)
+    pooled = None if plan.pooled_bin is None else np.arange(len(plan.bin_probs)) == plan.pooled_bin
+    deviated = deviate(plan.bin_probs, tv, shape, pooled=pooled)
     rng = np.random.default_rng(int(plan.law_digest or "0", 16) + plan.n)
     counts = rng.multinomial(plan.n, deviated / deviated.sum(), size=draws)
     expected = plan.bin_probs * plan.n
@@ -377,14 +508,15 @@ def power_shortfall(plan: Plan, tv: float = TARGET_TV) -> str | None:
 
     n is sized so that the noncentral chi-square predicts power `POWER` at a deviation
     of tv / sqrt(POWER_SAFETY) (the safety factor spent). The check runs the plan's own
-    test on counts off by that much (spread over every bin, and concentrated on two) and
+    test on counts off by that much in every shape its bins can show (`plan_shapes`:
+    spread, concentrated, into the smallest bin, into the pooled remainder) and
     fails when fewer are rejected than a true power of `POWER_CHECK_AT` would give
     with probability `POWER_CHECK_RISK`: a too-small n fails it (self-tested at 0.6 n).
     """
     deviation = tv / math.sqrt(POWER_SAFETY)
     draws = power_draws(plan)
     floor = int(scipy_stats.binom.ppf(POWER_CHECK_RISK, draws, POWER_CHECK_AT)) / draws
-    for shape in ("spread", "concentrated"):
+    for shape in plan_shapes(plan):
         rate = simulated_power(plan, deviation, shape, draws=draws)
         if rate < floor:
             return (
@@ -412,6 +544,7 @@ class ChiSquareResult:
     context: dict
     law_digest: str = ""
     method: str = ""
+    raw_detectable_tv: float = math.nan
 
     @property
     def passed(self) -> bool:
@@ -432,6 +565,9 @@ def chi_square_test(name: str, outcomes: np.ndarray, plan: Plan, **context) -> C
     outcomes = np.asarray(outcomes, dtype=np.int64).ravel()
     if outcomes.size != plan.n:
         raise ValueError(f"outcomes: expected {plan.n} samples, got {outcomes.size}")
+    if outcomes.size and (outcomes.min() < 0 or outcomes.max() >= len(plan.bin_of)):
+        bad = outcomes[(outcomes < 0) | (outcomes >= len(plan.bin_of))]
+        raise ValueError(f"outcomes: indices must lie in 0..{len(plan.bin_of) - 1}, got {bad[0]} ({bad.size} such)")
     bins = plan.bin_of[outcomes]
     impossible = int((bins < 0).sum())
     observed = np.bincount(bins[bins >= 0], minlength=len(plan.bin_probs)).astype(np.float64)
@@ -452,6 +588,7 @@ def chi_square_test(name: str, outcomes: np.ndarray, plan: Plan, **context) -> C
         context=context,
         law_digest=plan.law_digest,
         method=plan.method,
+        raw_detectable_tv=plan.raw_detectable_tv,
     )
 
 

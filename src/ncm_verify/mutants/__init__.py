@@ -37,6 +37,8 @@ MUTANTS = {
     "apply_latent_chain_shares_the_latent_uniform": (
         "apply_latent_chain alone draws the latent and its tokens with one uniform"
     ),
+    "rare_residuals_evened": "the correction evens out the residual mass of its rare tokens (each below 1e-3 of it)",
+    "smallest_token_over_emitted": "the correction gives its least likely possible token 5% of the residual mass more",
     "cache_key_without_fingerprint": "prefix cache keys leave out the model's weights fingerprint",
     "cache_key_drops_last_token": "prefix cache keys hold every prefix token but the last",
     "cache_namespace_ignored": "prefix cache keys leave out the tenant namespace",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from ncm_verify import stats
 from ncm_verify.impl import KERNEL_CLAIMS
 
 SHOWN = "shown"
@@ -71,8 +72,14 @@ def reproduce_command(node: dict, run: dict) -> str:
 
 
 def distinct_laws(records: list[dict]) -> int:
-    """Distinct laws the chi-square tests tested: their `law_digest`, else their expected counts."""
-    return len({r.get("law_digest") or tuple(round(x, 9) for x in r["expected"]) for r in records})
+    """Distinct laws per chi-square test name, the fewest over the names: a law that never changes is not shown
+    by the others' changing. Laws by `law_digest` (the binned law rounded to `stats.LAW_DECIMALS`), else by
+    their expected counts as frequencies rounded alike."""
+    laws: dict[str, set] = {}
+    for r in records:
+        law = r.get("law_digest") or tuple(round(x / r["n"], stats.LAW_DECIMALS) for x in r["expected"])
+        laws.setdefault(r["name"], set()).add(law)
+    return min((len(digests) for digests in laws.values()), default=0)
 
 
 def stats_summary(records: list[dict]) -> dict | None:
@@ -89,8 +96,12 @@ def stats_summary(records: list[dict]) -> dict | None:
         "df_max": max(r["df"] for r in records),
         "p_min": min(r["p_value"] for r in records),
         "alpha": min(r["alpha"] for r in records),
-        # the weakest guarantee among its tests: every test detects at least this deviation
+        # the weakest guarantee among its tests: every test detects at least this deviation of its binned law,
+        # and this one of its raw law (the binned TV plus the pooled mass)
         "min_detectable_tv": max(r["min_detectable_tv"] for r in records),
+        "raw_detectable_tv": max(
+            r.get("raw_detectable_tv", r["min_detectable_tv"] + r["pooled_mass"]) for r in records
+        ),
         "pooled_mass_max": max(r["pooled_mass"] for r in records),
         "impossible_count": sum(r["impossible_count"] for r in records),
         "worst": {
@@ -379,7 +390,8 @@ def mutants_part(mutants: dict | None) -> list[str]:
 
 
 def calibration_part(calibration: dict | None) -> list[str]:
-    """The binomial and KS checks of the correct kernels, the exact size of the worst plans, every power case."""
+    """The binomial and KS checks of the correct kernels, the size of the worst plans (summed, and of many bins
+    bounded), and every power case `stats.power_case_names` names, each passed."""
     if calibration is None:
         return ["not run: no calibration.json"]
     budget = calibration.get("check_budget")
@@ -395,14 +407,21 @@ def calibration_part(calibration: dict | None) -> list[str]:
         reasons.append("exact test-size check not recorded")
     elif not size.get("passed"):
         reasons.append(f"a plan's exact size exceeds its alpha: largest size/alpha {size.get('largest_ratio')}")
-    cases = calibration.get("power_cases") or []
-    if not cases:
-        reasons.append("no power case recorded")
-    for case in cases:
-        if case.get("rejections") is None or case.get("needed") is None or case["rejections"] < case["needed"]:
+    large = calibration.get("size_large_df")
+    if large is None:
+        reasons.append("size bound of a plan of many bins not recorded")
+    elif not large.get("passed"):
+        reasons.append(f"a plan of many bins exceeds its alpha: size/alpha bound {large.get('largest_ratio')}")
+    cases = {case.get("name"): case for case in calibration.get("power_cases") or []}
+    missing = [name for name in stats.power_case_names() if name not in cases]
+    if missing:
+        reasons.append(f"power cases not recorded: {', '.join(missing)}")
+    for name, case in cases.items():
+        below = case.get("needed") is not None and (case.get("rejections") or 0) < case["needed"]
+        if not case.get("passed") or case.get("rejections") is None or below:
             reasons.append(
-                f"power case {case.get('name')}: {case.get('rejections')} of {case.get('runs')} "
-                f"rejected, needs {case.get('needed')}"
+                f"power case {name}: {case.get('rejections')} of {case.get('runs')} rejected, needs "
+                f"{case.get('needed')} (raw model: {case.get('raw_rejections')})"
             )
     return reasons
 
