@@ -118,8 +118,15 @@ def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribut
 
 
 def outcome_index(tokens: list[int], vocab: int) -> int:
-    """The index of a token sequence in `first_tokens_law`'s order."""
+    """The index of a token sequence in `first_tokens_law`'s order; a token outside [0, vocab) is an error,
+    never wrapped or carried into the next position."""
+    if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) or vocab < 1:
+        raise ValueError(f"vocab: expected a positive integer, got {vocab!r}")
+    if len(tokens) == 0:
+        raise ValueError("tokens: expected at least one token id, got none")
     index = 0
-    for token in tokens:
+    for position, token in enumerate(tokens):
+        if not 0 <= int(token) < vocab or int(token) != token:
+            raise ValueError(f"tokens: entry {position} is {token!r}, outside the vocabulary [0, {vocab})")
         index = index * vocab + int(token)
     return index
