@@ -89,10 +89,16 @@ def make_tiny_model(spec: TinySpec) -> nn.Module:
     return model
 
 
+def logprobs_at_every_position(model: nn.Module, sequences: mx.array) -> mx.array:
+    """Log-probabilities ``[B, T, V]`` of the token after each prefix of each sequence ``[B, T]``, uncached:
+    a causal pass scores each position on what precedes it."""
+    logits = model(sequences).astype(mx.float32)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
 def next_token_logprobs(model: nn.Module, sequences: mx.array) -> mx.array:
     """Log-probabilities ``[B, V]`` of the token after each sequence ``[B, T]``, in one uncached pass."""
-    logits = model(sequences)[:, -1, :].astype(mx.float32)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return logprobs_at_every_position(model, sequences)[:, -1, :]
 
 
 def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribution) -> np.ndarray:
