@@ -148,18 +148,25 @@ speculative_keeping_a_rejected_draft = verifier_with(rewind=rewind_one_short)
 """The target's cache keeps the first rejected draft, so the next block is scored after it."""
 
 
-def speculative_with_a_stale_conditional(*args, **kwargs):
-    """After a rejection, the sampler is handed as the next block's first row the row the correction was drawn
-    from: the conditional one position before. Caches, yields and greedy decoding stay right."""
-    verify, stale = exact_verifier.verify, []
+def verifier_with_a_stale_conditional(after: int):
+    """After a rejection, once `after` tokens are out, the sampler is handed as the next block's first row the
+    row the correction was drawn from: the conditional one position before. Caches, yields and greedy
+    decoding stay right."""
 
-    def verify_with_stale_row(kernels, sampler, logprobs, q, drafts):
-        handed = mx.concatenate([stale.pop(), logprobs[1:]]) if stale and not sampler.greedy else logprobs
-        accepted, tokens = verify(kernels, sampler, handed, q, drafts)
-        stale[:] = [logprobs[accepted : accepted + 1]] if accepted < drafts.size else []
-        return accepted, tokens
+    def speculative_generate_step(*args, **kwargs):
+        verify, stale, emitted = exact_verifier.verify, [], [0]
 
-    yield from verifier_with(verify=verify_with_stale_row)(*args, **kwargs)
+        def verify_with_stale_row(kernels, sampler, logprobs, q, drafts):
+            late = stale and emitted[0] >= after and not sampler.greedy
+            handed = mx.concatenate([stale[0], logprobs[1:]]) if late else logprobs
+            accepted, tokens = verify(kernels, sampler, handed, q, drafts)
+            stale[:] = [logprobs[accepted : accepted + 1]] if accepted < drafts.size else []
+            emitted[0] += len(tokens)
+            return accepted, tokens
+
+        yield from verifier_with(verify=verify_with_stale_row)(*args, **kwargs)
+
+    return speculative_generate_step
 
 
 def verify_accepting_every_draft(target_probs, draft_probs, draft_tokens, *, key, num_draft=None):
@@ -239,7 +246,15 @@ PLANTED = {
     "sampler_handed_a_stale_conditional": (
         LOOP,
         dict(
-            decoder_name=planted_decoder(speculative_generate_step=speculative_with_a_stale_conditional), kind="llama"
+            decoder_name=planted_decoder(speculative_generate_step=verifier_with_a_stale_conditional(0)), kind="llama"
+        ),
+        EXACT_LOOP,
+    ),
+    # past the two tokens whose law the sampled smoke tests: only the call-by-call check can see it
+    "sampler_handed_a_stale_conditional_from_the_third_token": (
+        LOOP,
+        dict(
+            decoder_name=planted_decoder(speculative_generate_step=verifier_with_a_stale_conditional(2)), kind="llama"
         ),
         EXACT_LOOP,
     ),
