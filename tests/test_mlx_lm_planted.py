@@ -1,4 +1,4 @@
-"""The C8/C11 and mlx-lm loop properties have teeth: each planted decoding bug fails the property aimed at it.
+"""The C8/C11 and mlx-lm loop properties have teeth: each planted decoding bug fails every property aimed at it.
 
 Each variant is the reference implementation (or the exact verifier on mlx-lm
 models) with one decoding decision changed, run in-process through the
@@ -33,6 +33,8 @@ PLANTED_SETTINGS = settings(
 )
 CONVENTIONS = "test_mlx_lm_conventions.py"
 LOOP = "test_mlx_lm_loop.py"
+EXACT_LOOP = "test_every_target_sampler_call_is_handed_the_target_conditional_of_the_tokens_emitted_before_it"
+SAMPLED_LOOP = "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"
 
 
 def load_properties(filename: str) -> types.ModuleType:
@@ -122,14 +124,49 @@ def rewind_ignoring_refusal(model_cache, draft_cache, num_draft, num_accepted):
     mlx_lm_cache.trim_prompt_cache(draft_cache, max(num_draft - num_accepted - 1, 0))
 
 
-def speculative_ignoring_refused_trims(*args, **kwargs):
-    """The exact verifier on mlx-lm's own caches (rotating for a sliding window), ignoring refused trims."""
-    saved = exact_verifier.rewind, exact_verifier.make_prompt_cache
-    exact_verifier.rewind, exact_verifier.make_prompt_cache = rewind_ignoring_refusal, mlx_lm_cache.make_prompt_cache
-    try:
-        yield from exact_verifier.speculative_generate_step(*args, **kwargs)
-    finally:
-        exact_verifier.rewind, exact_verifier.make_prompt_cache = saved
+def verifier_with(**changes):
+    """The exact verifier's `speculative_generate_step` with its module's names `changes` swapped in while it
+    runs (its functions look each other up there)."""
+
+    def speculative_generate_step(*args, **kwargs):
+        saved = {name: getattr(exact_verifier, name) for name in changes}
+        vars(exact_verifier).update(changes)
+        try:
+            yield from exact_verifier.speculative_generate_step(*args, **kwargs)
+        finally:
+            vars(exact_verifier).update(saved)
+
+    return speculative_generate_step
+
+
+speculative_ignoring_refused_trims = verifier_with(
+    rewind=rewind_ignoring_refusal, make_prompt_cache=mlx_lm_cache.make_prompt_cache
+)
+"""The exact verifier on mlx-lm's own caches (rotating for a sliding window), ignoring refused trims."""
+
+speculative_keeping_a_rejected_draft = verifier_with(rewind=rewind_one_short)
+"""The target's cache keeps the first rejected draft, so the next block is scored after it."""
+
+
+def verifier_with_a_stale_conditional(after: int):
+    """After a rejection, once `after` tokens are out, the sampler is handed as the next block's first row the
+    row the correction was drawn from: the conditional one position before. Caches, yields and greedy
+    decoding stay right."""
+
+    def speculative_generate_step(*args, **kwargs):
+        verify, stale, emitted = exact_verifier.verify, [], [0]
+
+        def verify_with_stale_row(kernels, sampler, logprobs, q, drafts):
+            late = stale and emitted[0] >= after and not sampler.greedy
+            handed = mx.concatenate([stale[0], logprobs[1:]]) if late else logprobs
+            accepted, tokens = verify(kernels, sampler, handed, q, drafts)
+            stale[:] = [logprobs[accepted : accepted + 1]] if accepted < drafts.size else []
+            emitted[0] += len(tokens)
+            return accepted, tokens
+
+        yield from verifier_with(verify=verify_with_stale_row)(*args, **kwargs)
+
+    return speculative_generate_step
 
 
 def verify_accepting_every_draft(target_probs, draft_probs, draft_tokens, *, key, num_draft=None):
@@ -204,11 +241,39 @@ PLANTED = {
     "every_draft_stands": (
         LOOP,
         dict(decoder_name=planted_decoder(speculative_generate_step=speculative_accepting_every_draft), kind="llama"),
-        "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule",
+        (EXACT_LOOP, SAMPLED_LOOP),
+    ),
+    "sampler_handed_a_stale_conditional": (
+        LOOP,
+        dict(
+            decoder_name=planted_decoder(speculative_generate_step=verifier_with_a_stale_conditional(0)), kind="llama"
+        ),
+        EXACT_LOOP,
+    ),
+    # past the two tokens whose law the sampled smoke tests: only the call-by-call check can see it
+    "sampler_handed_a_stale_conditional_from_the_third_token": (
+        LOOP,
+        dict(
+            decoder_name=planted_decoder(speculative_generate_step=verifier_with_a_stale_conditional(2)), kind="llama"
+        ),
+        EXACT_LOOP,
+    ),
+    "target_cache_keeps_a_rejected_draft": (
+        LOOP,
+        dict(
+            decoder_name=planted_decoder(speculative_generate_step=speculative_keeping_a_rejected_draft), kind="llama"
+        ),
+        EXACT_LOOP,
     ),
 }
-SAMPLING = {"test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"}
+"""Planted bug -> (property file, arguments, the property or properties aimed at it: each must fail)."""
+SAMPLING = {SAMPLED_LOOP}
 """Properties too costly to rerun at 30 examples here; `make verify` runs them on the correct decoders."""
+
+
+def aimed_at(name: str) -> tuple[str, ...]:
+    prop = PLANTED[name][2]
+    return (prop,) if isinstance(prop, str) else prop
 
 
 def run_property(filename: str, name: str, **arguments) -> None:
@@ -217,9 +282,12 @@ def run_property(filename: str, name: str, **arguments) -> None:
     PLANTED_SETTINGS(given(data=st.data())(inner))(**arguments)
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED))
-def test_each_planted_decoding_bug_fails_the_property_aimed_at_it(name):
-    filename, arguments, prop = PLANTED[name]
+@pytest.mark.parametrize(
+    ("name", "prop"),
+    [pytest.param(name, prop, id=f"{name}-{prop}") for name in sorted(PLANTED) for prop in aimed_at(name)],
+)
+def test_each_planted_decoding_bug_fails_every_property_aimed_at_it(name, prop):
+    filename, arguments, _ = PLANTED[name]
     # A property fails by an assertion, or by pytest.raises seeing no ValueError.
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         run_property(filename, prop, **arguments)
@@ -227,7 +295,7 @@ def test_each_planted_decoding_bug_fails_the_property_aimed_at_it(name):
 
 def test_the_same_properties_pass_on_the_reference_under_these_settings():
     for filename, arguments, prop in {
-        prop: (f, a, prop) for f, a, prop in PLANTED.values() if prop not in SAMPLING
+        prop: (f, a, prop) for name, (f, a, _) in PLANTED.items() for prop in aimed_at(name) if prop not in SAMPLING
     }.values():
         correct = {"impl": reference} if "impl" in arguments else {"decoder_name": "exact verifier"}
         run_property(filename, prop, **{**arguments, **correct})

@@ -99,9 +99,9 @@ POWER_CASES = {
 }
 """The power self-tests, by law and shape (the chain fixture and the df-3 plan pool nothing). The self-test
 parametrises over these and the verdict (`report.status.calibration_part`) requires every one."""
-LOOP_TARGET_TV = 0.1
-"""Total-variation deviation the laws of whole decoding loops must detect: a loop (mlx-lm's, batch size 1)
-draws one sequence per Python call, so 0.02 would need ~10^5 calls per test."""
+LOOP_TARGET_TV = 0.2
+"""Total-variation deviation the sampled smoke of a whole decoding loop must detect (one Python call per
+sequence, n = 1024): a loop's exactness is checked call by call, exactly, in properties/test_mlx_lm_loop.py."""
 MAX_SAMPLES = 4_000_000
 RECORDS_FILE = "stats.jsonl"
 

@@ -17,27 +17,15 @@ import numpy as np
 from ncm_verify.mlx_lm_real.decoders import load_decoder
 from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
 from ncm_verify.mlx_lm_real.models import TinySpec, first_tokens_law, make_tiny_model
-
-
-class CountingModel:
-    """A model that counts its forward passes; everything else is the wrapped model's."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.model(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.model, name)
+from ncm_verify.mlx_lm_real.recording import CallLog
 
 
 def measure(
     decoder_name: str, target, draft, *, runs: int, max_tokens: int, num_draft: int, temp: float, seed: int
 ) -> dict:
     """First-draft acceptance over `runs` one-token decodings, then the long-run figures of `runs // 8` decodings."""
-    decoder, counted = load_decoder(decoder_name), CountingModel(target)
+    decoder, log = load_decoder(decoder_name), CallLog()
+    counted = log.model(target, "target")
     mx.random.seed(seed)
     sampler = decoder.make_sampler(temp=temp)
     prompt = mx.array([1])  # one token: no prefill, so every target call is a decoding round
@@ -57,7 +45,7 @@ def measure(
         tokens, stood = tokens + len(steps), stood + sum(bool(step[2]) for step in steps)
     return {
         "first_draft_acceptance": float(np.mean(first)),
-        "tokens_per_target_forward": tokens / counted.calls,
+        "tokens_per_target_forward": tokens / len(log.forwards),
         "drafts_accepted_per_token": stood / tokens,
     }
 

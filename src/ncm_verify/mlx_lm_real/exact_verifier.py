@@ -64,6 +64,10 @@ class DistributionSampler:
             return mx.argmax(logprobs, axis=-1)
         return mx.random.categorical(self.scores(logprobs))
 
+    def key(self) -> mx.array:
+        """A key for one verification, drawn from the global MLX random state like every draw here."""
+        return mx.random.key(mx.random.randint(0, 2**31 - 1).item())
+
 
 def make_sampler(temp: float = 0.0, top_p: float = 0.0, top_k: int = 0) -> DistributionSampler:
     """A sampler usable by mlx-lm's loops and this one alike."""
@@ -132,8 +136,8 @@ def verify(kernels: ModuleType, sampler, logprobs, q, drafts):
     if sampler.greedy:
         outcome = kernels.verify_greedy(logprobs[None], drafts[None].astype(mx.int32))
     else:
-        key = mx.random.key(mx.random.randint(0, 2**31 - 1).item())
-        outcome = kernels.verify_chain(sampler.probs(logprobs)[None], q[None], drafts[None].astype(mx.int32), key=key)
+        p = sampler.probs(logprobs)
+        outcome = kernels.verify_chain(p[None], q[None], drafts[None].astype(mx.int32), key=sampler.key())
     accepted = int(outcome.num_accepted[0].item())
     return accepted, outcome.tokens[0, : accepted + 1].tolist()
 

@@ -89,10 +89,16 @@ def make_tiny_model(spec: TinySpec) -> nn.Module:
     return model
 
 
+def logprobs_at_every_position(model: nn.Module, sequences: mx.array) -> mx.array:
+    """Log-probabilities ``[B, T, V]`` of the token after each prefix of each sequence ``[B, T]``, uncached:
+    a causal pass scores each position on what precedes it."""
+    logits = model(sequences).astype(mx.float32)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
 def next_token_logprobs(model: nn.Module, sequences: mx.array) -> mx.array:
     """Log-probabilities ``[B, V]`` of the token after each sequence ``[B, T]``, in one uncached pass."""
-    logits = model(sequences)[:, -1, :].astype(mx.float32)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return logprobs_at_every_position(model, sequences)[:, -1, :]
 
 
 def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribution) -> np.ndarray:
@@ -118,8 +124,15 @@ def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribut
 
 
 def outcome_index(tokens: list[int], vocab: int) -> int:
-    """The index of a token sequence in `first_tokens_law`'s order."""
+    """The index of a token sequence in `first_tokens_law`'s order; a token outside [0, vocab) is an error,
+    never wrapped or carried into the next position."""
+    if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) or vocab < 1:
+        raise ValueError(f"vocab: expected a positive integer, got {vocab!r}")
+    if len(tokens) == 0:
+        raise ValueError("tokens: expected at least one token id, got none")
     index = 0
-    for token in tokens:
+    for position, token in enumerate(tokens):
+        if not 0 <= int(token) < vocab or int(token) != token:
+            raise ValueError(f"tokens: entry {position} is {token!r}, outside the vocabulary [0, {vocab})")
         index = index * vocab + int(token)
     return index
