@@ -84,7 +84,8 @@ def render_terminal(report: dict) -> str:
         lines.append(
             f"    {p['nodeid']}: {s['distinct_laws']} distinct laws, "
             f"n={doc.number(s['n_min'])}..{doc.number(s['n_max'])} "
-            f"min p={doc.number(s['p_min'])} min detectable TV={doc.number(s['min_detectable_tv'])}"
+            f"min p={doc.number(s['p_min'])} min detectable TV={doc.number(s['min_detectable_tv'])} "
+            f"(raw law {doc.number(s['raw_detectable_tv'])})"
         )
     mutants = report["mutants"]
     lines.append(
