@@ -5,27 +5,29 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from ncm_verify.hypothesis_internals import settings_of, settings_replaced
+
 _common = dict(
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("dev", max_examples=10, **_common)
-# `make verify`: derandomized so that a report reproduces from its commit.
-settings.register_profile("ci", max_examples=30, derandomize=True, database=None, **_common)
-# Random by design: said explicitly, as Hypothesis derandomizes its defaults whenever the CI variable is set
-# and a profile inherits them (`thorough` under CI=true would repeat fixed examples).
-settings.register_profile("thorough", max_examples=300, derandomize=False, database=None, **_common)
-# Self-tests run the properties against planted bugs: a failure is the expected
-# verdict, so skip shrinking to keep `make test` fast.
-settings.register_profile(
-    "selftest",
-    max_examples=30,
-    derandomize=True,
-    database=None,
-    phases=[Phase.explicit, Phase.generate, Phase.target],
-    **_common,
-)
+PROFILES = {
+    "dev": dict(max_examples=10),
+    # `make verify`: derandomized so that a report reproduces from its commit.
+    "ci": dict(max_examples=30, derandomize=True, database=None),
+    # Random by design: said explicitly, as Hypothesis derandomizes its defaults whenever the CI variable is set
+    # and a profile inherits them (`thorough` under CI=true would repeat fixed examples).
+    "thorough": dict(max_examples=300, derandomize=False, database=None),
+    # Self-tests run the properties against planted bugs: a failure is the expected
+    # verdict, so skip shrinking to keep `make test` fast.
+    "selftest": dict(
+        max_examples=30, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate, Phase.target]
+    ),
+}
+"""The profiles a run may name (`ncm_verify.run` lists them: Hypothesis has no public list of profiles)."""
+for _name, _options in PROFILES.items():
+    settings.register_profile(_name, **_options, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 SHRINK_SECONDS = {"dev": 10, "ci": 10, "selftest": 10, "thorough": 300}
@@ -86,15 +88,10 @@ def pytest_runtest_call(item):
     from hypothesis.reporting import current_reporter, with_reporter
 
     test = getattr(item, "obj", None)
-    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    current = settings_of(test)
     with with_reporter(budget_reporter(current_reporter())):
         if item.get_closest_marker("xfail") is None or current is None:
             yield
             return
-        test._hypothesis_internal_use_settings = settings(
-            current, phases=[p for p in current.phases if p != Phase.shrink]
-        )
-        try:
+        with settings_replaced(test, settings(current, phases=[p for p in current.phases if p != Phase.shrink])):
             yield
-        finally:
-            test._hypothesis_internal_use_settings = current

@@ -62,9 +62,11 @@ def verify_policy(env: dict) -> stats.Policy:
     if profile in _POLICIES:
         return _POLICIES[profile]
     code = (
-        "import pytest; from ncm_verify import stats; "
-        "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist']); "
-        "print('PLANNED', stats.current_policy().planned_tests)"
+        "import pytest\nfrom ncm_verify.run_state import run_state\n"
+        "class Planned:\n"
+        "    def pytest_collection_finish(self, session):\n"
+        "        print('PLANNED', run_state(session.config).policy.planned_tests)\n"
+        "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist'], plugins=[Planned()])"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -78,12 +78,14 @@ def check_profile(profile: str):
     from hypothesis.errors import InvalidArgument
 
     saved = os.environ.pop("HYPOTHESIS_PROFILE", None)
+    known = ()
     try:
-        runpy.run_path(str(ROOT / "properties" / "conftest.py"))
+        known = runpy.run_path(str(ROOT / "properties" / "conftest.py"))["PROFILES"]
         return settings.get_profile(profile)
     except InvalidArgument:
-        known = sorted(getattr(settings, "_profiles", {}))
-        raise UsageError(f"profile: no Hypothesis profile {profile!r}; choose one of {', '.join(known)}") from None
+        raise UsageError(
+            f"profile: no Hypothesis profile {profile!r}; choose one of {', '.join(sorted(known))}"
+        ) from None
     finally:
         if saved is not None:
             os.environ["HYPOTHESIS_PROFILE"] = saved

@@ -43,11 +43,12 @@ import json
 import math
 import os
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
+
+from ncm_verify.run_state import run_state
 
 FAMILY_BUDGET = 1e-3
 """Largest probability that a correct implementation fails a `make verify` run."""
@@ -103,7 +104,6 @@ LOOP_TARGET_TV = 0.2
 """Total-variation deviation the sampled smoke of a whole decoding loop must detect (one Python call per
 sequence, n = 1024): a loop's exactness is checked call by call, exactly, in properties/test_mlx_lm_loop.py."""
 MAX_SAMPLES = 4_000_000
-RECORDS_FILE = "stats.jsonl"
 
 
 def power_case_names() -> list[str]:
@@ -182,19 +182,6 @@ class Policy:
 
 MIN_ALPHA = Policy(planned_tests=MAX_PLANNED_TESTS).alpha
 """The smallest alpha any run reaches: `MAX_PLANNED_TESTS` tests (about 4e-8)."""
-
-
-_policy = Policy()
-
-
-def set_policy(policy: Policy) -> None:
-    """Install the policy of this run (the pytest plugin does, after collection)."""
-    global _policy
-    _policy = policy
-
-
-def current_policy() -> Policy:
-    return _policy
 
 
 def law_digest(bin_probs: np.ndarray) -> str:
@@ -391,7 +378,7 @@ def plan_at(probs: np.ndarray, n: int, alpha: float, *, bins: tuple | None = Non
 
 def make_plan(probs: np.ndarray, *, target_tv: float = TARGET_TV, alpha: float | None = None) -> Plan:
     """Choose the smallest n (a multiple of 1024) that detects `target_tv`; never more than `MAX_SAMPLES`."""
-    alpha = current_policy().alpha if alpha is None else alpha
+    alpha = run_state().policy.alpha if alpha is None else alpha
     probs = np.asarray(probs, dtype=np.float64).ravel()
     if np.count_nonzero(probs) < 2:
         raise UntestableDistribution("probs: fewer than two possible outcomes")
@@ -553,7 +540,7 @@ class ChiSquareResult:
     def as_record(self) -> dict:
         record = dataclasses.asdict(self)
         record["passed"] = self.passed
-        record["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+        record["test"] = run_state().test
         return record
 
 
@@ -592,20 +579,12 @@ def chi_square_test(name: str, outcomes: np.ndarray, plan: Plan, **context) -> C
     )
 
 
-def records_path() -> Path | None:
-    """Where this run appends its records (None: keep them in memory only)."""
-    directory = os.environ.get("NCM_VERIFY_REPORT_DIR")
-    return Path(directory) / RECORDS_FILE if directory else None
-
-
-RECORDS: list[dict] = []
-
-
 def record(result: ChiSquareResult) -> None:
-    """Keep a result for the report: in memory and as one JSON line."""
+    """Keep a result for the report: in the run's state and as one JSON line."""
     entry = result.as_record()
-    RECORDS.append(entry)
-    path = records_path()
+    state = run_state()
+    state.records.append(entry)
+    path = state.records_path
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # One O_APPEND write per record: lines from parallel workers never interleave.

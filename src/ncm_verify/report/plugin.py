@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify import evidence, stats
+from ncm_verify import stats
+from ncm_verify.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.impl import (
     DEFAULT_IMPLEMENTATION,
     KERNEL_CLAIMS,
@@ -26,6 +27,7 @@ from ncm_verify.impl import (
     describe_implementation,
     load_implementation,
 )
+from ncm_verify.run_state import RECORDS_FILE, install, run_state, uninstall
 
 EVIDENCE_FILE = "evidence.json"
 EVIDENCE_SCHEMA = "ncm-verify/evidence/1"
@@ -48,7 +50,7 @@ def pytest_addoption(parser):
     )
     group.addoption(
         "--ncm-report-dir",
-        default=os.environ.get("NCM_VERIFY_REPORT_DIR"),
+        default=None,
         help="folder for the statistical records and evidence of this run",
     )
     group.addoption(
@@ -90,10 +92,10 @@ def pytest_configure(config):
         except ImplementationError as error:
             raise pytest.UsageError(str(error)) from None
     report_dir = config.getoption("--ncm-report-dir")
+    install(config, report_dir=Path(report_dir).resolve() if report_dir else None)
     if report_dir:
-        os.environ["NCM_VERIFY_REPORT_DIR"] = str(Path(report_dir).resolve())
         if not _is_worker(config):
-            records = stats.records_path()
+            records = Path(report_dir).resolve() / RECORDS_FILE
             records.parent.mkdir(parents=True, exist_ok=True)
             records.unlink(missing_ok=True)
             # a run that dies before its end must not leave an older run's evidence behind
@@ -101,6 +103,10 @@ def pytest_configure(config):
             collector = EvidenceCollector(config, Path(report_dir))
             config.stash[_COLLECTOR] = collector
             config.pluginmanager.register(collector, "ncm-verify-evidence")
+
+
+def pytest_unconfigure(config):
+    uninstall(config)
 
 
 def planned_tests_of(item) -> int:
@@ -111,7 +117,7 @@ def planned_tests_of(item) -> int:
     if marker is None:
         return 0
     test = getattr(item, "obj", None)
-    test_settings = getattr(test, "_hypothesis_internal_use_settings", settings.default)
+    test_settings = settings_of(test) or settings.default
     explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
     return marker.kwargs.get("tests", 1) * (test_settings.max_examples + explicit)
 
@@ -142,7 +148,7 @@ def pytest_collection_modifyitems(session, config, items):
     planned = config.getoption("--ncm-planned-tests")
     if planned is not None and planned < 1:
         raise pytest.UsageError(f"--ncm-planned-tests: must be a positive count, got {planned}")
-    stats.set_policy(stats.Policy(planned_tests=planned or planned_statistical_tests(items)))
+    run_state(config).policy = stats.Policy(planned_tests=planned or planned_statistical_tests(items))
     inventory = config.getoption("--ncm-inventory")
     if inventory:
         Path(inventory).write_text(json.dumps(collected_inventory(items), indent=1), encoding="utf-8")
@@ -198,15 +204,11 @@ def collected_inventory(items) -> list[dict]:
     ]
 
 
-_RECORDER: list[RecordingImplementation] = []
-"""The session's recording view of the implementation, once the `impl` fixture made it."""
-
-
 @pytest.fixture(scope="session")
 def impl(request):
     """The implementation module under test (``--impl``), seen through a recorder of its calls."""
     recorder = RecordingImplementation(load_implementation(request.config.getoption("--impl")))
-    _RECORDER[:] = [recorder]
+    run_state(request.config).recorder = recorder
     return recorder
 
 
@@ -246,6 +248,17 @@ def summarize_hypothesis_statistics(statistics: dict) -> dict:
     }
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item):
+    """The harness files what a test records under its node id, set here for its set-up, call and teardown."""
+    state = run_state(item.config)
+    state.test = item.nodeid
+    try:
+        yield
+    finally:
+        state.test = ""
+
+
 @pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item):
     """Chain onto Hypothesis's statistics callback (this wrapper runs inside its own)."""
@@ -258,9 +271,10 @@ def pytest_runtest_call(item):
         if outer is not None:
             outer(statistics)
 
-    item.stash[_RECORDS_START] = len(stats.RECORDS)
-    for recorder in _RECORDER:
-        recorder.begin_test()
+    state = run_state(item.config)
+    item.stash[_RECORDS_START] = len(state.records)
+    if state.recorder is not None:
+        state.recorder.begin_test()
     restore = mark_examples(item)
     try:
         with collector.with_value(keep):
@@ -276,13 +290,13 @@ def mark_examples(item):
     Returns the function that undoes the wrapping.
     """
     handle = getattr(getattr(item, "obj", None), "hypothesis", None)
-    if handle is None or not _RECORDER:
+    recorder = run_state(item.config).recorder
+    if handle is None or recorder is None:
         return lambda: None
     inner = handle.inner_test
 
     def example(*args, **kwargs):
-        for recorder in _RECORDER:
-            recorder.begin_example()
+        recorder.begin_example()
         return inner(*args, **kwargs)
 
     handle.inner_test = example
@@ -331,11 +345,12 @@ def attributed_claims(claims: list[str], names) -> list[str] | None:
 def item_evidence(item) -> dict:
     """What one test leaves for the report, gathered where it ran."""
     nodeid = item.nodeid
-    start = item.stash.get(_RECORDS_START, len(stats.RECORDS))
-    records = [r for r in stats.RECORDS[start:] if r.get("test") == nodeid]
-    differences = sorted((d for d in evidence.DIFFERENCES.values() if d["test"] == nodeid), key=lambda d: d["check"])
+    state = run_state(item.config)
+    start = item.stash.get(_RECORDS_START, len(state.records))
+    records = [r for r in state.records[start:] if r.get("test") == nodeid]
+    differences = sorted((d for d in state.differences.values() if d["test"] == nodeid), key=lambda d: d["check"])
     for difference in differences:  # keep memory flat over a long run
-        evidence.DIFFERENCES.pop(f"{nodeid}::{difference['check']}", None)
+        state.differences.pop(f"{nodeid}::{difference['check']}", None)
     test = getattr(item, "obj", None)
     hypothesis = item.stash.get(_STATISTICS, None)
     if hypothesis is not None:
@@ -343,20 +358,19 @@ def item_evidence(item) -> dict:
         explicit = len(getattr(test, "hypothesis_explicit_examples", ()))
         hypothesis["explicit_examples"] = explicit
         hypothesis["examples"] += explicit
-        hypothesis["generated_seed"] = getattr(test, "_hypothesis_internal_use_generated_seed", None)
+        hypothesis["generated_seed"] = generated_seed(test)
     statistical = item.get_closest_marker("statistical")
     # a test that never asks for the implementation made no call into it: the suite's own check
-    uses_impl = _RECORDER and "impl" in getattr(item, "fixturenames", ())
-    calls = _RECORDER[0].call_records() if uses_impl else {}
+    recorder = state.recorder if "impl" in getattr(item, "fixturenames", ()) else None
     return {
-        "calls": calls,
-        "looked_up": sorted(_RECORDER[0].looked_up) if uses_impl else [],
+        "calls": recorder.call_records() if recorder is not None else {},
+        "looked_up": sorted(recorder.looked_up) if recorder is not None else [],
         "claims": claims_of(item),
         "statistical_tests_per_example": statistical.kwargs.get("tests", 1) if statistical else None,
         "hypothesis": hypothesis,
         "stats": records,
         "differences": differences,
-        "policy": stats.current_policy().describe(),
+        "policy": state.policy.describe(),
     }
 
 
@@ -364,10 +378,11 @@ def item_evidence(item) -> dict:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and os.environ.get("NCM_VERIFY_REPORT_DIR"):
+    recorder = run_state(item.config).recorder
+    if report.when == "call" and run_state(item.config).report_dir is not None:
         found = item_evidence(item)
         if report.failed and call.excinfo is not None:
-            names = _RECORDER[0].example_names if _RECORDER else ()
+            names = recorder.example_names if recorder is not None else ()
             found["failure_kind"] = failure_kind(call.excinfo)
             if found["failure_kind"] == "assertion" and item.config.getoption("--ncm-stop-when-caught"):
                 item.session.shouldfail = "a property failed by assertion: the planted bug is caught"
@@ -482,7 +497,7 @@ class EvidenceCollector:
         seen = [e.pop("policy") for e in self.entries.values() if "policy" in e]
         if not seen and self.reused:  # nothing ran here: the reused run's policy is this run's
             return self.reuse["policy"]
-        return seen[0] if seen else stats.current_policy().describe()
+        return seen[0] if seen else run_state(self.config).policy.describe()
 
     def budget_check(self, policy: dict) -> dict:
         """Chi-square tests run vs planned; over plan with no failure fails the run."""
