@@ -55,8 +55,8 @@ REFERENCE_EVIDENCE = "reference-evidence"
 REUSE_FILE = "reuse.json"
 """The reference evidence a port's run carries (`--ncm-reuse`), written beside the report."""
 REUSABLE_OUTCOMES = ("passed", "xfailed")
-SUITE_SOURCES = ("src/ncm_verify", "properties", "tests", "pyproject.toml", "ledger.json")
-PLANTED_FILES = ("tests/test_mutants.py",)
+SUITE_SOURCES = ("src/ncm_verify", "properties", "selftests", "tests", "pyproject.toml", "ledger.json")
+PLANTED_FILES = ("selftests/test_mutants.py",)
 QUIET_FAILURES = ("--tb=no", "-rN")
 """The properties phase prints no traceback or summary line: the closing summary gives one block per failure, read
 from the evidence, and the report keeps each failure's message and example."""
@@ -132,7 +132,7 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
     env.pop("NCM_VERIFY_REPORT_DIR", None)
     planted = pytest_command(*PLANTED_FILES, "-m", "teeth", "-v", jobs=jobs)
     others = [f"--ignore={path}" for path in PLANTED_FILES]
-    calibration = pytest_command("tests", "-m", "teeth", *others, "-v", jobs=jobs)
+    calibration = pytest_command("selftests", "-m", "teeth", *others, "-v", jobs=jobs)
     phases = [
         run_phase("planted bugs", f"{first_step}/{steps}", planted, env),
         run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env),
