@@ -294,9 +294,13 @@ def mark_examples(item):
     if handle is None or recorder is None:
         return lambda: None
     inner = handle.inner_test
+    # Hypothesis seeds a derandomized test from the source of `inner_test`, this wrapper: its text is kept as it
+    # was (loop and name included) so that every property draws the examples it drew before.
+    _RECORDER = [recorder]
 
     def example(*args, **kwargs):
-        recorder.begin_example()
+        for recorder in _RECORDER:
+            recorder.begin_example()
         return inner(*args, **kwargs)
 
     handle.inner_test = example
