@@ -35,9 +35,9 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 
-## test: lint, the suite's own tests (ledger, report, cache files, configs), then `make verify`
+## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
 test: install lint
-	$(PYTEST) tests -m "not teeth" -q -n $(JOBS)
+	$(PYTEST) tests -q -n $(JOBS)
 	$(MAKE) verify
 
 ## help: list the targets and variables

@@ -1,29 +1,47 @@
-"""Self-test helpers: where the teeth tests leave their evidence (`ncm_verify.run` reads it)."""
+"""Self-test helpers: where the self-tests leave their verdicts (`ncm_verify.run` reads them).
+
+`make verify` names the folder (``--ncm-selftest-dir``, its self-test cache); xdist workers are handed it by the
+controller, so no environment variable carries it.
+"""
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-SELFTEST_DIR = "NCM_VERIFY_SELFTEST_DIR"
-OWN_SELFTEST_DIR = pytest.StashKey[str]()
+SELFTEST_DIR = pytest.StashKey[Path]()
+OWN_SELFTEST_DIR = pytest.StashKey[Path]()
+WORKER_INPUT = "ncm_selftest_dir"
 
 
-def report_dir() -> Path:
-    """Where the teeth verdicts of this session go: the folder `make verify` names (its self-test cache)."""
-    return Path(os.environ[SELFTEST_DIR])
+def pytest_addoption(parser):
+    parser.addoption(
+        "--ncm-selftest-dir",
+        default=None,
+        help="folder for the self-tests' verdicts (mutants.json, calibration.json); default: a fresh one",
+    )
 
 
 def pytest_configure(config):
     """A session `make verify` did not start gets a fresh folder: merging parts left under reports/ by an earlier
-    session would overwrite the last run's mutants.json with stale verdicts (xdist workers inherit the variable)."""
-    if not hasattr(config, "workerinput") and not os.environ.get(SELFTEST_DIR):
-        config.stash[OWN_SELFTEST_DIR] = os.environ[SELFTEST_DIR] = tempfile.mkdtemp(prefix="ncm-verify-selftests-")
+    session would overwrite the last run's mutants.json with stale verdicts."""
+    if hasattr(config, "workerinput"):
+        config.stash[SELFTEST_DIR] = Path(config.workerinput[WORKER_INPUT])
+    elif config.getoption("--ncm-selftest-dir"):
+        config.stash[SELFTEST_DIR] = Path(config.getoption("--ncm-selftest-dir"))
+    else:
+        config.stash[SELFTEST_DIR] = config.stash[OWN_SELFTEST_DIR] = Path(
+            tempfile.mkdtemp(prefix="ncm-verify-selftests-")
+        )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Each xdist worker leaves its parts in the controller's folder."""
+    node.workerinput[WORKER_INPUT] = str(node.config.stash[SELFTEST_DIR])
 
 
 def pytest_unconfigure(config):
@@ -31,7 +49,6 @@ def pytest_unconfigure(config):
     folder = config.stash.get(OWN_SELFTEST_DIR, None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
-        del os.environ[SELFTEST_DIR]
 
 
 @pytest.fixture
@@ -45,22 +62,23 @@ def nested_environment():
     return under
 
 
-def parts(name: str) -> dict[str, dict]:
-    """The JSON parts the teeth tests left under reports/<name>/, by file stem."""
-    folder = report_dir() / name
+def parts(folder: Path, name: str) -> dict[str, dict]:
+    """The JSON parts the self-tests left under `folder`/<name>/, by file stem."""
+    folder = folder / name
     return (
         {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
     )
 
 
 def pytest_sessionfinish(session):
-    """Merge the teeth verdicts into reports/mutants.json and calibration.json (controller only)."""
+    """Merge the self-tests' verdicts into mutants.json and calibration.json (controller only)."""
     if hasattr(session.config, "workerinput"):
         return
-    mutants, calibration = parts("mutants"), parts("calibration")
+    folder = session.config.stash[SELFTEST_DIR]
+    mutants, calibration = parts(folder, "mutants"), parts(folder, "calibration")
     if mutants:
         summary = {"profile": "selftest", "mutants": list(mutants.values())}
-        (report_dir() / "mutants.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        (folder / "mutants.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if calibration:
         planted = [part for stem, part in calibration.items() if stem.startswith("planted")]
         # The report shows one planted deviation in its summary: the one with the most outcomes.
@@ -71,23 +89,11 @@ def pytest_sessionfinish(session):
             "size": calibration.get("size"),
             "size_large_df": calibration.get("size large df"),
         }
-        (report_dir() / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
+        (folder / "calibration.json").write_text(json.dumps(merged, indent=2) + "\n")
 
 
 @pytest.fixture
-def run_pytest():
-    """Run pytest in a folder holding a suite of its own (claim markers registered); the completed process."""
-
-    def run(folder: Path, *args: str) -> subprocess.CompletedProcess:
-        (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-        return subprocess.run(command, cwd=folder, capture_output=True, text=True)
-
-    return run
-
-
-@pytest.fixture
-def reports() -> Path:
-    folder = report_dir()
+def reports(request) -> Path:
+    folder = request.config.stash[SELFTEST_DIR]
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -24,8 +24,6 @@ from scipy.special import gammaln
 
 from ncm_verify import drivers, exact, reference, stats
 
-pytestmark = pytest.mark.teeth
-
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_ALPHA = 0.05
 CALIBRATION_RUNS = 400

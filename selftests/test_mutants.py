@@ -24,8 +24,6 @@ from ncm_verify.report import document as doc
 from ncm_verify.report import status
 from ncm_verify.report.ledger import read_ledger
 
-pytestmark = pytest.mark.teeth
-
 ROOT = Path(__file__).resolve().parent.parent
 PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
 PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]

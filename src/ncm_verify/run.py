@@ -56,7 +56,8 @@ REUSE_FILE = "reuse.json"
 """The reference evidence a port's run carries (`--ncm-reuse`), written beside the report."""
 REUSABLE_OUTCOMES = ("passed", "xfailed")
 SUITE_SOURCES = ("src/ncm_verify", "properties", "selftests", "tests", "pyproject.toml", "ledger.json")
-PLANTED_FILES = ("selftests/test_mutants.py",)
+PLANTED_FILES = ("selftests/test_mutants.py", "selftests/test_mlx_lm_planted.py")
+"""The planted-bug self-tests; the rest of selftests/ is calibration and power."""
 QUIET_FAILURES = ("--tb=no", "-rN")
 """The properties phase prints no traceback or summary line: the closing summary gives one block per failure, read
 from the evidence, and the report keeps each failure's message and example."""
@@ -128,11 +129,10 @@ def run_phase(name: str, step: str, command: list[str], env: dict) -> dict:
 
 def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[dict]:
     """Planted bugs, then calibration and power, leaving mutants.json and calibration.json in `folder`."""
-    env = {**env, "NCM_VERIFY_SELFTEST_DIR": str(folder)}
-    env.pop("NCM_VERIFY_REPORT_DIR", None)
-    planted = pytest_command(*PLANTED_FILES, "-m", "teeth", "-v", jobs=jobs)
+    into = f"--ncm-selftest-dir={folder}"
+    planted = pytest_command(*PLANTED_FILES, into, "-v", jobs=jobs)
     others = [f"--ignore={path}" for path in PLANTED_FILES]
-    calibration = pytest_command("selftests", "-m", "teeth", *others, "-v", jobs=jobs)
+    calibration = pytest_command("selftests", *others, into, "-v", jobs=jobs)
     phases = [
         run_phase("planted bugs", f"{first_step}/{steps}", planted, env),
         run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env),
