@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+"""The plugin's tests run pytest in-process on suites of their own (tests/test_plugin.py)."""
+
 
 @pytest.fixture
 def run_pytest():
