@@ -1,7 +1,9 @@
-"""The pytest plugin, run in-process by pytester: the implementation option and fixture, the evidence it writes,
-the chi-square tests it plans from the statistical markers, and the run state it gives the harness."""
+"""The pytest plugin: the implementation option and fixture, the evidence it writes, the chi-square tests it plans
+from the statistical markers, and the run state it gives the harness; in-process through pytester, and in a pytest
+subprocess where xdist workers or implementation files are involved."""
 
 import json
+import textwrap
 
 import pytest
 from hypothesis import given, settings
@@ -174,3 +176,217 @@ def test_the_hypothesis_internals_the_suite_reads_are_still_where_it_reads_them(
         hypothesis_internals.settings_of(test_the_hypothesis_internals_the_suite_reads_are_still_where_it_reads_them)
         is None
     )
+
+
+# --- the plugin in a pytest subprocess: xdist workers, implementation files, reproduction lines ---
+
+SUITE = """
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+@pytest.mark.claim("C1")
+@settings(max_examples=7, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+@example(x=3)
+def test_counts_examples(x):
+    pass
+
+@pytest.mark.claim("C2")
+@settings(max_examples=50, derandomize=True, database=None, print_blob=True)
+@given(x=st.integers(0, 100))
+def test_fails(x):
+    assert x < 50
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers, run_pytest):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    result = run_pytest(tmp_path, *workers, f"--ncm-report-dir={tmp_path / 'reports'}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    evidence = json.loads((tmp_path / "reports" / "evidence.json").read_text())
+    nodes = {n["nodeid"]: n for n in evidence["properties"]}
+    counted = nodes["test_suite.py::test_counts_examples"]
+    assert counted["outcome"] == "passed" and counted["claims"] == ["C1"]
+    assert counted["hypothesis"]["examples"] == 8  # 7 generated + 1 explicit
+    failed = nodes["test_suite.py::test_fails"]
+    assert failed["outcome"] == "failed"
+    assert failed["failure"]["reproduce_failure"].startswith("@reproduce_failure(")
+    assert "x=50" in failed["failure"]["falsifying_example"]
+    assert evidence["environment"]["mlx_default_device"]
+    assert evidence["policy"]["family_budget"] == 1e-3
+
+
+OVERSPENT = """
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from ncm_verify import checks, stats
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=2, derandomize=True, database=None, deadline=None)
+@given(seed=st.integers(0, 1000))
+def test_runs_two_tests_but_plans_one(seed):
+    probs = np.array([0.5, 0.5])
+    plan = stats.make_plan(probs)
+    for offset in range(2):
+        outcomes = np.random.default_rng(seed + offset).choice(2, size=plan.n, p=probs)
+        checks.assert_fits(stats.chi_square_test("coin", outcomes, plan))
+"""
+
+
+def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path, run_pytest):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(OVERSPENT))
+    result = run_pytest(tmp_path, f"--ncm-report-dir={tmp_path / 'r'}")
+    budget = json.loads((tmp_path / "r" / "evidence.json").read_text())["budget"]
+    assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
+    assert budget["chi_square_tests_run"] == 4 and budget["planned_tests"] == 2
+    assert budget["run_failed_by_budget"]
+
+
+PORT = '''
+"""A partial port: its own greedy verifier, the reference's residual, no model or cache."""
+from ncm_verify.speculative import residual_distribution
+
+def verify_greedy(target, draft_tokens, *, num_draft=None):
+    return "mine"
+'''
+
+PORT_SUITE = """
+import mlx.core as mx
+import pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.claim("C5")
+@settings(database=None, derandomize=True, max_examples=100, print_blob=True)
+@given(st.integers(0, 100))
+def test_fails_two_distinct_ways(impl, x):
+    if x % 2:
+        assert x < 3, "the odd check"
+    assert x < 4, "the even check"
+
+@pytest.mark.claim("C7")
+def test_calls_its_own_kernel(impl):
+    assert impl.verify_greedy(None, None) == "mine"
+
+@pytest.mark.claim("C5")
+def test_calls_an_inherited_kernel(impl):
+    impl.residual_distribution(mx.array([0.5, 0.5]), mx.array([0.25, 0.75]))
+
+@pytest.mark.claim("C2")
+def test_needs_the_cache(impl):
+    impl.PrefixCache()
+
+@pytest.mark.claim("C5")
+def test_enumerates_without_the_implementation():
+    assert 1 + 1 == 2
+
+@pytest.mark.claim("C5")
+def test_raises_an_error_that_is_not_a_check(impl):
+    raise TypeError("not a verdict")
+
+@pytest.mark.claim("C7")
+def test_fails_a_check(impl):
+    with pytest.raises(ValueError):
+        impl.verify_greedy(None, None)
+"""
+
+
+def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path, run_pytest):
+    (tmp_path / "my_port.py").write_text(PORT)
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    result = run_pytest(
+        tmp_path,
+        "-p",
+        "no:xdist",
+        "test_port.py",
+        f"--impl={tmp_path / 'my_port.py'}",
+        "--ncm-planned-tests=7",
+        f"--ncm-report-dir={tmp_path / 'r'}",
+        "--ncm-run-id=run-1",
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
+    assert evidence["run_id"] == "run-1" and evidence["policy"]["planned_tests"] == 7
+    assert evidence["implementation"]["defines"] == ["verify_greedy"]
+    assert evidence["implementation"]["inherits"] == ["residual_distribution (from ncm_verify.speculative)"]
+    assert len(evidence["implementation"]["sha256"]) == 64
+    nodes = {n["nodeid"].split("::")[1]: n for n in evidence["properties"]}
+    assert nodes["test_calls_its_own_kernel"]["calls"]["verify_greedy"] == {
+        "calls": 1,
+        "own": True,
+        "origin": "my_port",
+    }
+    assert nodes["test_calls_an_inherited_kernel"]["calls"]["residual_distribution"]["own"] is False
+    assert nodes["test_needs_the_cache"]["outcome"] == "not provided"
+    assert nodes["test_enumerates_without_the_implementation"]["calls"] == {}
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["outcome"] == "error"
+    assert nodes["test_raises_an_error_that_is_not_a_check"]["failure"]["kind"] == "TypeError"
+    assert nodes["test_fails_a_check"]["outcome"] == "failed"
+    assert nodes["test_fails_a_check"]["failure"]["kind"] == "assertion"
+    assert nodes["test_fails_a_check"]["failure"]["kernels"] == ["verify_greedy"]
+    group = nodes["test_fails_two_distinct_ways"]["failure"]
+    assert group["kind"] == "assertion" and "Failure 2 of 2" in group["message"], group["message"]
+    assert "the odd check" in group["message"] and "the even check" in group["message"]
+    assert "x=" in (group["falsifying_example"] or ""), "the first failure's example is shown, not the group's header"
+    assert (group["reproduce_failure"] or "").startswith("@reproduce_failure("), "each member carries its blob"
+
+
+def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest):
+    (tmp_path / "test_port.py").write_text(PORT_SUITE)
+    result = run_pytest(tmp_path, "-p", "no:xdist", "test_port.py", "--impl=ncm_verify.mutants.ratio_invrted")
+    assert result.returncode == 4
+    output = result.stdout + result.stderr
+    assert output.count("cannot import implementation module") == 1
+    assert "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in output
+
+
+def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
+    """xdist's work stealing hands each worker a contiguous block first (4 then 5 of 9): each starts with a long one."""
+    from ncm_verify.report import plugin
+
+    planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
+    monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
+    assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
+
+
+def noted(error: Exception, *notes: str) -> Exception:
+    error.__notes__ = list(notes)  # what Hypothesis attaches to each failure of a group
+    return error
+
+
+class FoundTwoFailures(Exception):
+    """Stands in for the ExceptionGroup Hypothesis raises when it found several distinct failures."""
+
+    exceptions = (
+        noted(
+            AssertionError("chain output: chi-square rejects the exact distribution"),
+            "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)",
+            "You can reproduce this test case by temporarily adding @reproduce_failure('6.170.17', b'AEEB') as a "
+            "decorator",
+        ),
+        noted(ValueError("draft_tokens: q(x) = 0"), "Failing test case: example(\n    max_draft=2,\n)"),
+    )
+
+
+def test_a_property_that_found_several_failures_reports_each_message_and_the_first_example_and_reproduction():
+    from ncm_verify.report.plugin import failure_details, group_message
+
+    message = group_message(FoundTwoFailures())
+    assert "Failure 1 of 2: AssertionError: chain output" in message and "Failure 2 of 2: ValueError" in message
+    details = failure_details(message)
+    assert details["falsifying_example"] == "Failing test case: example(\n    max_draft=1,\n    seed=0,\n)"
+    assert details["reproduce_failure"] == "@reproduce_failure('6.170.17', b'AEEB')"
+    assert group_message(AssertionError("one failure")) is None, "a single failure keeps pytest's own text"
+
+
+def test_an_implementation_file_named_like_another_module_is_refused_not_imported_over_it(tmp_path):
+    from ncm_verify.impl import ImplementationError, load_implementation
+
+    (tmp_path / "json.py").write_text(PORT)
+    with pytest.raises(ImplementationError, match="impl: .* would be imported as 'json', which names another module"):
+        load_implementation(str(tmp_path / "json.py"))
+    (tmp_path / "my_port.py").write_text(PORT)
+    assert load_implementation(str(tmp_path / "my_port.py")) is load_implementation(str(tmp_path / "my_port.py"))
