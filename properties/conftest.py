@@ -5,7 +5,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from ncm_verify.hypothesis_internals import settings_of, settings_replaced
+from ncm_verify.hypothesis_internals import set_shrink_time_limit, settings_of, settings_replaced, shrink_time_limit
 
 _common = dict(
     deadline=None,
@@ -37,16 +37,8 @@ each; `thorough` keeps Hypothesis's own 300 s for the most minimal counterexampl
 
 
 def apply_shrink_budget(profile: str) -> float:
-    """Set Hypothesis's shrink time limit for `profile`; it reads the engine's module global at run time.
-
-    An upgrade that drops the global fails here (and in tests/test_checks.py), not silently.
-    """
-    from hypothesis.internal.conjecture import engine
-
-    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
-        raise RuntimeError("hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS is gone: bound shrinking anew")
-    engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS.get(profile, 300)
-    return engine.MAX_SHRINKING_SECONDS
+    """Set Hypothesis's shrink time limit for `profile`."""
+    return set_shrink_time_limit(SHRINK_SECONDS.get(profile, 300))
 
 
 apply_shrink_budget(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
@@ -61,12 +53,11 @@ def budget_reporter(outer):
     Hypothesis has no setting for that one warning (its verbosity would hide the falsifying example too), and its
     text is wrong here: it names five minutes and asks for a bug report about a limit this suite chose.
     """
-    from hypothesis.internal.conjecture import engine
 
     def report(text):
         if isinstance(text, str) and text.startswith(SHRINK_WARNING):
             text = (
-                f"ncm-verify: shrinking stopped at this profile's {engine.MAX_SHRINKING_SECONDS:g} s budget "
+                f"ncm-verify: shrinking stopped at this profile's {shrink_time_limit():g} s budget "
                 "(SHRINK_SECONDS in properties/conftest.py): the failing example is less shrunk, not minimal"
             )
         outer(text)

@@ -1,4 +1,4 @@
-"""The private Hypothesis attributes this suite reads or sets, all here: Hypothesis has no public API for them.
+"""The private Hypothesis names this suite reads or sets, all here: Hypothesis has no public API for them.
 
 A Hypothesis upgrade that renames one breaks this module only (tests/test_plugin.py runs each).
 """
@@ -9,6 +9,11 @@ import contextlib
 from collections.abc import Iterator
 
 from hypothesis import settings
+from hypothesis.internal.conjecture import engine
+from hypothesis.internal.conjecture.engine import ExitReason
+
+SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
+"""Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
 
 _SETTINGS = "_hypothesis_internal_use_settings"
 """Where `@given` keeps a test's settings; no public accessor (`settings.default` is the profile's, not the test's)."""
@@ -30,6 +35,21 @@ def settings_replaced(test, replacement: settings) -> Iterator[None]:
         yield
     finally:
         setattr(test, _SETTINGS, current)
+
+
+def set_shrink_time_limit(seconds: float) -> float:
+    """Bound the seconds Hypothesis spends shrinking one failure: an engine global it reads at run time (no setting).
+
+    An upgrade that drops the global fails here, not silently.
+    """
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise RuntimeError("hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS is gone: bound shrinking anew")
+    engine.MAX_SHRINKING_SECONDS = seconds
+    return engine.MAX_SHRINKING_SECONDS
+
+
+def shrink_time_limit() -> float:
+    return engine.MAX_SHRINKING_SECONDS
 
 
 def generated_seed(test) -> int | None:

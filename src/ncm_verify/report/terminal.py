@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis.internal.conjecture.engine import ExitReason
-
+from ncm_verify.hypothesis_internals import SHRINK_STOPPED
 from ncm_verify.report import document as doc
 from ncm_verify.report.html import plotted_record, worst_bins
 
@@ -11,8 +10,6 @@ MESSAGE_LINES = 6
 """Lines of a failure's message printed; the whole message, example and reproduction are in verify.md."""
 TERMINAL_BINS = 3
 LINE_CHARS = 240
-SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
-"""Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
 
 
 def clipped(text: str, limit: int = LINE_CHARS) -> str:
