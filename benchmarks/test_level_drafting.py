@@ -27,9 +27,10 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify import speculative
-from ncm_verify.ncm import NCMConfig, exact_levels, generate_cached, make_model
-from ncm_verify.ncm.level_draft import generate_level_speculative, make_draft_model
+from ncm_verify.oracles import exact_levels
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm import NCMConfig, generate_cached, make_model
+from ncm_verify.reference.ncm.level_draft import generate_level_speculative, make_draft_model
 
 CONFIG = dict(
     vocab_size=4,

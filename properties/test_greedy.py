@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import bench, checks, drivers, exact
-from ncm_verify.strategies import autoregressive_fixtures, draft_lengths, greedy_steps, seeds
+from ncm_verify.bench import measure as bench
+from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.strategies import autoregressive_fixtures, draft_lengths, greedy_steps, seeds
+from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.claim("C7")
 

@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from ncm_verify import checks, exact
-from ncm_verify.ncm import exact_levels
-from ncm_verify.ncm.config import DTYPES
-from ncm_verify.ncm.level_draft import (
+from ncm_verify.harness import checks
+from ncm_verify.harness.strategies import draft_models, level_draft_counts, level_drafting_configs, prefixes, seeds
+from ncm_verify.oracles import exact, exact_levels
+from ncm_verify.reference.ncm.config import DTYPES
+from ncm_verify.reference.ncm.level_draft import (
     generate_greedy_levels,
     level_distributions,
     level_draft_api,
     make_draft_model,
 )
-from ncm_verify.strategies import draft_models, level_draft_counts, level_drafting_configs, prefixes, seeds
 
 pytestmark = pytest.mark.claim("C6")
 

@@ -12,8 +12,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ncm_verify import bench, bench_ratios, speculative
-from ncm_verify.impl import load_implementation
+from ncm_verify.bench import measure as bench
+from ncm_verify.bench import ratios as bench_ratios
+from ncm_verify.protocol import load_implementation
+from ncm_verify.reference import speculative
 
 SMALL = [
     bench.KernelCase("chain", 37, 3, 5),

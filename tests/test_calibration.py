@@ -22,7 +22,9 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 from scipy.special import gammaln
 
-from ncm_verify import drivers, exact, reference, stats
+from ncm_verify import reference
+from ncm_verify.harness import drivers, stats
+from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.teeth
 
@@ -62,7 +64,7 @@ def verify_policy(env: dict) -> stats.Policy:
     if profile in _POLICIES:
         return _POLICIES[profile]
     code = (
-        "import pytest; from ncm_verify import stats; "
+        "import pytest; from ncm_verify.harness import stats; "
         "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist']); "
         "print('PLANNED', stats.current_policy().planned_tests)"
     )

@@ -34,7 +34,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from ncm_verify.impl import (
+from ncm_verify.environment import git_commit, git_dirty
+from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
     describe_implementation,
@@ -42,7 +43,6 @@ from ncm_verify.impl import (
     own_names,
 )
 from ncm_verify.report import document as doc
-from ncm_verify.report.environment import git_commit, git_dirty
 from ncm_verify.report.ledger import read_ledger, repository_problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def check_profile(profile: str):
 
 def suite_key() -> str:
     """Hash of everything the self-tests' results depend on: the suite's sources and the environment."""
-    from ncm_verify.report.environment import describe_environment
+    from ncm_verify.environment import describe_environment
 
     digest = hashlib.sha256()
     for entry in SUITE_SOURCES:

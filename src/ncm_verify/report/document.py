@@ -11,8 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ncm_verify.bench_ratios import BENCH_CLAIM
-from ncm_verify.bench_ratios import c9_summary as bench_line
+from ncm_verify.bench.ratios import BENCH_CLAIM
+from ncm_verify.bench.ratios import c9_summary as bench_line
 from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger

@@ -3,7 +3,7 @@
 Like a conformance suite, the properties take their kernels from a module
 named at the command line (``make verify IMPL=my.module`` or
 ``pytest properties --impl my.module``). The module provides, as top-level
-callables with the signatures of the reference in :mod:`ncm_verify.speculative`:
+callables with the signatures of the reference in :mod:`ncm_verify.reference.speculative`:
 
 ``verify_chain(target_probs [B, G+1, V], draft_probs [B, G, V], draft_tokens [B, G], *, key, num_draft=None)``
     returns a ``ChainOutcome(tokens [B, G+1] int32, num_accepted [B] int32)``;
@@ -66,7 +66,7 @@ SPECULATIVE_NAMES = (
     "draw_uniforms",  # (key, batch, shape) -> the uniforms [B, *shape] verify_* hands apply_* (C11)
 )
 NCM_NAMES: tuple[str, ...] = (
-    "NCMConfig",  # the config dataclass: fields as in ncm_verify.ncm.config
+    "NCMConfig",  # the config dataclass: fields as in ncm_verify.reference.ncm.config
     "make_model",  # (config) -> model in eval mode, deterministic from config.seed
     "save_model",  # (model, path) -> None: safetensors
     "load_model",  # (path) -> model

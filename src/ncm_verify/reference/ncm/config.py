@@ -8,7 +8,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
 NOTE_FIELDS = ("comment", "hierarchy")
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 MASK_NAMES = ("ncm", "prefix_lm", "causal", "full")

@@ -12,8 +12,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify.ncm.config import NCMConfig
-from ncm_verify.ncm.masks import make_mask
+from ncm_verify.reference.ncm.config import NCMConfig
+from ncm_verify.reference.ncm.masks import make_mask
 
 KV = tuple[mx.array, mx.array]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 from hypothesis import note, reject
 
-from ncm_verify import evidence, stats
+from ncm_verify.harness import evidence, stats
 from ncm_verify.tolerances import EXACT_IDENTITY, tolerance_for
 
 

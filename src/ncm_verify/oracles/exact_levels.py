@@ -18,9 +18,9 @@ from collections import defaultdict
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.exact import acceptance, product_distribution, residual
-from ncm_verify.ncm.level_draft import level_distributions
-from ncm_verify.ncm.model import NCM
+from ncm_verify.oracles.exact import acceptance, product_distribution, residual
+from ncm_verify.reference.ncm.level_draft import level_distributions
+from ncm_verify.reference.ncm.model import NCM
 
 Context = tuple[tuple[int, ...], ...]
 """The tokens of every earlier level, one tuple per level."""

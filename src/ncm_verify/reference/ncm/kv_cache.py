@@ -18,7 +18,7 @@ import numbers
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.ncm.model import NCM
+from ncm_verify.reference.ncm.model import NCM
 
 
 def check_count(name: str, value, *, minimum: int = 0, maximum: int | None = None) -> int:

@@ -6,7 +6,7 @@ Only plain config fields are read, so any implementation's config object serves.
 
 from __future__ import annotations
 
-from ncm_verify.ncm.config import DTYPES
+from ncm_verify.reference.ncm.config import DTYPES
 
 
 def payload_bytes(config) -> int:

@@ -151,7 +151,7 @@ def make_autoregressive_fixture(
     vocab: int, length: int, relation: str, one_hot_target: bool, table_seed: int, salt: tuple[int, ...] = ()
 ):
     """Tables whose rows differ by context; the call Hypothesis prints to rebuild a drawn fixture."""
-    from ncm_verify.exact import AutoregressiveFixture
+    from ncm_verify.oracles.exact import AutoregressiveFixture
 
     rng = table_generator(table_seed, vocab, length, relation, one_hot_target, *salt)
     contexts = sum(vocab**t for t in range(length))
@@ -200,7 +200,7 @@ def make_latent_fixture(
     salt: tuple[int, ...] = (),
 ):
     """One NCM level from its sizes, relations and seed; the call Hypothesis prints to rebuild it."""
-    from ncm_verify.exact import LatentFixture
+    from ncm_verify.oracles.exact import LatentFixture
 
     rng = table_generator(table_seed, codes, positions, vocab, latent_relation, token_relation, *salt)
     target_latent = make_rows(rng, 1, codes)
@@ -267,7 +267,7 @@ def make_case(
     dtype: str = "float32",
 ):
     """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
-    from ncm_verify.drivers import make_kernel_case, make_wide_columns
+    from ncm_verify.harness.drivers import make_kernel_case, make_wide_columns
 
     case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
     if wide_vocab is not None:
@@ -470,7 +470,7 @@ def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarra
 
 def uniform_boundaries(kernel: str, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
     """Where the exact step's decision for ``uniforms[b, row, column]`` flips: p/q, or the cumulative weights."""
-    from ncm_verify.exact import drawn_weights, judged_pair
+    from ncm_verify.oracles.exact import drawn_weights, judged_pair
 
     if row == 0:
         pair = judged_pair(kernel, args, b, column)
@@ -506,7 +506,7 @@ def step_uniforms(draw, kernel: str, args: tuple, shape: tuple[int, int, int]):
 @st.composite
 def step_cases(draw, kernel: str):
     """One step of `kernel` (chain, factorized, latent_chain): inputs, their float64 values and drawn uniforms."""
-    from ncm_verify.drivers import make_step_case, sample_categorical
+    from ncm_verify.harness.drivers import make_step_case, sample_categorical
 
     vocab = draw(step_vocabs, label="vocab")
     small = vocab <= LARGE_VOCAB

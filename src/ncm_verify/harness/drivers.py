@@ -13,8 +13,8 @@ import hashlib
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.checks import assert_chain_outcome_well_formed
-from ncm_verify.exact import AutoregressiveFixture, LatentFixture, context_rows
+from ncm_verify.harness.checks import assert_chain_outcome_well_formed
+from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_rows
 
 
 def sample_categorical(rng: np.random.Generator, rows: np.ndarray) -> np.ndarray:

@@ -10,9 +10,9 @@ import dataclasses
 
 import mlx.core as mx
 
-from ncm_verify.ncm.cache import PrefixCache, require_reusable
-from ncm_verify.ncm.model import KV, NCM
-from ncm_verify.speculative import per_sequence_keys
+from ncm_verify.reference.ncm.cache import PrefixCache, require_reusable
+from ncm_verify.reference.ncm.model import KV, NCM
+from ncm_verify.reference.speculative import per_sequence_keys
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
-from ncm_verify.ncm import (  # noqa: F401
+from ncm_verify.reference.ncm import (  # noqa: F401
     KVCache,
     NCMConfig,
     PrefixCache,
@@ -20,8 +20,8 @@ from ncm_verify.ncm import (  # noqa: F401
     speculative_generate,
     trim_prompt_cache,
 )
-from ncm_verify.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401
-from ncm_verify.speculative import (  # noqa: F401
+from ncm_verify.reference.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401
+from ncm_verify.reference.speculative import (  # noqa: F401
     apply_chain,
     apply_factorized,
     apply_latent_chain,

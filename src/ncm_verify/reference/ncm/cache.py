@@ -15,8 +15,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.ncm.masks import is_prefix_isolated
-from ncm_verify.ncm.model import NCM, fingerprint
+from ncm_verify.reference.ncm.masks import is_prefix_isolated
+from ncm_verify.reference.ncm.model import NCM, fingerprint
 
 FORMAT = "ncm-verify/prefix-cache"
 FORMAT_VERSION = "1"

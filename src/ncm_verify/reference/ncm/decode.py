@@ -9,8 +9,8 @@ from types import ModuleType
 
 import mlx.core as mx
 
-from ncm_verify import speculative
-from ncm_verify.ncm.kv_cache import (
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm.kv_cache import (
     KVCache,
     apply_model,
     apply_prefill,
@@ -19,7 +19,7 @@ from ncm_verify.ncm.kv_cache import (
     make_prompt_cache,
     trim_prompt_cache,
 )
-from ncm_verify.ncm.model import NCM
+from ncm_verify.reference.ncm.model import NCM
 
 
 def rewind_caches(target_cache: list[KVCache], draft_cache: list[KVCache], num_draft: int, num_accepted: int) -> None:

@@ -27,12 +27,12 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify import speculative
-from ncm_verify.ncm.cache import PrefixCache, require_reusable
-from ncm_verify.ncm.generate import _check_inputs, prefix_kv
-from ncm_verify.ncm.masks import _segments
-from ncm_verify.ncm.model import KV, NCM
-from ncm_verify.speculative import make_uniforms, select_code
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm.cache import PrefixCache, require_reusable
+from ncm_verify.reference.ncm.generate import _check_inputs, prefix_kv
+from ncm_verify.reference.ncm.masks import _segments
+from ncm_verify.reference.ncm.model import KV, NCM
+from ncm_verify.reference.speculative import make_uniforms, select_code
 
 LEVEL_DRAFT_NAMES: tuple[str, ...] = (
     # (target, draft, prefix [B, P], key or None (greedy), *, num_draft, cache, namespace, recompute, kernels)
@@ -642,7 +642,7 @@ def make_perturbed_model(model: NCM, scale: float, seed: int = 0) -> NCM:
 def make_draft_model(target: NCM, relation: str, seed: int = 0) -> NCM:
     """A draft for `target`: ``"perturbed S"`` (weights moved by relative scale S) or ``"smaller"``
     (one layer of width 8, its own weights, the target's vocabulary, codebook and layout)."""
-    from ncm_verify.ncm.model import make_model
+    from ncm_verify.reference.ncm.model import make_model
 
     if relation == "smaller":
         fields = {**target.config.to_dict(), "d_model": 8, "num_heads": 1, "num_layers": 1, "seed": seed}
@@ -655,6 +655,6 @@ def make_draft_model(target: NCM, relation: str, seed: int = 0) -> NCM:
 
 def level_draft_api(module: ModuleType) -> ModuleType:
     """`module` checked to provide the NCM model and level drafting (`LEVEL_DRAFT_NAMES`)."""
-    from ncm_verify.impl import NCM_NAMES, require_names
+    from ncm_verify.protocol import NCM_NAMES, require_names
 
     return require_names(module, NCM_NAMES + LEVEL_DRAFT_NAMES, "NCM level drafting", "the level-drafting properties")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify import evidence, stats
-from ncm_verify.impl import (
+from ncm_verify.harness import evidence, stats
+from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     KERNEL_CLAIMS,
     NOT_PROVIDED,
@@ -510,7 +510,7 @@ class EvidenceCollector:
         }
 
     def pytest_sessionfinish(self, session, exitstatus):
-        from ncm_verify.report.environment import describe_environment
+        from ncm_verify.environment import describe_environment
 
         policy = self.policy()
         self.budget = self.budget_check(policy)

@@ -29,7 +29,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.bench_ratios import (
+from ncm_verify.bench.ratios import (
     BENCH_SCHEMA,
     COMPARE_STATISTIC,
     COMPARE_THRESHOLD,
@@ -40,10 +40,10 @@ from ncm_verify.bench_ratios import (
     format_kernel_rows,
     ratio,
 )
-from ncm_verify.impl import DEFAULT_IMPLEMENTATION, load_implementation
-from ncm_verify.ncm import accounting
-from ncm_verify.report.environment import describe_environment
-from ncm_verify.speculative import CDF_BLOCK, PAD_TOKEN, RESIDUAL_FLOOR
+from ncm_verify.environment import describe_environment
+from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
+from ncm_verify.reference.ncm import accounting
+from ncm_verify.reference.speculative import CDF_BLOCK, PAD_TOKEN, RESIDUAL_FLOOR
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OURS = ("eager", "compiled", "validated")
@@ -436,7 +436,7 @@ CACHE_CONFIGS = {
 
 
 def make_cache_model(impl, overrides: dict):
-    from ncm_verify.ncm.config import fixture_fields
+    from ncm_verify.reference.ncm.config import fixture_fields
 
     return impl.make_model(impl.NCMConfig(**{**fixture_fields("ncm_sudoku"), **overrides}))
 
