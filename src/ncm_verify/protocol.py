@@ -93,6 +93,15 @@ MLX_LM_NAMES: tuple[str, ...] = (
     "speculative_generate",  # (target, draft, prompt, max_tokens >= 0, *, num_draft, key=None, kernels) -> ids
 )
 
+LEVEL_DRAFT_NAMES: tuple[str, ...] = (
+    # (target, draft, prefix [B, P], key or None (greedy), *, num_draft, cache, namespace, recompute, kernels)
+    #   -> LevelDraftGeneration
+    "generate_level_speculative",
+    # (target, kv, covered, tokens [B, start(level)], drafted [per level [B, n]], level, bonus)
+    #   -> per-level latent logits [B, K], per-level token logits for every code [B, K, n, V], K/V
+    "verify_drafted_levels",
+)
+
 
 PROTOCOL_NAMES = SPECULATIVE_NAMES + NCM_NAMES + MLX_LM_NAMES
 KERNEL_CLAIMS = {

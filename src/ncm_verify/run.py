@@ -44,6 +44,7 @@ from ncm_verify.protocol import (
 )
 from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import read_ledger, repository_problems
+from ncm_verify.report.output import print_report, write_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
@@ -347,8 +348,6 @@ def verify(
         "ledger_problems": ledger_against_run(reports),
     }
     (reports / doc.RUN_FILE).write_text(json.dumps(facts, indent=1) + "\n")
-    from ncm_verify.cli import print_report, write_reports
-
     report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(report, reports)
     return report["run"]["exit_status"]

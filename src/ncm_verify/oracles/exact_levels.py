@@ -1,7 +1,7 @@
 """Exact laws of whole-level generation on a tiny NCM, in float64, by enumeration.
 
 The model's own level-by-level distributions are tabulated for every filling of
-the earlier levels (`make_level_tables`); from those tables the target's law of
+the earlier levels (`ncm_verify.harness.level_models.make_level_tables`); from those tables the target's law of
 (latent, tokens) per level follows by the chain rule, and the law of speculative
 level drafting by following the procedure branch by branch: draft, latent
 accepted or corrected from the residual, tokens accepted or corrected given the
@@ -19,8 +19,6 @@ import mlx.core as mx
 import numpy as np
 
 from ncm_verify.oracles.exact import acceptance, product_distribution, residual
-from ncm_verify.reference.ncm.level_draft import level_distributions
-from ncm_verify.reference.ncm.model import NCM
 
 Context = tuple[tuple[int, ...], ...]
 """The tokens of every earlier level, one tuple per level."""
@@ -39,22 +37,6 @@ def softmax64(logits: mx.array) -> np.ndarray:
     wide = np.array(logits.astype(mx.float32)).astype(np.float64)
     wide = np.exp(wide - wide.max(axis=-1, keepdims=True))
     return wide / wide.sum(axis=-1, keepdims=True)
-
-
-def make_level_tables(model: NCM, prefix) -> LevelTables:
-    """Every level's distributions after `prefix` ``[P]``, for every filling of the earlier levels."""
-    config = model.config
-    latent, tokens = {}, {}
-    contexts: list[Context] = [()]
-    for size in config.level_sizes:
-        rows = [list(prefix) + [t for level in ctx for t in level] for ctx in contexts]
-        latent_logits, token_logits = level_distributions(model, mx.array(rows, dtype=mx.int32))
-        latent_rows, token_rows = softmax64(latent_logits), softmax64(token_logits)
-        for index, ctx in enumerate(contexts):
-            latent[ctx], tokens[ctx] = latent_rows[index], token_rows[index]
-        fillings = list(itertools.product(range(config.vocab_size), repeat=size))
-        contexts = [ctx + (filling,) for ctx in contexts for filling in fillings]
-    return LevelTables(latent, tokens, config.level_sizes)
 
 
 def flatten(levels) -> tuple[int, ...]:

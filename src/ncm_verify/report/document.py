@@ -478,6 +478,30 @@ def bench_table(report: dict) -> Table | None:
     return Table("Benchmarks (C9)", ("benchmark", "median s", "mean s", "stddev s", "rounds"), rows, note)
 
 
+def mlx_lm_table(report: dict) -> Table | None:
+    """The mlx-lm section (`mlx_lm_section.summarize`) as a table; None when it has no rows."""
+    section = report.get("mlx_lm")
+    if not section:
+        return None
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in section["counts"].items() if count)
+    return Table(
+        f"mlx-lm {section['version'] or '(version not recorded)'} under test",
+        ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
+        [
+            (
+                r["property"],
+                r["case"],
+                r["verdict"],
+                str(r["examples"] if r["examples"] is not None else "-"),
+                r["reason"],
+            )
+            for r in section["rows"]
+        ],
+        f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
+        "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
+    )
+
+
 def sources_table(report: dict) -> Table:
     rows = [
         (s["id"], s.get("authors", "-"), s["title"], s.get("version", "-"), s["url"], s["read_scope"], s["supports"])

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from html import escape
 
 from ncm_verify.report import document as doc
-from ncm_verify.report import mlx_lm_section
 from ncm_verify.report.status import count_by_file
 
 CSS = """
@@ -531,7 +530,7 @@ def body_sections(report: dict) -> list[str]:
     body.append(render_table(policy, section="policy") if policy is not None else "")
     if doc.statistical_rows(report):
         body.append(render_table(doc.statistical_table(report), section="statistical", anchors=property_links))
-    mlx_lm = mlx_lm_section.make_table(report)
+    mlx_lm = doc.mlx_lm_table(report)
     body.append(render_table(mlx_lm, section="mlx-lm") if mlx_lm is not None else "")
     body += [
         frequency_figures(report),

@@ -39,7 +39,7 @@ class Generation:
     cache_hits: int = 0
 
 
-def _check_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
+def check_generation_inputs(model: NCM, prefix, key) -> tuple[mx.array, mx.array]:
     """The prefix as int32 ``[B, P]`` and one key per row ``[B, 2]``.
 
     A single ``mx.random.key`` is split into one key per row, as the speculative
@@ -108,7 +108,7 @@ def generate_uncached(model: NCM, prefix, key) -> Generation:
         key: one ``mx.random.key`` (split into one key per row) or one per row ``[B, 2]``.
     """
     config = model.config
-    prefix, keys = _check_inputs(model, prefix, key)
+    prefix, keys = check_generation_inputs(model, prefix, key)
     level_keys = _level_keys(keys, len(config.level_sizes))
     model.reset_counts()
     sequence, outputs = prefix, []
@@ -159,7 +159,7 @@ def generate_cached(model: NCM, prefix, key, cache: PrefixCache | None = None, n
     """
     require_reusable(model)
     config = model.config
-    prefix, keys = _check_inputs(model, prefix, key)
+    prefix, keys = check_generation_inputs(model, prefix, key)
     level_keys = _level_keys(keys, len(config.level_sizes))
     model.reset_counts()
     kv, hits = prefix_kv(model, prefix, cache, namespace)

@@ -25,24 +25,13 @@ from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
-from mlx.utils import tree_flatten, tree_unflatten
 
 from ncm_verify.reference import speculative
 from ncm_verify.reference.ncm.cache import PrefixCache, require_reusable
-from ncm_verify.reference.ncm.generate import _check_inputs, prefix_kv
-from ncm_verify.reference.ncm.masks import _segments
+from ncm_verify.reference.ncm.generate import check_generation_inputs, prefix_kv
+from ncm_verify.reference.ncm.masks import segment_indices
 from ncm_verify.reference.ncm.model import KV, NCM
 from ncm_verify.reference.speculative import make_uniforms, select_code
-
-LEVEL_DRAFT_NAMES: tuple[str, ...] = (
-    # (target, draft, prefix [B, P], key or None (greedy), *, num_draft, cache, namespace, recompute, kernels)
-    #   -> LevelDraftGeneration
-    "generate_level_speculative",
-    # (target, kv, covered, tokens [B, start(level)], drafted [per level [B, n]], level, bonus)
-    #   -> per-level latent logits [B, K], per-level token logits for every code [B, K, n, V], K/V
-    "verify_drafted_levels",
-)
-
 
 # --- model readings ------------------------------------------------------------------
 
@@ -50,7 +39,7 @@ LEVEL_DRAFT_NAMES: tuple[str, ...] = (
 def check_level_causal(name: str, model: NCM) -> None:
     """No row attends to a later level's rows: a level's tokens then read the same at every stage."""
     config = model.config
-    segment = _segments(config.prefix_length, config.level_sizes)
+    segment = segment_indices(config.prefix_length, config.level_sizes)
     later = segment[None, :] > segment[:, None]
     if (np.asarray(model.mask) & later).any():
         raise ValueError(
@@ -109,7 +98,7 @@ def verification_layout(config, covered: int, level: int, num_levels: int, conte
     Token rows: layout rows ``covered .. start(level + context_levels)``; then one
     placeholder block per level ``level .. level + num_levels - 1``.
     """
-    segment = _segments(config.prefix_length, config.level_sizes)
+    segment = segment_indices(config.prefix_length, config.level_sizes)
     token_positions = np.arange(covered, config.level_start(level + context_levels))
     blocks = [
         np.arange(config.level_start(lv), config.level_start(lv) + config.level_sizes[lv])
@@ -129,7 +118,7 @@ def make_verification_mask(model: NCM, covered: int, positions, segments, placeh
     base = np.asarray(model.mask)
     columns = np.concatenate([np.arange(covered), positions])
     column_segment = np.concatenate(
-        [_segments(model.config.prefix_length, model.config.level_sizes)[:covered], segments]
+        [segment_indices(model.config.prefix_length, model.config.level_sizes)[:covered], segments]
     )
     column_placeholder = np.concatenate([np.zeros(covered, bool), placeholder])
     allowed = base[np.ix_(positions, columns)].copy()
@@ -545,7 +534,7 @@ def generate_level_speculative(
         raise ValueError(f"num_draft: expected an integer >= 1, got {num_draft!r}")
     config = target.config
     levels = len(config.level_sizes)
-    prefix, keys = _check_inputs(target, prefix, mx.random.key(0) if key is None else key)
+    prefix, keys = check_generation_inputs(target, prefix, mx.random.key(0) if key is None else key)
     round_keys = None if key is None else row_keys(keys, levels)
     batch = prefix.shape[0]
     target.reset_counts()
@@ -600,61 +589,3 @@ def generate_level_speculative(
         finished,
         target.position_counts(),
     )
-
-
-def generate_greedy_levels(model: NCM, prefix) -> tuple[list[mx.array], mx.array, list[mx.array]]:
-    """The target's greedy level-by-level generation (uncached): argmax latent, then argmax tokens given it.
-
-    Returns the tokens per level, the latents ``[B, L]`` and the logits each choice was made on
-    (per level, latent then tokens given the chosen latent), so a caller can see near ties.
-    """
-    prefix, _ = _check_inputs(model, prefix, mx.random.key(0))
-    sequence, latents, tokens, decisive = prefix, [], [], []
-    for _ in model.config.level_sizes:
-        latent_logits, code_logits = level_distributions(model, sequence)
-        latent = sample_logits(latent_logits, None)
-        chosen_logits = select_code(code_logits, latent)
-        tokens.append(sample_logits(chosen_logits, None))
-        latents.append(latent)
-        decisive += [latent_logits, chosen_logits]
-        sequence = mx.concatenate([sequence, tokens[-1]], axis=1)
-    return tokens, mx.stack(latents, axis=1), decisive
-
-
-def make_perturbed_model(model: NCM, scale: float, seed: int = 0) -> NCM:
-    """A copy of `model` whose every weight moves by `scale` times its RMS times standard normal noise."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 0:
-        raise ValueError(f"scale: expected a number >= 0, got {scale!r}")
-    copy = NCM(model.config)
-    weights = tree_flatten(model.parameters())
-    keys = mx.random.split(mx.random.key(seed), len(weights))
-    moved = []
-    for (name, value), noise_key in zip(weights, keys):
-        wide = value.astype(mx.float32)
-        rms = mx.sqrt(mx.mean(wide * wide))
-        moved.append((name, (wide + scale * rms * mx.random.normal(value.shape, key=noise_key)).astype(value.dtype)))
-    copy.update(tree_unflatten(moved))
-    copy.eval()
-    mx.eval(copy.parameters())
-    return copy
-
-
-def make_draft_model(target: NCM, relation: str, seed: int = 0) -> NCM:
-    """A draft for `target`: ``"perturbed S"`` (weights moved by relative scale S) or ``"smaller"``
-    (one layer of width 8, its own weights, the target's vocabulary, codebook and layout)."""
-    from ncm_verify.reference.ncm.model import make_model
-
-    if relation == "smaller":
-        fields = {**target.config.to_dict(), "d_model": 8, "num_heads": 1, "num_layers": 1, "seed": seed}
-        return make_model(type(target.config)(**fields))
-    kind, _, scale = relation.partition(" ")
-    if kind != "perturbed" or not scale:
-        raise ValueError(f"relation: expected 'perturbed <scale>' or 'smaller', got {relation!r}")
-    return make_perturbed_model(target, float(scale), seed)
-
-
-def level_draft_api(module: ModuleType) -> ModuleType:
-    """`module` checked to provide the NCM model and level drafting (`LEVEL_DRAFT_NAMES`)."""
-    from ncm_verify.protocol import NCM_NAMES, require_names
-
-    return require_names(module, NCM_NAMES + LEVEL_DRAFT_NAMES, "NCM level drafting", "the level-drafting properties")

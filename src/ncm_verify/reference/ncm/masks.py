@@ -12,14 +12,14 @@ import mlx.core as mx
 import numpy as np
 
 
-def _segments(prefix_length: int, level_sizes: Sequence[int]) -> np.ndarray:
+def segment_indices(prefix_length: int, level_sizes: Sequence[int]) -> np.ndarray:
     """Segment index of every position: 0 for the prefix, l for level l."""
     return np.repeat(np.arange(len(level_sizes) + 1), [prefix_length, *level_sizes])
 
 
 def make_ncm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
     """Prefix bidirectional; level l attends to the prefix and levels <= l."""
-    segment = _segments(prefix_length, level_sizes)
+    segment = segment_indices(prefix_length, level_sizes)
     return mx.array(segment[None, :] <= segment[:, None])
 
 
