@@ -151,7 +151,8 @@ def speculative_level_law(target: LevelTables, draft: LevelTables, num_draft: in
                     verified + min(stood + 1, count),
                 )
                 if len(key[0]) == len(target.level_sizes):
-                    finished[(flatten(key[1]), *key[2:])] += mass * probability
+                    outcome = (flatten(key[1]), *key[2:])
+                    finished[outcome] += mass * probability
                 else:
                     following[key] += mass * probability
         frontier = following

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ncm_verify.bench.ratios import BENCH_CLAIM
@@ -59,7 +60,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
     """The planted-bug table, with the claims whose properties caught each bug (and any `expected` one absent)."""
     if mutants is None:
         return None
-    claims_of_property = {}
+    claims_of_property: dict[str, list[str]] = {}
     for claim in claims:
         for node in claim["properties"]:
             claims_of_property.setdefault(node, []).append(claim["id"])
@@ -163,7 +164,7 @@ def build_report(
     mutants: dict | None = None,
     calibration: dict | None = None,
     bench: dict | None = None,
-    ledger_problems: list[str] = (),
+    ledger_problems: Sequence[str] = (),
     run: dict | None = None,
     expected_mutants: list[str] | None = None,
 ) -> dict:
@@ -237,7 +238,7 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
 class Table:
     title: str
     header: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[Sequence[str]]
     note: str = ""
 
 
