@@ -25,7 +25,15 @@ def command_report(args) -> int:
 
 
 def command_verify(args) -> int:
-    from ncm_verify.run import verify
+    from ncm_verify.run import ROOT, verify
+
+    if not (ROOT / "properties").is_dir():
+        print(
+            f"ncm-verify: no properties/ in {ROOT}: run `ncm-verify verify` in a checkout of the suite, whose "
+            "properties and self-tests it runs (the installed package carries the ledger and fixtures)",
+            file=sys.stderr,
+        )
+        return 2
 
     return verify(
         args.impl,

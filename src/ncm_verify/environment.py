@@ -55,3 +55,14 @@ def describe_environment() -> dict:
         "mlx_lm": package_version("mlx-lm"),
         "commit": git_commit(),
     }
+
+
+def suite_root() -> Path:
+    """The checkout holding this package (src layout) when it sits in one, else the cwd.
+
+    The properties and self-tests run from there: an installed package verifies from a checkout's folder.
+    """
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "properties").is_dir():
+        return checkout
+    return Path.cwd()

@@ -34,7 +34,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from ncm_verify.environment import git_commit, git_dirty
+from ncm_verify.environment import git_commit, git_dirty, suite_root
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
@@ -46,7 +46,7 @@ from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import read_ledger, repository_problems
 from ncm_verify.report.output import print_report, write_reports
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = suite_root()
 DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
 """The cache folder unless ``--cache`` names another (`make verify CACHE=...`)."""
 SELFTEST_CACHE = "selftests"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
-FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
+# Package data: a link to the checkout's fixtures/ in the source tree, the files themselves in a wheel.
+FIXTURES = Path(__file__).parents[2] / "data" / "fixtures"
 NOTE_FIELDS = ("comment", "hierarchy")
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 MASK_NAMES = ("ncm", "prefix_lm", "causal", "full")
