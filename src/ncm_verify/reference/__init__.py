@@ -1,6 +1,6 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
-from ncm_verify.reference.ncm import (  # noqa: F401
+from ncm_verify.reference.ncm import (
     KVCache,
     NCMConfig,
     PrefixCache,
@@ -20,8 +20,8 @@ from ncm_verify.reference.ncm import (  # noqa: F401
     speculative_generate,
     trim_prompt_cache,
 )
-from ncm_verify.reference.ncm.level_draft import generate_level_speculative, verify_drafted_levels  # noqa: F401
-from ncm_verify.reference.speculative import (  # noqa: F401
+from ncm_verify.reference.ncm.level_draft import generate_level_speculative, verify_drafted_levels
+from ncm_verify.reference.speculative import (
     apply_chain,
     apply_factorized,
     apply_latent_chain,
@@ -32,3 +32,35 @@ from ncm_verify.reference.speculative import (  # noqa: F401
     verify_greedy,
     verify_latent_chain,
 )
+
+__all__ = [
+    "KVCache",
+    "NCMConfig",
+    "PrefixCache",
+    "RotatingKVCache",
+    "apply_model",
+    "apply_prefill",
+    "can_trim_prompt_cache",
+    "fingerprint",
+    "generate_cached",
+    "generate_uncached",
+    "layer_states",
+    "load_model",
+    "make_model",
+    "make_prompt_cache",
+    "rewind_caches",
+    "save_model",
+    "speculative_generate",
+    "trim_prompt_cache",
+    "generate_level_speculative",
+    "verify_drafted_levels",
+    "apply_chain",
+    "apply_factorized",
+    "apply_latent_chain",
+    "draw_uniforms",
+    "residual_distribution",
+    "verify_chain",
+    "verify_factorized",
+    "verify_greedy",
+    "verify_latent_chain",
+]

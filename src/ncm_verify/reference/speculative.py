@@ -21,6 +21,43 @@ import numpy as np
 
 from ncm_verify.tolerances import normalisation_for
 
+__all__ = [
+    "UNIFORM_GRID_BITS",
+    "RESIDUAL_FLOOR",
+    "PAD_TOKEN",
+    "CDF_BLOCK",
+    "SMALLEST_NORMAL",
+    "Rules",
+    "ChainOutcome",
+    "FactorizedOutcome",
+    "LatentChainOutcome",
+    "all_drafts",
+    "per_sequence_keys",
+    "make_uniforms",
+    "draw_uniforms",
+    "index_in_block",
+    "sample_residual",
+    "residual_distribution",
+    "REFERENCE_RULES",
+    "CORRECTION_ENTRIES",
+    "apply_chain",
+    "first_argmax",
+    "apply_greedy",
+    "apply_factorized",
+    "select_code",
+    "apply_latent_chain",
+    "MASKED_CHECK_MAX_ENTRIES",
+    "valid_rows",
+    "CHAIN_VALUES_VALID",
+    "FACTORIZED_VALUES_VALID",
+    "GREEDY_VALUES_VALID",
+    "verify_chain",
+    "GREEDY_STEP",
+    "verify_greedy",
+    "verify_factorized",
+    "verify_latent_chain",
+]
+
 UNIFORM_GRID_BITS = 23
 """Uniforms sit at the centres of a 2^-23 grid: exact in float32 and never 0 or 1."""
 RESIDUAL_FLOOR = 1e-30
@@ -74,7 +111,7 @@ def _is_true(condition: mx.array) -> bool:
     return bool(mx.all(condition).item())
 
 
-def check_floating(name: str, array, ndim: int, what: str) -> None:
+def _check_floating(name: str, array, ndim: int, what: str) -> None:
     """An ``mx.array`` of `ndim` (>= 1) floating-point dimensions: a batch and a vocabulary.
 
     An empty batch is refused: the kernels draw one key per sequence.
@@ -89,55 +126,55 @@ def check_floating(name: str, array, ndim: int, what: str) -> None:
         raise ValueError(f"{name}: empty batch or vocabulary, got shape {tuple(array.shape)}")
 
 
-def check_probabilities(name: str, probs, ndim: int) -> mx.array:
+def _check_probabilities(name: str, probs, ndim: int) -> mx.array:
     """Probability rows: floating, finite, non-negative, each summing to 1."""
-    check_floating(name, probs, ndim, "probabilities")
+    _check_floating(name, probs, ndim, "probabilities")
     tolerance = normalisation_for(name, probs.dtype)
     as_float = probs.astype(mx.float32)
     if not _is_true(mx.isfinite(as_float)):
         raise ValueError(f"{name}: contains NaN or infinite values")
     if not _is_true(as_float >= 0):
         raise ValueError(f"{name}: contains negative probabilities")
-    gap = mx.abs(row_sums(as_float) - 1.0)
+    gap = mx.abs(_row_sums(as_float) - 1.0)
     if not _is_true(gap <= tolerance):
         raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max().item():.3g})")
     return probs
 
 
-def row_sums(rows: mx.array) -> mx.array:
+def _row_sums(rows: mx.array) -> mx.array:
     """Sums over the last axis in three levels: blocks of 32, blocks of 16 of those, then the rest.
 
     One float32 pass over 65 536 entries errs by 3e-4 here (beyond the 1e-4 a row may
     stray); blocks keep it near 1e-6 at any vocabulary, and blocks of 32 stream fastest.
     """
-    return as_blocks(as_blocks(rows).sum(axis=-1), 16).sum(axis=-1).sum(axis=-1)
+    return _as_blocks(_as_blocks(rows).sum(axis=-1), 16).sum(axis=-1).sum(axis=-1)
 
 
-def check_scores(name: str, scores, ndim: int) -> mx.array:
+def _check_scores(name: str, scores, ndim: int) -> mx.array:
     """Logits or probabilities for greedy decoding: floating and free of NaN (-inf is fine)."""
-    check_floating(name, scores, ndim, "scores")
+    _check_floating(name, scores, ndim, "scores")
     if not _is_true(~mx.isnan(scores)):
         raise ValueError(f"{name}: contains NaN")
     return scores
 
 
-def check_shape(name: str, array: mx.array, shape: tuple[int, ...]) -> None:
+def _check_shape(name: str, array: mx.array, shape: tuple[int, ...]) -> None:
     if tuple(array.shape) != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(array.shape)}")
 
 
-def check_ids_type(name: str, tokens, shape) -> None:
+def _check_ids_type(name: str, tokens, shape) -> None:
     """An integer ``mx.array`` of `shape` (its values are checked apart)."""
     if not isinstance(tokens, mx.array):
         raise ValueError(f"{name}: expected an mx.array, got {type(tokens).__name__}")
     if not mx.issubdtype(tokens.dtype, mx.integer):
         raise ValueError(f"{name}: token ids must be integers, got {tokens.dtype}")
-    check_shape(name, tokens, shape)
+    _check_shape(name, tokens, shape)
 
 
-def check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
+def _check_tokens(name: str, tokens, shape, vocab: int, valid=None) -> mx.array:
     """Integer ids in [0, vocab) where `valid`; -1 padding allowed elsewhere."""
-    check_ids_type(name, tokens, shape)
+    _check_ids_type(name, tokens, shape)
     if tokens.size == 0:
         return tokens
     ids = tokens.astype(mx.int64)  # unsigned ids compare with the -1 padding too
@@ -155,41 +192,41 @@ def all_drafts(batch: int, max_draft: int) -> mx.array:
     return mx.array(np.full(batch, max_draft, dtype=np.int32))
 
 
-def lengths_valid(num_draft, max_draft: int) -> mx.array:
+def _lengths_valid(num_draft, max_draft: int) -> mx.array:
     """Every draft length in [0, G]: one lazy boolean."""
     return mx.all((num_draft >= 0) & (num_draft <= max_draft))
 
 
-def draft_lengths_of(num_draft, batch: int, max_draft: int) -> mx.array:
+def _draft_lengths_of(num_draft, batch: int, max_draft: int) -> mx.array:
     """`num_draft` after its type and shape checks (values unchecked: cast them only once checked); None: G each."""
     if num_draft is None:
         return all_drafts(batch, max_draft)
     if not isinstance(num_draft, mx.array) or not mx.issubdtype(num_draft.dtype, mx.integer):
         raise ValueError("num_draft: expected an integer mx.array of shape [B]")
-    check_shape("num_draft", num_draft, (batch,))
+    _check_shape("num_draft", num_draft, (batch,))
     return num_draft
 
 
-def check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
+def _check_num_draft(num_draft, batch: int, max_draft: int) -> mx.array:
     """Per-sequence draft lengths in [0, G]; None means G for every sequence."""
     if num_draft is None:
         return all_drafts(batch, max_draft)
-    num_draft = draft_lengths_of(num_draft, batch, max_draft)
-    if batch and not _is_true(lengths_valid(num_draft, max_draft)):
+    num_draft = _draft_lengths_of(num_draft, batch, max_draft)
+    if batch and not _is_true(_lengths_valid(num_draft, max_draft)):
         raise ValueError(f"num_draft: draft lengths must lie in [0, {max_draft}]")
     return num_draft.astype(mx.int32)
 
 
-def check_drafted_under(name: str, draft_probs: mx.array, tokens: mx.array, valid) -> None:
+def _check_drafted_under(name: str, draft_probs: mx.array, tokens: mx.array, valid) -> None:
     """A drafted token must have positive draft probability: q is what was sampled from."""
-    q_x = gather_last(draft_probs.astype(mx.float32), tokens)
+    q_x = _gather_last(draft_probs.astype(mx.float32), tokens)
     if valid is not None:
         q_x = mx.where(valid, q_x, 1.0)
     if q_x.size and not _is_true(q_x > 0):
         raise ValueError(f"{name}: a drafted token has draft probability 0; q must be the sampling distribution")
 
 
-def check_key(key, batch: int) -> None:
+def _check_key(key, batch: int) -> None:
     """One ``mx.random.key`` (shape (2,)) or one per sequence, ``[B, 2]``."""
     if not isinstance(key, mx.array) or key.dtype != mx.uint32:
         raise ValueError("key: expected an mx.random.key (uint32 array)")
@@ -199,7 +236,7 @@ def check_key(key, batch: int) -> None:
 
 def per_sequence_keys(key, batch: int) -> mx.array:
     """One key per sequence: `key` split B ways, or `key` itself when it is [B, 2]."""
-    check_key(key, batch)
+    _check_key(key, batch)
     if key.shape == (batch, 2):
         return key
     return mx.random.split(key, batch) if batch else mx.zeros((0, 2), dtype=mx.uint32)
@@ -211,11 +248,11 @@ def per_sequence_keys(key, batch: int) -> mx.array:
 def make_uniforms(keys: mx.array, shape: tuple[int, ...]) -> mx.array:
     """Float32 uniforms ``[B, *shape]`` strictly inside (0, 1), one key per row."""
     if keys.shape[0] == 1:  # the same draw without vmap, whose broadcasts cost 6 graph nodes a call
-        return on_uniform_grid(mx.random.uniform(shape=shape, key=keys.reshape(2)))[None]
-    return on_uniform_grid(mx.vmap(lambda key: mx.random.uniform(shape=shape, key=key))(keys))
+        return _on_uniform_grid(mx.random.uniform(shape=shape, key=keys.reshape(2)))[None]
+    return _on_uniform_grid(mx.vmap(lambda key: mx.random.uniform(shape=shape, key=key))(keys))
 
 
-def on_uniform_grid(raw: mx.array) -> mx.array:
+def _on_uniform_grid(raw: mx.array) -> mx.array:
     """Uniforms in [0, 1) moved to the centres of the 2^-23 grid: never 0 or 1."""
     scale = float(2**UNIFORM_GRID_BITS)
     return (mx.floor(raw * scale) + 0.5) / scale
@@ -226,20 +263,20 @@ def draw_uniforms(key, batch: int, shape: tuple[int, ...], *, rules: Rules | Non
     return (rules or REFERENCE_RULES).uniforms(per_sequence_keys(key, batch), shape)
 
 
-def gather_last(rows: mx.array, ids: mx.array) -> mx.array:
+def _gather_last(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[..., ids]`` along the last axis; padded ids (-1) read index 0."""
     safe = mx.maximum(ids, 0).astype(mx.int32)
     return mx.take_along_axis(rows, safe[..., None], axis=-1)[..., 0]
 
 
 @functools.lru_cache(maxsize=256)
-def positions(count: int) -> mx.array:
+def _positions(count: int) -> mx.array:
     """``arange(count)`` as int32, made once per length: under ``mx.compile`` a constant, not a kernel per call."""
     return mx.array(np.arange(count, dtype=np.int32))
 
 
 @functools.lru_cache(maxsize=256)
-def row_offsets(used: int, vocab: int, wide: bool) -> mx.array:
+def _row_offsets(used: int, vocab: int, wide: bool) -> mx.array:
     """Flat offsets ``i * vocab`` of rows ``i < used`` (a cached constant, int64 when `wide`).
 
     Target and draft rows share it, so ``mx.compile`` computes their drafted entries' index once.
@@ -248,42 +285,42 @@ def row_offsets(used: int, vocab: int, wide: bool) -> mx.array:
 
 
 @functools.lru_cache(maxsize=256)
-def sequence_rows(batch: int, count: int) -> mx.array:
+def _sequence_rows(batch: int, count: int) -> mx.array:
     """Row ``b * count`` of each sequence in a ``[B * count, ...]`` flattening (a cached constant)."""
     return mx.array((np.arange(batch) * count).astype(np.int32))
 
 
-def drafted_columns(num_draft: mx.array, max_draft: int) -> mx.array:
+def _drafted_columns(num_draft: mx.array, max_draft: int) -> mx.array:
     """``[B, G]``: which of the G draft columns hold a draft (the first ``num_draft[b]``)."""
-    return positions(max_draft) < num_draft[:, None]
+    return _positions(max_draft) < num_draft[:, None]
 
 
-def gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
+def _gather_drafted(rows: mx.array, ids: mx.array) -> mx.array:
     """``rows[b, i, ids[b, i]]`` for the first G rows, without copying the rows."""
     batch, count, vocab = rows.shape
-    flat = row_offsets(ids.shape[1], vocab, count * vocab >= 2**31) + mx.maximum(ids, 0)
+    flat = _row_offsets(ids.shape[1], vocab, count * vocab >= 2**31) + mx.maximum(ids, 0)
     return mx.take_along_axis(rows.reshape(batch, count * vocab), flat, axis=1)
 
 
-def gather_row(rows: mx.array, index: mx.array) -> mx.array:
+def _gather_row(rows: mx.array, index: mx.array) -> mx.array:
     """``rows[b, index[b]]``: one ``[V]`` row per sequence, copied whole rather than entry by entry."""
     batch, count = rows.shape[:2]
     flat = rows.reshape((batch * count,) + tuple(rows.shape[2:]))
-    return mx.take(flat, sequence_rows(batch, count) + index, axis=0)
+    return mx.take(flat, _sequence_rows(batch, count) + index, axis=0)
 
 
-def accept_drafts(p_x: mx.array, q_x: mx.array, uniforms: mx.array) -> mx.array:
+def _accept_drafts(p_x: mx.array, q_x: mx.array, uniforms: mx.array) -> mx.array:
     """Accept with probability min(1, p/q) as ``u * q < p``: p(x) = 0 is never accepted."""
     return uniforms * q_x.astype(mx.float32) < p_x.astype(mx.float32)
 
 
-def as_float32(array) -> mx.array:
+def _as_float32(array) -> mx.array:
     """`array` in float32, without a copy when it already is."""
     array = mx.array(array) if not isinstance(array, mx.array) else array
     return array if array.dtype == mx.float32 else array.astype(mx.float32)
 
 
-def as_blocks(rows: mx.array, block: int = CDF_BLOCK) -> mx.array:
+def _as_blocks(rows: mx.array, block: int = CDF_BLOCK) -> mx.array:
     """``[..., V]`` as ``[..., ceil(V / block), block]``, zero-padded (no copy when `block` divides V)."""
     pad = (-rows.shape[-1]) % block
     if pad:
@@ -300,7 +337,7 @@ def index_in_block(start: mx.array, weights: mx.array, threshold: mx.array) -> m
     """
     before = start + mx.cumsum(weights, axis=-1, inclusive=False)
     below = (weights > 0) & (before < threshold)
-    return mx.max(mx.where(below, positions(weights.shape[-1]), 0), axis=-1, keepdims=True)
+    return mx.max(mx.where(below, _positions(weights.shape[-1]), 0), axis=-1, keepdims=True)
 
 
 def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
@@ -311,10 +348,10 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     pick the id. Only the block sums read the whole row.
     """
     vocab = p.shape[-1]
-    p = as_float32(p)
+    p = _as_float32(p)
     # Made in the rows' own layout, so that a scaling of q by a scalar fuses into this one pass.
-    residual = as_blocks(mx.maximum(p - as_float32(q), 0.0))
-    p = as_blocks(p)
+    residual = _as_blocks(mx.maximum(p - _as_float32(q), 0.0))
+    p = _as_blocks(p)
     count = p.shape[-2]
     # Block totals stay a column [..., n, 1] throughout: each squeeze or expand is a node per call.
     residual_cdf = mx.cumsum(residual.sum(axis=-1, keepdims=True), axis=-2)
@@ -336,45 +373,45 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
 
 def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
     """Normalised max(p - q, 0) over the last axis; p itself where p == q."""
-    check_probabilities("p", p, getattr(p, "ndim", 1))
-    check_probabilities("q", q, p.ndim)
-    check_shape("q", q, p.shape)
+    _check_probabilities("p", p, getattr(p, "ndim", 1))
+    _check_probabilities("q", q, p.ndim)
+    _check_shape("q", q, p.shape)
     p32 = p.astype(mx.float32)
     residual = mx.maximum(p32 - q.astype(mx.float32), 0.0)
     mass = residual.sum(axis=-1, keepdims=True)
     return mx.where(mass > RESIDUAL_FLOOR, residual / mx.maximum(mass, RESIDUAL_FLOOR), p32)
 
 
-def count_accepted(accepted: mx.array) -> mx.array:
+def _count_accepted(accepted: mx.array) -> mx.array:
     """Length of the leading run of accepted drafts per sequence: the first rejected position, else G."""
     batch, max_draft = accepted.shape
     if not max_draft:
         return mx.zeros((batch,), dtype=mx.int32)
-    return mx.min(mx.where(accepted, max_draft, positions(max_draft)), axis=1)
+    return mx.min(mx.where(accepted, max_draft, _positions(max_draft)), axis=1)
 
 
 @functools.lru_cache(maxsize=256)
-def emitted_columns(batch: int, max_draft: int) -> mx.array:
+def _emitted_columns(batch: int, max_draft: int) -> mx.array:
     """The draft column shown at each of the G+1 output positions, ``[B, G+1]`` (the last is always replaced)."""
     columns = np.minimum(np.arange(max_draft + 1), max_draft - 1).astype(np.int32)
     return mx.array(np.broadcast_to(columns, (batch, max_draft + 1)))
 
 
-def emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.array:
+def _emit_tokens(drafts: mx.array, num_accepted: mx.array, last: mx.array) -> mx.array:
     """``[B, G+1]``: accepted drafts, then `last`, then padding."""
     batch, max_draft = drafts.shape
     boundary, last = num_accepted[:, None], last[:, None].astype(mx.int32)
     if not max_draft:
         return last
-    position = positions(max_draft + 1)
-    kept = mx.take_along_axis(drafts.astype(mx.int32), emitted_columns(batch, max_draft), axis=1)
+    position = _positions(max_draft + 1)
+    kept = mx.take_along_axis(drafts.astype(mx.int32), _emitted_columns(batch, max_draft), axis=1)
     return mx.where(position < boundary, kept, mx.where(position == boundary, last, PAD_TOKEN))
 
 
-REFERENCE_RULES = Rules(accept=accept_drafts, correct=sample_residual, uniforms=make_uniforms)
+REFERENCE_RULES = Rules(accept=_accept_drafts, correct=sample_residual, uniforms=make_uniforms)
 
 
-def scale_rows(rows: mx.array, scale: mx.array) -> mx.array:
+def _scale_rows(rows: mx.array, scale: mx.array) -> mx.array:
     """``rows * scale[:, None]`` for ``[B, V]`` rows.
 
     MLX's CPU kernels read a column broadcast along V by their strided path (2.6x slower at V = 128 256).
@@ -386,14 +423,14 @@ def scale_rows(rows: mx.array, scale: mx.array) -> mx.array:
     return (rows[:, None] * scale[:, None, None]).reshape(rows.shape)
 
 
-def correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
+def _correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, uniforms, rules: Rules) -> mx.array:
     """Each sequence's corrected or bonus token, drawn from its emission row alone with ``uniforms [B]``."""
     max_draft = draft_probs.shape[1]
     # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
-    p_row = gather_row(target_probs, num_accepted)
+    p_row = _gather_row(target_probs, num_accepted)
     if max_draft:
-        q_row = gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
-        q_row = scale_rows(q_row, (num_accepted < num_draft).astype(q_row.dtype))
+        q_row = _gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
+        q_row = _scale_rows(q_row, (num_accepted < num_draft).astype(q_row.dtype))
     else:
         q_row = mx.zeros_like(p_row)
     return rules.correct(p_row, q_row, uniforms)
@@ -409,20 +446,20 @@ def apply_chain(
 ) -> ChainOutcome:
     """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
     max_draft = draft_tokens.shape[1]
-    is_draft = drafted_columns(num_draft, max_draft)
-    p_x = gather_drafted(target_probs, draft_tokens)
-    q_x = gather_drafted(draft_probs, draft_tokens)
+    is_draft = _drafted_columns(num_draft, max_draft)
+    p_x = _gather_drafted(target_probs, draft_tokens)
+    q_x = _gather_drafted(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0, :max_draft]) & is_draft
-    num_accepted = count_accepted(accepted)
+    num_accepted = _count_accepted(accepted)
     batch, group = target_probs.shape[0], max(1, CORRECTION_ENTRIES // target_probs.shape[-1])
     inputs = (target_probs, draft_probs, num_accepted, num_draft, uniforms[:, 1, 0])
     if batch <= group:
-        emitted = correct_emission_rows(*inputs, rules)
+        emitted = _correct_emission_rows(*inputs, rules)
     else:
         emitted = mx.concatenate(
-            [correct_emission_rows(*(a[i : i + group] for a in inputs), rules) for i in range(0, batch, group)]
+            [_correct_emission_rows(*(a[i : i + group] for a in inputs), rules) for i in range(0, batch, group)]
         )
-    return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
+    return ChainOutcome(_emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
 
 def first_argmax(scores: mx.array) -> mx.array:
@@ -433,7 +470,7 @@ def first_argmax(scores: mx.array) -> mx.array:
     """
     if scores.shape[-1] % CDF_BLOCK:
         return mx.argmax(scores, axis=-1)
-    blocks = as_blocks(scores)
+    blocks = _as_blocks(scores)
     block = mx.argmax(blocks.max(axis=-1), axis=-1, keepdims=True)
     inside = mx.argmax(mx.take_along_axis(blocks, block[..., None], axis=-2), axis=-1)
     return (block * CDF_BLOCK + inside)[..., 0]
@@ -443,10 +480,10 @@ def apply_greedy(target, draft_tokens, num_draft, *, argmax: Callable = first_ar
     """Longest prefix where draft == argmax(target), then the target's argmax (`argmax`: a planted bug's swap)."""
     max_draft = draft_tokens.shape[1]
     best = argmax(target).astype(mx.int32)
-    is_draft = drafted_columns(num_draft, max_draft)
-    num_accepted = count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
+    is_draft = _drafted_columns(num_draft, max_draft)
+    num_accepted = _count_accepted((draft_tokens == best[:, :max_draft]) & is_draft)
     emitted = mx.take_along_axis(best, num_accepted[:, None], axis=1)[:, 0]
-    return ChainOutcome(emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
+    return ChainOutcome(_emit_tokens(draft_tokens, num_accepted, emitted), num_accepted)
 
 
 def apply_factorized(
@@ -456,8 +493,8 @@ def apply_factorized(
 
     Positions where `eligible` is False are never accepted (drafts that no longer count).
     """
-    p_x = gather_last(target_probs, draft_tokens)
-    q_x = gather_last(draft_probs, draft_tokens)
+    p_x = _gather_last(target_probs, draft_tokens)
+    q_x = _gather_last(draft_probs, draft_tokens)
     accepted = rules.accept(p_x, q_x, uniforms[:, 0])
     if eligible is not None:
         accepted = accepted & eligible
@@ -520,65 +557,67 @@ def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.arr
     to +inf (`masked`; by default for inputs up to `MASKED_CHECK_MAX_ENTRIES`) or shows in the minimum.
     """
     tolerance = normalisation_for(name, probs.dtype)
-    as_float = as_float32(probs)
+    as_float = _as_float32(probs)
     if masked if masked is not None else probs.size <= MASKED_CHECK_MAX_ENTRIES:
-        return mx.all(mx.abs(row_sums(mx.where(as_float >= 0, as_float, mx.inf)) - 1.0) <= tolerance)
-    return (as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
+        return mx.all(mx.abs(_row_sums(mx.where(as_float >= 0, as_float, mx.inf)) - 1.0) <= tolerance)
+    return (_as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(_row_sums(as_float) - 1.0) <= tolerance)
 
 
-def ids_valid(draft_tokens, is_draft, vocab: int) -> mx.array:
+def _ids_valid(draft_tokens, is_draft, vocab: int) -> mx.array:
     """Every id in [0, V), or -1 where not `is_draft`: one lazy boolean."""
     ids = draft_tokens.astype(mx.int64)
     return mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
 
 
-def drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> mx.array:
+def _drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> mx.array:
     """Rows valid, ids in [0, V) (or -1 where not `is_draft`), each drafted one with q > 0: one lazy boolean."""
     vocab = target_probs.shape[-1]
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
-    ok = ok & ids_valid(draft_tokens, is_draft, vocab)
+    ok = ok & _ids_valid(draft_tokens, is_draft, vocab)
     # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
-    q_x = gather_drafted(draft_probs, mx.clip(draft_tokens.astype(mx.int64), 0, vocab - 1).astype(mx.int32))
+    q_x = _gather_drafted(draft_probs, mx.clip(draft_tokens.astype(mx.int64), 0, vocab - 1).astype(mx.int32))
     return ok & mx.all(mx.where(is_draft, q_x > 0, True))
 
 
-def chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+def _chain_values_valid(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
     """Every value check of chain input as one lazy boolean (types and shapes already checked)."""
     max_draft = target_probs.shape[1] - 1
-    is_draft = drafted_columns(num_draft, max_draft)
-    return lengths_valid(num_draft, max_draft) & drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft)
+    is_draft = _drafted_columns(num_draft, max_draft)
+    return _lengths_valid(num_draft, max_draft) & _drafted_values_valid(
+        target_probs, draft_probs, draft_tokens, is_draft
+    )
 
 
-def greedy_values_valid(target, draft_tokens, num_draft) -> mx.array:
+def _greedy_values_valid(target, draft_tokens, num_draft) -> mx.array:
     """Every value check of greedy input as one lazy boolean: no NaN score, lengths and ids in range."""
     max_draft = target.shape[1] - 1
-    is_draft = drafted_columns(num_draft, max_draft)
-    ok = mx.all(~mx.isnan(target)) & lengths_valid(num_draft, max_draft)
-    return ok & ids_valid(draft_tokens, is_draft, target.shape[-1])
+    is_draft = _drafted_columns(num_draft, max_draft)
+    ok = mx.all(~mx.isnan(target)) & _lengths_valid(num_draft, max_draft)
+    return ok & _ids_valid(draft_tokens, is_draft, target.shape[-1])
 
 
-CHAIN_VALUES_VALID = mx.compile(chain_values_valid)
+CHAIN_VALUES_VALID = mx.compile(_chain_values_valid)
 """Compiled once: one fused pass whose one host sync answers every value check."""
-FACTORIZED_VALUES_VALID = mx.compile(functools.partial(drafted_values_valid, is_draft=True))
+FACTORIZED_VALUES_VALID = mx.compile(functools.partial(_drafted_values_valid, is_draft=True))
 """Factorised input has no padding: every position is drafted."""
-GREEDY_VALUES_VALID = mx.compile(greedy_values_valid)
+GREEDY_VALUES_VALID = mx.compile(_greedy_values_valid)
 
 
-def check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) -> None:
+def _check_row_types(target_probs, draft_probs, draft_tokens, drafts_fewer: int) -> None:
     """Types and shapes of target and draft rows ``[B, R, V]`` / ``[B, R - drafts_fewer, V]`` and their ids.
 
     A dtype without a tolerance raises here, not inside a compiled trace.
     """
-    check_floating("target_probs", target_probs, 3, "probabilities")
+    _check_floating("target_probs", target_probs, 3, "probabilities")
     batch, rows, vocab = target_probs.shape
-    check_floating("draft_probs", draft_probs, 3, "probabilities")
-    check_shape("draft_probs", draft_probs, (batch, rows - drafts_fewer, vocab))
+    _check_floating("draft_probs", draft_probs, 3, "probabilities")
+    _check_shape("draft_probs", draft_probs, (batch, rows - drafts_fewer, vocab))
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         normalisation_for(name, probs.dtype)
-    check_ids_type("draft_tokens", draft_tokens, (batch, rows - drafts_fewer))
+    _check_ids_type("draft_tokens", draft_tokens, (batch, rows - drafts_fewer))
 
 
-def checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], object]):
+def _checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], object]):
     """`fused()`'s result when its lazy flag says every value is valid (one host sync), else `stepwise()`'s.
 
     The stepwise checks name the first problem in argument order; input the fused pass doubts goes there.
@@ -592,37 +631,37 @@ def checked_in_one_pass(fused: Callable[[], tuple], stepwise: Callable[[], objec
     return stepwise()
 
 
-def chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tuple[mx.array, mx.array]:
+def _chain_input_flags(target_probs, draft_probs, draft_tokens, num_draft) -> tuple[mx.array, mx.array]:
     """Check chain input's types and shapes; returns the draft lengths and a lazy "all values valid".
 
     Raises the stepwise checks' ValueError on a type or shape problem.
     """
-    check_row_types(target_probs, draft_probs, draft_tokens, 1)
+    _check_row_types(target_probs, draft_probs, draft_tokens, 1)
     batch, rows = target_probs.shape[:2]
-    lengths = draft_lengths_of(num_draft, batch, rows - 1)
+    lengths = _draft_lengths_of(num_draft, batch, rows - 1)
     return lengths.astype(mx.int32), CHAIN_VALUES_VALID(target_probs, draft_probs, draft_tokens, lengths)
 
 
-def check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+def _check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
     """Validate chain input in one fused pass and one host sync; returns the draft lengths."""
     arguments = (target_probs, draft_probs, draft_tokens, num_draft)
-    return checked_in_one_pass(
-        functools.partial(chain_input_flags, *arguments), functools.partial(check_chain_inputs_stepwise, *arguments)
+    return _checked_in_one_pass(
+        functools.partial(_chain_input_flags, *arguments), functools.partial(_check_chain_inputs_stepwise, *arguments)
     )
 
 
-def check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
+def _check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft) -> mx.array:
     """Validate chain input one check at a time; returns the per-sequence draft lengths."""
-    check_probabilities("target_probs", target_probs, 3)
+    _check_probabilities("target_probs", target_probs, 3)
     batch, rows, vocab = target_probs.shape
     if rows < 1:
         raise ValueError("target_probs: needs G + 1 >= 1 rows (the bonus row at least)")
-    check_probabilities("draft_probs", draft_probs, 3)
-    check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
-    num_draft = check_num_draft(num_draft, batch, rows - 1)
-    is_draft = drafted_columns(num_draft, rows - 1)
-    check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
-    check_drafted_under("draft_tokens", draft_probs, draft_tokens, is_draft)
+    _check_probabilities("draft_probs", draft_probs, 3)
+    _check_shape("draft_probs", draft_probs, (batch, rows - 1, vocab))
+    num_draft = _check_num_draft(num_draft, batch, rows - 1)
+    is_draft = _drafted_columns(num_draft, rows - 1)
+    _check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+    _check_drafted_under("draft_tokens", draft_probs, draft_tokens, is_draft)
     return num_draft
 
 
@@ -651,23 +690,23 @@ def verify_chain(
         ChainOutcome: emitted tokens ``[B, G+1]`` and accepted counts ``[B]``.
     """
     if validate:
-        num_draft = check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
+        num_draft = _check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
     elif num_draft is None:
         num_draft = all_drafts(target_probs.shape[0], draft_tokens.shape[1])
     arrays = (target_probs, draft_probs, draft_tokens, num_draft)
-    return ChainOutcome(*run_compiled_step(apply, rules, arrays, key, draft_tokens.shape[1] + 1))
+    return ChainOutcome(*_run_compiled_step(apply, rules, arrays, key, draft_tokens.shape[1] + 1))
 
 
-def run_compiled_step(apply: Callable, rules: Rules, arrays: tuple, key, columns: int) -> tuple:
+def _run_compiled_step(apply: Callable, rules: Rules, arrays: tuple, key, columns: int) -> tuple:
     """``apply(*arrays, uniforms [B, 2, columns], rules=rules)`` with the uniforms `key` gives, as one compiled step."""
     batch = arrays[0].shape[0]
-    check_key(key, batch)
+    _check_key(key, batch)
     keys = key if batch else per_sequence_keys(key, batch)  # split inside the compiled step
-    return compiled_step(apply, rules, columns)(*arrays, keys)
+    return _compiled_step(apply, rules, columns)(*arrays, keys)
 
 
 @functools.lru_cache(maxsize=64)
-def compiled_step(apply: Callable, rules: Rules, columns: int) -> Callable:
+def _compiled_step(apply: Callable, rules: Rules, columns: int) -> Callable:
     """A ``verify_*`` step after validation, uniforms drawn inside, ``mx.compile``d once per (apply, rules, columns).
 
     Eager, its ~40 small ops cost more than the arithmetic at B = 1 (mlx-lm compiles its samplers alike).
@@ -695,56 +734,58 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate: bool = True
         num_draft: ``[B]`` per-sequence draft lengths in [0, G]; default G.
     """
     if validate:
-        num_draft = check_greedy_inputs(target, draft_tokens, num_draft)
+        num_draft = _check_greedy_inputs(target, draft_tokens, num_draft)
     elif num_draft is None:
         num_draft = all_drafts(target.shape[0], draft_tokens.shape[1])
     return ChainOutcome(*GREEDY_STEP(target, draft_tokens, num_draft))
 
 
-def check_greedy_inputs(target, draft_tokens, num_draft) -> mx.array:
+def _check_greedy_inputs(target, draft_tokens, num_draft) -> mx.array:
     """Validate greedy input in one fused pass and one host sync; returns the draft lengths."""
 
     def fused() -> tuple[mx.array, mx.array]:
-        check_floating("target", target, 3, "scores")
+        _check_floating("target", target, 3, "scores")
         batch, rows = target.shape[:2]
-        check_ids_type("draft_tokens", draft_tokens, (batch, rows - 1))
-        lengths = draft_lengths_of(num_draft, batch, rows - 1)
+        _check_ids_type("draft_tokens", draft_tokens, (batch, rows - 1))
+        lengths = _draft_lengths_of(num_draft, batch, rows - 1)
         return lengths.astype(mx.int32), GREEDY_VALUES_VALID(target, draft_tokens, lengths)
 
-    return checked_in_one_pass(fused, functools.partial(check_greedy_inputs_stepwise, target, draft_tokens, num_draft))
-
-
-def check_greedy_inputs_stepwise(target, draft_tokens, num_draft) -> mx.array:
-    """Validate greedy input one check at a time; returns the per-sequence draft lengths."""
-    check_scores("target", target, 3)
-    batch, rows, vocab = target.shape
-    if rows < 1:
-        raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
-    num_draft = check_num_draft(num_draft, batch, rows - 1)
-    is_draft = drafted_columns(num_draft, rows - 1)
-    check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
-    return num_draft
-
-
-def check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
-    """Validate factorised input in one fused pass and one host sync."""
-
-    def fused() -> tuple[None, mx.array]:
-        check_row_types(target_probs, draft_probs, draft_tokens, 0)
-        return None, FACTORIZED_VALUES_VALID(target_probs, draft_probs, draft_tokens)
-
-    checked_in_one_pass(
-        fused, functools.partial(check_factorized_inputs_stepwise, target_probs, draft_probs, draft_tokens)
+    return _checked_in_one_pass(
+        fused, functools.partial(_check_greedy_inputs_stepwise, target, draft_tokens, num_draft)
     )
 
 
-def check_factorized_inputs_stepwise(target_probs, draft_probs, draft_tokens) -> None:
+def _check_greedy_inputs_stepwise(target, draft_tokens, num_draft) -> mx.array:
+    """Validate greedy input one check at a time; returns the per-sequence draft lengths."""
+    _check_scores("target", target, 3)
+    batch, rows, vocab = target.shape
+    if rows < 1:
+        raise ValueError("target: needs G + 1 >= 1 rows (the bonus row at least)")
+    num_draft = _check_num_draft(num_draft, batch, rows - 1)
+    is_draft = _drafted_columns(num_draft, rows - 1)
+    _check_tokens("draft_tokens", draft_tokens, (batch, rows - 1), vocab, is_draft)
+    return num_draft
+
+
+def _check_factorized_inputs(target_probs, draft_probs, draft_tokens) -> None:
+    """Validate factorised input in one fused pass and one host sync."""
+
+    def fused() -> tuple[None, mx.array]:
+        _check_row_types(target_probs, draft_probs, draft_tokens, 0)
+        return None, FACTORIZED_VALUES_VALID(target_probs, draft_probs, draft_tokens)
+
+    _checked_in_one_pass(
+        fused, functools.partial(_check_factorized_inputs_stepwise, target_probs, draft_probs, draft_tokens)
+    )
+
+
+def _check_factorized_inputs_stepwise(target_probs, draft_probs, draft_tokens) -> None:
     """Validate factorised input one check at a time."""
-    check_probabilities("target_probs", target_probs, 3)
-    check_probabilities("draft_probs", draft_probs, 3)
-    check_shape("draft_probs", draft_probs, target_probs.shape)
-    check_tokens("draft_tokens", draft_tokens, target_probs.shape[:2], target_probs.shape[2])
-    check_drafted_under("draft_tokens", draft_probs, draft_tokens, None)
+    _check_probabilities("target_probs", target_probs, 3)
+    _check_probabilities("draft_probs", draft_probs, 3)
+    _check_shape("draft_probs", draft_probs, target_probs.shape)
+    _check_tokens("draft_tokens", draft_tokens, target_probs.shape[:2], target_probs.shape[2])
+    _check_drafted_under("draft_tokens", draft_probs, draft_tokens, None)
 
 
 def verify_factorized(
@@ -766,30 +807,30 @@ def verify_factorized(
         key: an ``mx.random.key`` or one key per sequence ``[B, 2]``.
     """
     if validate:
-        check_factorized_inputs(target_probs, draft_probs, draft_tokens)
+        _check_factorized_inputs(target_probs, draft_probs, draft_tokens)
     arrays = (target_probs, draft_probs, draft_tokens)
-    return FactorizedOutcome(*run_compiled_step(apply, rules, arrays, key, target_probs.shape[1]))
+    return FactorizedOutcome(*_run_compiled_step(apply, rules, arrays, key, target_probs.shape[1]))
 
 
-def check_latent_chain_inputs(
+def _check_latent_chain_inputs(
     target_latent_probs, draft_latent_probs, draft_latent, target_token_probs, draft_token_probs, draft_tokens
 ) -> None:
-    check_probabilities("target_latent_probs", target_latent_probs, 2)
+    _check_probabilities("target_latent_probs", target_latent_probs, 2)
     batch, codes = target_latent_probs.shape
-    check_probabilities("draft_latent_probs", draft_latent_probs, 2)
-    check_shape("draft_latent_probs", draft_latent_probs, (batch, codes))
-    check_tokens("draft_latent", draft_latent, (batch,), codes)
-    check_drafted_under("draft_latent", draft_latent_probs, draft_latent, None)
-    check_probabilities("target_token_probs", target_token_probs, 4)
+    _check_probabilities("draft_latent_probs", draft_latent_probs, 2)
+    _check_shape("draft_latent_probs", draft_latent_probs, (batch, codes))
+    _check_tokens("draft_latent", draft_latent, (batch,), codes)
+    _check_drafted_under("draft_latent", draft_latent_probs, draft_latent, None)
+    _check_probabilities("target_token_probs", target_token_probs, 4)
     if tuple(target_token_probs.shape[:2]) != (batch, codes):
         raise ValueError(
             f"target_token_probs: expected leading shape {(batch, codes)}, got {tuple(target_token_probs.shape)}"
         )
-    check_probabilities("draft_token_probs", draft_token_probs, 4)
-    check_shape("draft_token_probs", draft_token_probs, target_token_probs.shape)
+    _check_probabilities("draft_token_probs", draft_token_probs, 4)
+    _check_shape("draft_token_probs", draft_token_probs, target_token_probs.shape)
     positions, vocab = target_token_probs.shape[2:]
-    check_tokens("draft_tokens", draft_tokens, (batch, positions), vocab)
-    check_drafted_under("draft_tokens", select_code(draft_token_probs, draft_latent), draft_tokens, None)
+    _check_tokens("draft_tokens", draft_tokens, (batch, positions), vocab)
+    _check_drafted_under("draft_tokens", select_code(draft_token_probs, draft_latent), draft_tokens, None)
 
 
 def verify_latent_chain(
@@ -825,5 +866,5 @@ def verify_latent_chain(
         draft_tokens,
     )
     if validate:
-        check_latent_chain_inputs(*inputs)
-    return LatentChainOutcome(*run_compiled_step(apply, rules, inputs, key, draft_tokens.shape[1] + 1))
+        _check_latent_chain_inputs(*inputs)
+    return LatentChainOutcome(*_run_compiled_step(apply, rules, inputs, key, draft_tokens.shape[1] + 1))

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from ncm_verify.reference.ncm.config import DTYPES
 
+__all__ = [
+    "payload_bytes",
+    "uncached_positions",
+    "cached_positions",
+    "avoided_positions",
+    "uncached_pairs",
+    "cached_pairs",
+]
+
 
 def payload_bytes(config) -> int:
     """Bytes of one prefix entry: K and V for every layer, ``P x d_model`` each."""

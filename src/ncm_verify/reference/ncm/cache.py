@@ -18,6 +18,18 @@ import numpy as np
 from ncm_verify.reference.ncm.masks import is_prefix_isolated
 from ncm_verify.reference.ncm.model import NCM, fingerprint
 
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Entry",
+    "CacheRefusedError",
+    "CacheFileError",
+    "CacheKey",
+    "require_reusable",
+    "entry_nbytes",
+    "PrefixCache",
+]
+
 FORMAT = "ncm-verify/prefix-cache"
 FORMAT_VERSION = "1"
 # safetensors dtype names <-> MLX dtypes; bfloat16 travels as its uint16 bits
@@ -153,12 +165,12 @@ class PrefixCache:
             fields.append(key.to_dict())
             for layer, (k, v) in enumerate(entry):
                 tensors[f"e{index}.l{layer}.k"], tensors[f"e{index}.l{layer}.v"] = k, v
-        write_cache_file(Path(path), tensors, fields)
+        _write_cache_file(Path(path), tensors, fields)
 
     def load(self, path: str | Path) -> int:
         """Add the entries of the file at `path`; a bad file raises `CacheFileError`
         and adds nothing. Returns the number of entries added."""
-        tensors, fields = read_cache_file(Path(path))
+        tensors, fields = _read_cache_file(Path(path))
         loaded = []
         for index, key_fields in enumerate(fields):
             key = _key_from_fields(key_fields)
@@ -222,7 +234,7 @@ def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def write_cache_file(path: Path, tensors: dict[str, mx.array], fields: list) -> None:
+def _write_cache_file(path: Path, tensors: dict[str, mx.array], fields: list) -> None:
     """Serialise as safetensors with format, version, key fields and sha256 in the metadata."""
     header, chunks, offset = {}, [], 0
     for name in sorted(tensors):
@@ -254,7 +266,7 @@ def write_cache_file(path: Path, tensors: dict[str, mx.array], fields: list) -> 
         raise
 
 
-def read_cache_file(path: Path) -> tuple[dict[str, mx.array], list]:
+def _read_cache_file(path: Path) -> tuple[dict[str, mx.array], list]:
     """Parse and verify a cache file strictly; any deviation is a `CacheFileError`."""
     try:
         blob = path.read_bytes()

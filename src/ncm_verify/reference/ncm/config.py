@@ -8,6 +8,16 @@ from pathlib import Path
 
 import mlx.core as mx
 
+__all__ = [
+    "FIXTURES",
+    "NOTE_FIELDS",
+    "DTYPES",
+    "MASK_NAMES",
+    "NCMConfig",
+    "load_config",
+    "fixture_fields",
+]
+
 # Package data: a link to the checkout's fixtures/ in the source tree, the files themselves in a wheel.
 FIXTURES = Path(__file__).parents[2] / "data" / "fixtures"
 NOTE_FIELDS = ("comment", "hierarchy")
@@ -37,7 +47,7 @@ class NCMConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "level_sizes", tuple(self.level_sizes))
-        validate_config(self)
+        _validate_config(self)
 
     @property
     def placeholder(self) -> int:
@@ -94,7 +104,7 @@ def _require_int(config: NCMConfig, name: str, minimum: int) -> None:
         raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
 
 
-def validate_config(config: NCMConfig) -> None:
+def _validate_config(config: NCMConfig) -> None:
     """Raise a ValueError naming the first invalid field of `config`."""
     for name, minimum in (
         ("vocab_size", 2),

@@ -21,6 +21,11 @@ from ncm_verify.reference.ncm.kv_cache import (
 )
 from ncm_verify.reference.ncm.model import NCM
 
+__all__ = [
+    "rewind_caches",
+    "speculative_generate",
+]
+
 
 def rewind_caches(target_cache: list[KVCache], draft_cache: list[KVCache], num_draft: int, num_accepted: int) -> None:
     """Drop the rejected drafts' K/V after a round that accepted `num_accepted` of `num_draft`.
@@ -39,7 +44,7 @@ def rewind_caches(target_cache: list[KVCache], draft_cache: list[KVCache], num_d
             raise ValueError(f"{name}: cannot rewind {count} rejected positions; the cache is not trimmable")
 
 
-def draft_round(draft: NCM, cache: list[KVCache], inputs: mx.array, num_draft: int, key):
+def _draft_round(draft: NCM, cache: list[KVCache], inputs: mx.array, num_draft: int, key):
     """Sample `num_draft` tokens from `draft` one at a time (argmax when `key` is None).
 
     Returns the tokens ``[1, G]`` and the distributions they were drawn from ``[1, G, V]``.
@@ -107,7 +112,7 @@ def speculative_generate(
         count = min(num_draft, max_tokens - len(emitted))
         if key is not None:
             key, draft_key, verify_key = mx.random.split(key, 3)
-        drafts, draft_probs = draft_round(draft, draft_cache, draft_y, count, None if key is None else draft_key)
+        drafts, draft_probs = _draft_round(draft, draft_cache, draft_y, count, None if key is None else draft_key)
         logits = apply_model(target, mx.concatenate([y, drafts], axis=1), target_cache)
         if key is None:
             outcome = kernels.verify_greedy(logits, drafts)

@@ -14,6 +14,14 @@ from ncm_verify.reference.ncm.cache import PrefixCache, require_reusable
 from ncm_verify.reference.ncm.model import KV, NCM
 from ncm_verify.reference.speculative import per_sequence_keys
 
+__all__ = [
+    "Generation",
+    "check_generation_inputs",
+    "generate_uncached",
+    "prefix_kv",
+    "generate_cached",
+]
+
 
 @dataclasses.dataclass
 class Generation:

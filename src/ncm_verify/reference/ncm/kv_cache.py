@@ -20,6 +20,18 @@ import numpy as np
 
 from ncm_verify.reference.ncm.model import NCM
 
+__all__ = [
+    "check_count",
+    "KVCache",
+    "RotatingKVCache",
+    "make_prompt_cache",
+    "can_trim_prompt_cache",
+    "trim_prompt_cache",
+    "check_tokens",
+    "apply_model",
+    "apply_prefill",
+]
+
 
 def check_count(name: str, value, *, minimum: int = 0, maximum: int | None = None) -> int:
     """`value` as an int in [minimum, maximum]; a ValueError naming `name` otherwise."""
@@ -141,7 +153,7 @@ def trim_prompt_cache(cache: list[KVCache], num_tokens) -> int:
 # --- the reference model as an autoregressive language model --------------------
 
 
-def require_causal(model: NCM) -> None:
+def _require_causal(model: NCM) -> None:
     """Decoding with a cache needs each row to see only earlier rows (the `causal` mask)."""
     mask = np.asarray(model.mask)
     if np.triu(mask, k=1).any():
@@ -167,7 +179,7 @@ def apply_model(model: NCM, tokens, cache: list[KVCache]) -> mx.array:
     The language-model head is the token head without a latent. Every layer
     hands its new rows' K/V to its cache and attends to what the cache returns.
     """
-    require_causal(model)
+    _require_causal(model)
     tokens = check_tokens("tokens", tokens, model)
     start, length = (cache[0].offset if cache else 0), tokens.shape[1]
     if len(cache) != len(model.layers) or any(layer.offset != start or layer.size() != start for layer in cache):

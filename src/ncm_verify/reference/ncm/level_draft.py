@@ -33,10 +33,22 @@ from ncm_verify.reference.ncm.masks import segment_indices
 from ncm_verify.reference.ncm.model import KV, NCM
 from ncm_verify.reference.speculative import make_uniforms, select_code
 
+__all__ = [
+    "level_distributions",
+    "verify_drafted_levels",
+    "sample_logits",
+    "Steps",
+    "REFERENCE_STEPS",
+    "Cohort",
+    "LevelDraftGeneration",
+    "Round",
+    "generate_level_speculative",
+]
+
 # --- model readings ------------------------------------------------------------------
 
 
-def check_level_causal(name: str, model: NCM) -> None:
+def _check_level_causal(name: str, model: NCM) -> None:
     """No row attends to a later level's rows: a level's tokens then read the same at every stage."""
     config = model.config
     segment = segment_indices(config.prefix_length, config.level_sizes)
@@ -48,7 +60,7 @@ def check_level_causal(name: str, model: NCM) -> None:
         )
 
 
-def check_draft(target: NCM, draft: NCM) -> None:
+def _check_draft(target: NCM, draft: NCM) -> None:
     """The draft shares the target's vocabulary, codebook, prefix length and level sizes."""
     for field in ("vocab_size", "codebook_size", "prefix_length", "level_sizes"):
         mine, theirs = getattr(draft.config, field), getattr(target.config, field)
@@ -56,7 +68,7 @@ def check_draft(target: NCM, draft: NCM) -> None:
             raise ValueError(f"draft: {field} {mine!r} differs from the target's {theirs!r}")
 
 
-def run_rows(
+def _run_rows(
     model: NCM, tokens: mx.array, positions: mx.array, mask: mx.array, cache: list[KV] | None
 ) -> tuple[mx.array, list[KV]]:
     """The model on rows at arbitrary layout `positions` under an explicit ``[rows, cached + rows]`` mask."""
@@ -68,7 +80,7 @@ def run_rows(
     return model.norm(x), kvs
 
 
-def all_code_token_logits(model: NCM, slots: mx.array) -> mx.array:
+def _all_code_token_logits(model: NCM, slots: mx.array) -> mx.array:
     """Token logits given every code at once: ``[B, n, d] -> [B, K, n, V]``."""
     return model.token_head(slots[:, None] + model.codebook.weight[None, :, None, :])
 
@@ -89,10 +101,10 @@ def level_distributions(model: NCM, sequence: mx.array) -> tuple[mx.array, mx.ar
     size = config.level_sizes[level]
     slots = mx.full((sequence.shape[0], size), config.placeholder, dtype=mx.int32)
     hidden, _ = model(mx.concatenate([sequence.astype(mx.int32), slots], axis=1))
-    return model.latent_logits(hidden[:, -size:]), all_code_token_logits(model, hidden[:, -size:])
+    return model.latent_logits(hidden[:, -size:]), _all_code_token_logits(model, hidden[:, -size:])
 
 
-def verification_layout(config, covered: int, level: int, num_levels: int, context_levels: int):
+def _verification_layout(config, covered: int, level: int, num_levels: int, context_levels: int):
     """Positions, segments and placeholder flags of a verification pass's rows.
 
     Token rows: layout rows ``covered .. start(level + context_levels)``; then one
@@ -109,7 +121,7 @@ def verification_layout(config, covered: int, level: int, num_levels: int, conte
     return positions, segment[positions], placeholder
 
 
-def make_verification_mask(model: NCM, covered: int, positions, segments, placeholder) -> mx.array:
+def _make_verification_mask(model: NCM, covered: int, positions, segments, placeholder) -> mx.array:
     """``[rows, covered + rows]``: the model's mask between layout positions, with two limits.
 
     A placeholder block sees token rows of earlier levels only and no other block;
@@ -129,12 +141,12 @@ def make_verification_mask(model: NCM, covered: int, positions, segments, placeh
     return mx.array(allowed)
 
 
-def level_heads(model: NCM, slots: mx.array) -> tuple[mx.array, mx.array]:
+def _level_heads(model: NCM, slots: mx.array) -> tuple[mx.array, mx.array]:
     """A level's latent logits ``[B, K]`` and token logits for every code ``[B, K, n, V]`` from its slot states."""
-    return model.latent_logits(slots), all_code_token_logits(model, slots)
+    return model.latent_logits(slots), _all_code_token_logits(model, slots)
 
 
-def on_distinct_rows(compute: Callable, rows: mx.array) -> list[mx.array]:
+def _on_distinct_rows(compute: Callable, rows: mx.array) -> list[mx.array]:
     """`compute` on the distinct rows of `rows` only, each output gathered back to every row.
 
     Only for passes that read no K/V: a row's result is then a function of its tokens alone.
@@ -151,7 +163,7 @@ def on_distinct_rows(compute: Callable, rows: mx.array) -> list[mx.array]:
     return [output[index] for output in compute(mx.array(distinct.astype(np.int32)))]
 
 
-def check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus) -> None:
+def _check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus) -> None:
     """A ValueError naming the first argument of a verification pass that does not fit the layout."""
     levels = len(config.level_sizes)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < levels:
@@ -197,12 +209,12 @@ def verify_drafted_levels(
         every code ``[B, K, n, V]``, and the K/V of the token rows (cached rows first; None from scratch).
     """
     config = target.config
-    check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus)
+    _check_pass_inputs(config, kv, covered, tokens, drafted, level, bonus)
     num_levels = len(drafted) + int(bonus)
     context = drafted if bonus else drafted[:-1]
-    positions, segments, placeholder = verification_layout(config, covered, level, num_levels, len(context))
+    positions, segments, placeholder = _verification_layout(config, covered, level, num_levels, len(context))
     token_rows = int((~placeholder).sum())
-    mask = make_verification_mask(target, covered, positions, segments, placeholder)
+    mask = _make_verification_mask(target, covered, positions, segments, placeholder)
     rows = mx.concatenate([tokens[:, covered:], *context], axis=1).astype(mx.int32)
 
     def run(rows: mx.array, cache):
@@ -210,13 +222,13 @@ def verify_drafted_levels(
             mx.full((rows.shape[0], config.level_sizes[lv]), config.placeholder, dtype=mx.int32)
             for lv in range(level, level + num_levels)
         ]
-        hidden, kvs = run_rows(target, mx.concatenate([rows, *blocks], axis=1), mx.array(positions), mask, cache)
+        hidden, kvs = _run_rows(target, mx.concatenate([rows, *blocks], axis=1), mx.array(positions), mask, cache)
         bounds = np.cumsum([token_rows, *config.level_sizes[level : level + num_levels]])
-        heads = [level_heads(target, hidden[:, begin:end]) for begin, end in zip(bounds[:-1], bounds[1:])]
+        heads = [_level_heads(target, hidden[:, begin:end]) for begin, end in zip(bounds[:-1], bounds[1:])]
         return [head[0] for head in heads] + [head[1] for head in heads], kvs
 
     if kv is None:
-        outputs = on_distinct_rows(lambda distinct: run(distinct, None)[0], rows)
+        outputs = _on_distinct_rows(lambda distinct: run(distinct, None)[0], rows)
         return outputs[:num_levels], outputs[num_levels:], None
     outputs, kvs = run(rows, kv)
     kept = covered + token_rows
@@ -235,7 +247,7 @@ def sample_logits(logits: mx.array, keys: mx.array | None) -> mx.array:
     return mx.argmax(logits - mx.log(-mx.log(uniforms)), axis=-1).astype(mx.int32)
 
 
-def row_keys(keys: mx.array, count: int) -> mx.array:
+def _row_keys(keys: mx.array, count: int) -> mx.array:
     """``[B, count, 2]``: each row's key split `count` ways."""
     return mx.vmap(lambda key: mx.random.split(key, count))(keys)
 
@@ -244,16 +256,16 @@ DRAFT_LATENT, DRAFT_TOKENS, VERIFY = range(3)
 """What a round's key is split for, per level offset (the bonus level takes offset L)."""
 
 
-def key_for(keys: mx.array | None, offset: int, purpose: int) -> mx.array | None:
+def _key_for(keys: mx.array | None, offset: int, purpose: int) -> mx.array | None:
     """Each row's key for one `purpose` at level `offset` of a round (None in greedy mode)."""
     return None if keys is None else keys[:, 3 * offset + purpose]
 
 
-def probs_of(logits: mx.array) -> mx.array:
+def _probs_of(logits: mx.array) -> mx.array:
     return mx.softmax(logits.astype(mx.float32), axis=-1)
 
 
-def level_acceptance(p_latent, q_latent, p_tokens, q_tokens) -> mx.array:
+def _level_acceptance(p_latent, q_latent, p_tokens, q_tokens) -> mx.array:
     """Exact probability that a drafted level stands: ``sum_z min(p, q) prod_i sum_x min(p_i, q_i)``."""
     token_factor = mx.prod(mx.minimum(p_tokens, q_tokens).sum(axis=-1), axis=-1)
     return (mx.minimum(p_latent, q_latent) * token_factor).sum(axis=-1)
@@ -262,17 +274,17 @@ def level_acceptance(p_latent, q_latent, p_tokens, q_tokens) -> mx.array:
 # --- the decisions a planted bug may swap ----------------------------------------------------
 
 
-def same_latent(latent: mx.array, codes: int) -> mx.array:
+def _same_latent(latent: mx.array, codes: int) -> mx.array:
     """Tokens are drafted under the latent the draft sampled."""
     return latent
 
 
-def every_code_rows(token_probs: mx.array, draft_latent: mx.array) -> mx.array:
+def _every_code_rows(token_probs: mx.array, draft_latent: mx.array) -> mx.array:
     """The target's token rows for every code: a corrected latent gets its own rows."""
     return token_probs
 
 
-def accepted_levels_survive(accepted: np.ndarray, emitted: np.ndarray) -> np.ndarray:
+def _accepted_levels_survive(accepted: np.ndarray, emitted: np.ndarray) -> np.ndarray:
     """Only fully accepted levels keep their K/V; a changed level's rows are recomputed from its tokens."""
     return accepted
 
@@ -286,7 +298,7 @@ class Steps(NamedTuple):
     surviving_levels: Callable
 
 
-REFERENCE_STEPS = Steps(same_latent, every_code_rows, accepted_levels_survive)
+REFERENCE_STEPS = Steps(_same_latent, _every_code_rows, _accepted_levels_survive)
 
 
 # --- generation --------------------------------------------------------------------------
@@ -351,15 +363,15 @@ class Round:
     draft_covered: int
 
 
-def trim_kv(kv: list[KV] | None, rows: int) -> list[KV] | None:
+def _trim_kv(kv: list[KV] | None, rows: int) -> list[KV] | None:
     return None if kv is None else [(k[:, :, :rows], v[:, :, :rows]) for k, v in kv]
 
 
-def take_kv(kv: list[KV] | None, index: mx.array) -> list[KV] | None:
+def _take_kv(kv: list[KV] | None, index: mx.array) -> list[KV] | None:
     return None if kv is None else [(k[index], v[index]) for k, v in kv]
 
 
-def draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, steps: Steps, recompute: bool):
+def _draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, steps: Steps, recompute: bool):
     """Sample `count` levels from the draft, level by level; returns tokens, latents, distributions, K/V."""
     config = draft.config
     kv, covered, context = cohort.draft_kv, cohort.draft_covered, [cohort.tokens]
@@ -369,25 +381,25 @@ def draft_levels(draft: NCM, cohort: Cohort, count: int, keys: mx.array | None, 
         slots = mx.full((len(cohort.rows), size), config.placeholder, dtype=mx.int32)
         sequence = mx.concatenate([*context, slots], axis=1)
         if recompute:  # from scratch: only distinct rows run, and no K/V is kept
-            latent_logits, code_logits = on_distinct_rows(
-                lambda distinct, size=size: level_heads(draft, draft(distinct)[0][:, -size:]), sequence
+            latent_logits, code_logits = _on_distinct_rows(
+                lambda distinct, size=size: _level_heads(draft, draft(distinct)[0][:, -size:]), sequence
             )
         else:
             hidden, kv = draft(sequence[:, covered:], covered, cache=kv)
-            kv, covered = trim_kv(kv, config.level_start(level)), config.level_start(level)
-            latent_logits, code_logits = level_heads(draft, hidden[:, -size:])
-        latent = sample_logits(latent_logits, key_for(keys, j, DRAFT_LATENT))
+            kv, covered = _trim_kv(kv, config.level_start(level)), config.level_start(level)
+            latent_logits, code_logits = _level_heads(draft, hidden[:, -size:])
+        latent = sample_logits(latent_logits, _key_for(keys, j, DRAFT_LATENT))
         under = steps.token_latent(latent, config.codebook_size)
-        level_tokens = sample_logits(select_code(code_logits, under), key_for(keys, j, DRAFT_TOKENS))
+        level_tokens = sample_logits(select_code(code_logits, under), _key_for(keys, j, DRAFT_TOKENS))
         latents.append(latent)
         tokens.append(level_tokens)
-        latent_probs.append(probs_of(latent_logits))
-        token_probs.append(probs_of(code_logits))
+        latent_probs.append(_probs_of(latent_logits))
+        token_probs.append(_probs_of(code_logits))
         context.append(level_tokens)
     return tokens, latents, latent_probs, token_probs, kv, covered
 
 
-def verify_level(
+def _verify_level(
     kernels: ModuleType,
     p_latent_logits,
     p_token_logits,
@@ -409,7 +421,7 @@ def verify_level(
         final_tokens = slot.tokens[:, 0].reshape(tokens.shape)
         stood = latent_stood & mx.all((slot.num_accepted > 0).reshape(tokens.shape), axis=1)
         return final_latent, final_tokens, stood
-    p_latent, p_tokens = probs_of(p_latent_logits), probs_of(p_token_logits)
+    p_latent, p_tokens = _probs_of(p_latent_logits), _probs_of(p_token_logits)
     outcome = kernels.verify_latent_chain(
         p_latent, q_latent, latent, steps.target_token_rows(p_tokens, latent), q_tokens, tokens, key=key
     )
@@ -417,7 +429,7 @@ def verify_level(
     return outcome.latent, outcome.tokens, stood
 
 
-def run_round(
+def _run_round(
     target: NCM,
     draft: NCM,
     cohort: Cohort,
@@ -432,14 +444,14 @@ def run_round(
     levels = len(config.level_sizes)
     count = min(num_draft, levels - cohort.level)
     bonus = cohort.level + count < levels
-    drafted, latents, q_latent, q_tokens, draft_kv, draft_covered = draft_levels(
+    drafted, latents, q_latent, q_tokens, draft_kv, draft_covered = _draft_levels(
         draft, cohort, count, keys, steps, recompute
     )
     p_latent, p_tokens, target_kv = verify_drafted_levels(
         target, cohort.target_kv, cohort.target_covered, cohort.tokens, drafted, cohort.level, bonus
     )
     decided = [
-        verify_level(
+        _verify_level(
             kernels,
             p_latent[j],
             p_tokens[j],
@@ -447,18 +459,19 @@ def run_round(
             q_tokens[j],
             latents[j],
             drafted[j],
-            key_for(keys, j, VERIFY),
+            _key_for(keys, j, VERIFY),
             steps,
         )
         for j in range(count)
     ]
     alphas = [
-        level_acceptance(probs_of(p_latent[j]), q_latent[j], probs_of(p_tokens[j]), q_tokens[j]) for j in range(count)
+        _level_acceptance(_probs_of(p_latent[j]), q_latent[j], _probs_of(p_tokens[j]), q_tokens[j])
+        for j in range(count)
     ]
     if bonus:
         # the bonus level's draws use an offset past every drafted level's
-        bonus_latent = sample_logits(p_latent[-1], key_for(keys, levels, DRAFT_LATENT))
-        bonus_tokens = sample_logits(select_code(p_tokens[-1], bonus_latent), key_for(keys, levels, DRAFT_TOKENS))
+        bonus_latent = sample_logits(p_latent[-1], _key_for(keys, levels, DRAFT_LATENT))
+        bonus_tokens = sample_logits(select_code(p_tokens[-1], bonus_latent), _key_for(keys, levels, DRAFT_TOKENS))
         decided.append((bonus_latent, bonus_tokens, mx.zeros(bonus_latent.shape, dtype=mx.bool_)))
     mx.eval(decided, alphas)  # one evaluation for the round, not one per conversion below
     stood = np.stack([np.array(d[2]) for d in decided[:count]], axis=1)
@@ -470,7 +483,7 @@ def run_round(
     return Round(decided, count, accepted, emitted, verified, predicted, target_kv, draft_kv, draft_covered)
 
 
-def split_cohort(config, cohort: Cohort, result: Round, steps: Steps, recompute: bool) -> list[Cohort]:
+def _split_cohort(config, cohort: Cohort, result: Round, steps: Steps, recompute: bool) -> list[Cohort]:
     """The cohort's rows regrouped by levels emitted and levels whose K/V survive."""
     decided, emitted = result.decided, result.emitted
     surviving = np.minimum(steps.surviving_levels(result.accepted, emitted), result.count)
@@ -492,9 +505,9 @@ def split_cohort(config, cohort: Cohort, result: Round, steps: Steps, recompute:
                 cohort.rows[members],
                 level,
                 tokens,
-                trim_kv(take_kv(target_kv, index), target_rows),
+                _trim_kv(_take_kv(target_kv, index), target_rows),
                 target_rows,
-                trim_kv(take_kv(result.draft_kv, index), draft_rows),
+                _trim_kv(_take_kv(result.draft_kv, index), draft_rows),
                 draft_rows,
             )
         )
@@ -527,15 +540,15 @@ def generate_level_speculative(
         recompute: keep no K/V at all; every pass reruns all rows (the reference for K/V reuse).
         kernels: the implementation providing ``verify_latent_chain`` and ``verify_greedy``.
     """
-    check_draft(target, draft)
-    check_level_causal("target", target)
-    check_level_causal("draft", draft)
+    _check_draft(target, draft)
+    _check_level_causal("target", target)
+    _check_level_causal("draft", draft)
     if isinstance(num_draft, bool) or not isinstance(num_draft, int) or num_draft < 1:
         raise ValueError(f"num_draft: expected an integer >= 1, got {num_draft!r}")
     config = target.config
     levels = len(config.level_sizes)
     prefix, keys = check_generation_inputs(target, prefix, mx.random.key(0) if key is None else key)
-    round_keys = None if key is None else row_keys(keys, levels)
+    round_keys = None if key is None else _row_keys(keys, levels)
     batch = prefix.shape[0]
     target.reset_counts()
     if recompute:
@@ -554,9 +567,9 @@ def generate_level_speculative(
     while frontier:
         cohort = frontier.pop()
         keys_here = (
-            None if round_keys is None else row_keys(round_keys[mx.array(cohort.rows), cohort.level], 3 * (levels + 1))
+            None if round_keys is None else _row_keys(round_keys[mx.array(cohort.rows), cohort.level], 3 * (levels + 1))
         )
-        result = run_round(target, draft, cohort, num_draft, keys_here, kernels, steps, recompute)
+        result = _run_round(target, draft, cohort, num_draft, keys_here, kernels, steps, recompute)
         rows = cohort.rows
         passes[rows] += 1
         accepted[rows] += result.accepted
@@ -566,7 +579,7 @@ def generate_level_speculative(
             here = result.emitted > j
             latents[rows[here], cohort.level + j] = np.array(latent)[here]
             tokens[cohort.level + j][rows[here]] = np.array(level_tokens)[here]
-        for following in split_cohort(config, cohort, result, steps, recompute):
+        for following in _split_cohort(config, cohort, result, steps, recompute):
             if following.level == levels:
                 finished.append(
                     (

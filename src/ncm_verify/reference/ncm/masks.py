@@ -11,19 +11,28 @@ from collections.abc import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
+__all__ = [
+    "segment_indices",
+    "MASKS",
+    "ISOLATED_MASK_NAMES",
+    "make_mask",
+    "is_prefix_isolated",
+    "is_partial_prefix_isolated",
+]
+
 
 def segment_indices(prefix_length: int, level_sizes: Sequence[int]) -> np.ndarray:
     """Segment index of every position: 0 for the prefix, l for level l."""
     return np.repeat(np.arange(len(level_sizes) + 1), [prefix_length, *level_sizes])
 
 
-def make_ncm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
+def _make_ncm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
     """Prefix bidirectional; level l attends to the prefix and levels <= l."""
     segment = segment_indices(prefix_length, level_sizes)
     return mx.array(segment[None, :] <= segment[:, None])
 
 
-def make_prefix_lm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
+def _make_prefix_lm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
     """Prefix bidirectional; generated rows attend causally."""
     length = prefix_length + sum(level_sizes)
     causal = np.tril(np.ones((length, length), dtype=bool))
@@ -31,23 +40,23 @@ def make_prefix_lm_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.ar
     return mx.array(causal)
 
 
-def make_causal_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
+def _make_causal_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
     """Every row attends to itself and earlier positions."""
     length = prefix_length + sum(level_sizes)
     return mx.array(np.tril(np.ones((length, length), dtype=bool)))
 
 
-def make_full_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
+def _make_full_mask(prefix_length: int, level_sizes: Sequence[int]) -> mx.array:
     """Every row attends to every position (not prefix isolated)."""
     length = prefix_length + sum(level_sizes)
     return mx.array(np.ones((length, length), dtype=bool))
 
 
 MASKS: dict[str, Callable[[int, Sequence[int]], mx.array]] = {
-    "ncm": make_ncm_mask,
-    "prefix_lm": make_prefix_lm_mask,
-    "causal": make_causal_mask,
-    "full": make_full_mask,
+    "ncm": _make_ncm_mask,
+    "prefix_lm": _make_prefix_lm_mask,
+    "causal": _make_causal_mask,
+    "full": _make_full_mask,
 }
 ISOLATED_MASK_NAMES = ("ncm", "prefix_lm", "causal")
 

@@ -15,6 +15,17 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ncm_verify.reference.ncm.config import NCMConfig
 from ncm_verify.reference.ncm.masks import make_mask
 
+__all__ = [
+    "KV",
+    "Block",
+    "NCM",
+    "make_model",
+    "fingerprint",
+    "save_model",
+    "load_model",
+    "layer_states",
+]
+
 KV = tuple[mx.array, mx.array]
 
 
