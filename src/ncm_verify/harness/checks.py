@@ -146,18 +146,25 @@ def bin_labels(bin_of: np.ndarray, label_outcome: Callable[[int], str]) -> list[
     return labels
 
 
+def worst_bin_parts(expected, observed) -> list[tuple[int, float]]:
+    """(bin, its part of the chi-square statistic) for the `WORST_BINS` largest parts, largest first; an empty
+    expected bin counts 0. The one ranking for the failure message and the report."""
+    wide_expected, wide_observed = np.asarray(expected, dtype=np.float64), np.asarray(observed, dtype=np.float64)
+    parts = np.divide(
+        (wide_observed - wide_expected) ** 2,
+        wide_expected,
+        out=np.zeros_like(wide_expected),
+        where=wide_expected != 0,
+    )
+    return [(int(b), float(parts[b])) for b in np.argsort(-parts, kind="stable")[:WORST_BINS]]
+
+
 def worst_bins(result: stats.ChiSquareResult, labels: list[str]) -> list[dict]:
     """The `WORST_BINS` bins contributing most to the statistic, labelled by outcome."""
-    expected, observed = np.asarray(result.expected), np.asarray(result.observed)
-    contribution = (observed - expected) ** 2 / expected
+    expected, observed = result.expected, result.observed
     return [
-        {
-            "outcome": labels[b],
-            "expected": float(expected[b]),
-            "observed": float(observed[b]),
-            "contribution": float(contribution[b]),
-        }
-        for b in np.argsort(-contribution, kind="stable")[:WORST_BINS]
+        {"outcome": labels[b], "expected": float(expected[b]), "observed": float(observed[b]), "contribution": part}
+        for b, part in worst_bin_parts(expected, observed)
     ]
 
 
