@@ -30,10 +30,12 @@ verify: install
 	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
 		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED))
 
-## lint: ruff's format check and lint rules (configured in pyproject.toml)
+## lint: ruff's format check and lint rules, the import layers (lint-imports), types (mypy); see pyproject.toml
 lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
 test: install lint

@@ -27,9 +27,11 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify import speculative
-from ncm_verify.ncm import NCMConfig, exact_levels, generate_cached, make_model
-from ncm_verify.ncm.level_draft import generate_level_speculative, make_draft_model
+from ncm_verify.harness.level_models import make_draft_model, make_level_tables
+from ncm_verify.oracles import exact_levels
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm import NCMConfig, generate_cached, make_model
+from ncm_verify.reference.ncm.level_draft import generate_level_speculative
 
 CONFIG = dict(
     vocab_size=4,
@@ -125,7 +127,7 @@ def make_counting_kernels(validate: bool) -> SimpleNamespace:
 @pytest.fixture(scope="module")
 def tiny():
     model = make_model(NCMConfig(**CONFIG))
-    return model, exact_levels.make_level_tables(model, PREFIX)
+    return model, make_level_tables(model, PREFIX)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +178,7 @@ def sampled_counts(target, draft, prefix: list, num_draft: int, counted: int) ->
 
 def exact_predictions(tables, draft) -> dict:
     """The same figures predicted from the exact law of the tiny target's speculative generation."""
-    law = exact_levels.speculative_level_law(tables, exact_levels.make_level_tables(draft, PREFIX), NUM_DRAFT)
+    law = exact_levels.speculative_level_law(tables, make_level_tables(draft, PREFIX), NUM_DRAFT)
     passes, accepted, verified = exact_levels.expected_cost(law)
     return {
         "target_passes_predicted": float(passes),

@@ -5,7 +5,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from ncm_verify.hypothesis_internals import set_shrink_time_limit, settings_of, settings_replaced, shrink_time_limit
+from ncm_verify.harness.hypothesis_internals import (
+    set_shrink_time_limit,
+    settings_of,
+    settings_replaced,
+    shrink_time_limit,
+)
 
 _common = dict(
     deadline=None,

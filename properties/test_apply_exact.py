@@ -15,8 +15,9 @@ import pytest
 from hypothesis import event, given, note, reject
 from hypothesis import strategies as st
 
-from ncm_verify import checks, exact
-from ncm_verify.strategies import seeds, step_cases
+from ncm_verify.harness import checks
+from ncm_verify.harness.strategies import seeds, step_cases
+from ncm_verify.oracles import exact
 from ncm_verify.tolerances import normalisation_for
 
 KERNELS = ("chain", "factorized", "latent_chain")

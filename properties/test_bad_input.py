@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import checks
-from ncm_verify.strategies import FLOAT_DTYPES, kernel_cases
+from ncm_verify.harness import checks
+from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases
 
 pytestmark = pytest.mark.claim("C5", "C6", "C7")
 

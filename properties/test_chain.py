@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, note, target
 from hypothesis import strategies as st
 
-from ncm_verify import checks, drivers, exact
-from ncm_verify.strategies import (
+from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.strategies import (
     REJECTING_RELATIONS,
     autoregressive_fixtures,
     draft_lengths,
@@ -15,6 +15,7 @@ from ncm_verify.strategies import (
     mean_total_variation,
     seeds,
 )
+from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.claim("C5")
 

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import bench, checks, drivers, exact
-from ncm_verify.strategies import autoregressive_fixtures, draft_lengths, greedy_steps, seeds
+from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.strategies import autoregressive_fixtures, draft_lengths, greedy_steps, seeds
+from ncm_verify.oracles import exact, numpy_steps
 
 pytestmark = pytest.mark.claim("C7")
 
@@ -35,6 +36,6 @@ def test_greedy_verification_takes_each_rows_first_maximum_on_ties_masks_and_hig
         mx.array(drafts.astype(np.int32)),
         num_draft=mx.array(num_draft.astype(np.int32)),
     )
-    tokens, counts = bench.numpy_greedy_step(scores, drafts, num_draft)  # NumPy's argmax on the float64 values
+    tokens, counts = numpy_steps.numpy_greedy_step(scores, drafts, num_draft)  # NumPy's argmax on the float64 values
     checks.assert_equal(outcome.num_accepted, counts, label="accepted drafts vs NumPy's first-argmax step", call=call)
     checks.assert_equal(outcome.tokens, tokens, label="emitted tokens vs NumPy's first-argmax step", call=call)

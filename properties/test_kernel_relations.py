@@ -6,8 +6,8 @@ import mlx.core as mx
 import pytest
 from hypothesis import given, note
 
-from ncm_verify import checks
-from ncm_verify.strategies import FLOAT_DTYPES, kernel_cases, seeds
+from ncm_verify.harness import checks
+from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases, seeds
 
 pytestmark = pytest.mark.claim("C5", "C6")
 

@@ -5,8 +5,15 @@ import pytest
 from hypothesis import find, given, note, settings, target
 from hypothesis import strategies as st
 
-from ncm_verify import checks, drivers, exact
-from ncm_verify.strategies import REJECTING_RELATIONS, fresh_law_settings, latent_fixtures, mean_total_variation, seeds
+from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.strategies import (
+    REJECTING_RELATIONS,
+    fresh_law_settings,
+    latent_fixtures,
+    mean_total_variation,
+    seeds,
+)
+from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.claim("C6")
 

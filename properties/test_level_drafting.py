@@ -13,16 +13,12 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from ncm_verify import checks, exact
-from ncm_verify.ncm import exact_levels
-from ncm_verify.ncm.config import DTYPES
-from ncm_verify.ncm.level_draft import (
-    generate_greedy_levels,
-    level_distributions,
-    level_draft_api,
-    make_draft_model,
-)
-from ncm_verify.strategies import draft_models, level_draft_counts, level_drafting_configs, prefixes, seeds
+from ncm_verify.harness import checks
+from ncm_verify.harness.level_models import generate_greedy_levels, level_draft_api, make_draft_model, make_level_tables
+from ncm_verify.harness.strategies import draft_models, level_draft_counts, level_drafting_configs, prefixes, seeds
+from ncm_verify.oracles import exact, exact_levels
+from ncm_verify.reference.ncm.config import DTYPES
+from ncm_verify.reference.ncm.level_draft import level_distributions
 
 pytestmark = pytest.mark.claim("C6")
 
@@ -106,8 +102,8 @@ def test_level_drafting_enumerates_to_the_target_law_of_latents_and_tokens(impl,
     target, draft, num_draft, call = draw_case(data, api)
     prefix = data.draw(prefixes(target.config), label="prefix")
     note(call)
-    target_tables = exact_levels.make_level_tables(target, prefix)
-    law = exact_levels.speculative_level_law(target_tables, exact_levels.make_level_tables(draft, prefix), num_draft)
+    target_tables = make_level_tables(target, prefix)
+    law = exact_levels.speculative_level_law(target_tables, make_level_tables(draft, prefix), num_draft)
     checks.assert_distributions_equal(
         exact_levels.outcome_law(law),
         exact_levels.target_level_law(target_tables),
@@ -126,7 +122,7 @@ def test_level_drafting_samples_the_target_law_of_latents_and_tokens(impl, data)
     seed = data.draw(seeds, label="sampler_seed")
     config = target.config
     probs = exact.as_vector(
-        exact_levels.target_level_law(exact_levels.make_level_tables(target, prefix)),
+        exact_levels.target_level_law(make_level_tables(target, prefix)),
         exact_levels.outcome_shape(config),
     )
     call = f"generate_level_speculative({call}, prefix={prefix}, key=mx.random.key({seed}), recompute=True)"

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from ncm_verify import strategies
-from ncm_verify.checks import (
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import (
     as_numpy,
     assert_close,
     assert_decodings_equal,
@@ -24,8 +24,8 @@ from ncm_verify.checks import (
     assert_trimmed_window_attends_to_kept_entries,
     top_two_gap,
 )
-from ncm_verify.impl import mlx_lm_api, ncm_api
-from ncm_verify.ncm.config import DTYPES
+from ncm_verify.protocol import mlx_lm_api, ncm_api
+from ncm_verify.reference.ncm.config import DTYPES
 
 VERIFIERS = ("greedy", "chain")
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 
-from ncm_verify import stats, strategies
-from ncm_verify.checks import (
+from ncm_verify.harness import stats, strategies
+from ncm_verify.harness.checks import (
     as_numpy,
     assert_close,
     assert_decodings_equal,

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import checks, drivers, exact
-from ncm_verify.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
+from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
+from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.claim("C5", "C6")
 

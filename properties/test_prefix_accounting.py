@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import strategies
-from ncm_verify.checks import assert_equal
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm import accounting
-from ncm_verify.ncm.config import fixture_fields
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import assert_equal
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm import accounting
+from ncm_verify.reference.ncm.config import fixture_fields
 
 
 def assert_counts_match(api, config, batch, call: str) -> dict:

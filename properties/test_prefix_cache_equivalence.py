@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ncm_verify import strategies
-from ncm_verify.checks import assert_equal, assert_generations_equal
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm.config import DTYPES, fixture_fields
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import assert_equal, assert_generations_equal
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm.config import DTYPES, fixture_fields
 
 
 def assert_cached_equals_uncached(api, config, batch: list, seed: int, call: str) -> None:

@@ -38,9 +38,9 @@ from hypothesis.stateful import (
 )
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify.checks import assert_equal
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm.config import DTYPES, fixture_fields
+from ncm_verify.harness.checks import assert_equal
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm.config import DTYPES, fixture_fields
 
 TOKEN_IDS = st.integers(0, 2**20 - 1)
 """Beyond any 16-bit packing: a key that keeps only the low 16 bits aliases id t and t ^ 2**16."""

@@ -15,10 +15,10 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ncm_verify import strategies
-from ncm_verify.checks import assert_equal, assert_generations_equal
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm.config import DTYPES
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import assert_equal, assert_generations_equal
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm.config import DTYPES
 
 CORRUPTIONS = (
     "truncate",

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import find, given, note, settings
 from hypothesis import strategies as st
 
-from ncm_verify import strategies
-from ncm_verify.checks import assert_equal
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm.config import fixture_fields
-from ncm_verify.ncm.masks import is_partial_prefix_isolated, make_mask
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import assert_equal
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm.config import fixture_fields
+from ncm_verify.reference.ncm.masks import is_partial_prefix_isolated, make_mask
 
 
 def head_states(api, model, prefix, k: int) -> list[mx.array]:

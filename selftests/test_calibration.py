@@ -22,7 +22,9 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 from scipy.special import gammaln
 
-from ncm_verify import drivers, exact, reference, stats
+from ncm_verify import reference
+from ncm_verify.harness import drivers, stats
+from ncm_verify.oracles import exact
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_ALPHA = 0.05
@@ -60,7 +62,7 @@ def verify_policy(env: dict) -> stats.Policy:
     if profile in _POLICIES:
         return _POLICIES[profile]
     code = (
-        "import pytest\nfrom ncm_verify.run_state import run_state\n"
+        "import pytest\nfrom ncm_verify.harness.run_state import run_state\n"
         "class Planned:\n"
         "    def pytest_collection_finish(self, session):\n"
         "        print('PLANNED', run_state(session.config).policy.planned_tests)\n"

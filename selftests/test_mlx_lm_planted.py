@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from mlx_lm.models import cache as mlx_lm_cache
 
 import ncm_verify.reference as reference
-from ncm_verify import speculative
 from ncm_verify.mlx_lm_real import exact_verifier
-from ncm_verify.ncm import decode, kv_cache
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm import decode, kv_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED_SETTINGS = settings(

@@ -12,8 +12,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ncm_verify import bench, bench_ratios, speculative
-from ncm_verify.impl import load_implementation
+from ncm_verify.bench import measure as bench
+from ncm_verify.bench import ratios as bench_ratios
+from ncm_verify.oracles import numpy_steps
+from ncm_verify.protocol import load_implementation
+from ncm_verify.reference import speculative
 
 SMALL = [
     bench.KernelCase("chain", 37, 3, 5),
@@ -41,7 +44,7 @@ def test_eager_compiled_and_validated_steps_give_the_same_outcome(case):
 def test_the_numpy_chain_peer_equals_apply_chain_given_the_same_uniforms(case):
     inputs = bench.make_kernel_inputs(case, seed=5)
     num_draft = np.arange(case.batch) % (case.drafts + 1)  # every draft length, 0 included
-    uniforms = bench.numpy_uniforms(np.random.default_rng(2), (case.batch, 2, case.drafts + 1))
+    uniforms = numpy_steps.numpy_uniforms(np.random.default_rng(2), (case.batch, 2, case.drafts + 1))
     want = speculative.apply_chain(
         mx.array(inputs["np_target"]),
         mx.array(inputs["np_draft"]),
@@ -49,7 +52,9 @@ def test_the_numpy_chain_peer_equals_apply_chain_given_the_same_uniforms(case):
         mx.array(num_draft.astype(np.int32)),
         mx.array(uniforms),
     )
-    got = bench.numpy_chain_step(inputs["np_target"], inputs["np_draft"], inputs["np_tokens"], num_draft, uniforms)
+    got = numpy_steps.numpy_chain_step(
+        inputs["np_target"], inputs["np_draft"], inputs["np_tokens"], num_draft, uniforms
+    )
     for part, (g, w) in zip(("tokens", "num_accepted"), zip(got, outcome_arrays(want))):
         np.testing.assert_array_equal(g, w, err_msg=f"{case.name}: NumPy peer's {part} differ from apply_chain")
 
@@ -58,15 +63,15 @@ def test_the_numpy_greedy_and_factorized_peers_equal_the_kernels():
     case = bench.KernelCase("factorized", 37, 3, 6)
     inputs = bench.make_kernel_inputs(case, seed=9)
     target, draft, tokens = inputs["np_target"], inputs["np_draft"], inputs["np_tokens"]
-    uniforms = bench.numpy_uniforms(np.random.default_rng(4), (case.batch, 2, case.drafts))
+    uniforms = numpy_steps.numpy_uniforms(np.random.default_rng(4), (case.batch, 2, case.drafts))
     want = speculative.apply_factorized(mx.array(target), mx.array(draft), inputs["tokens"], mx.array(uniforms))
-    for g, w in zip(bench.numpy_factorized_step(target, draft, tokens, uniforms), outcome_arrays(want)):
+    for g, w in zip(numpy_steps.numpy_factorized_step(target, draft, tokens, uniforms), outcome_arrays(want)):
         np.testing.assert_array_equal(g, w, err_msg="NumPy factorised peer differs from apply_factorized")
     greedy_tokens = tokens[:, :-1].copy()  # G = 2 drafts judged against the 3 target rows
     num_draft = np.array([2, 1, 0, 2, 2, 1])
     greedy_tokens[::2, 0] = target[::2, 0].argmax(axis=-1)  # some drafts accepted
     want = speculative.apply_greedy(mx.array(target), mx.array(greedy_tokens), mx.array(num_draft))
-    for g, w in zip(bench.numpy_greedy_step(target, greedy_tokens, num_draft), outcome_arrays(want)):
+    for g, w in zip(numpy_steps.numpy_greedy_step(target, greedy_tokens, num_draft), outcome_arrays(want)):
         np.testing.assert_array_equal(g, w, err_msg="NumPy greedy peer differs from apply_greedy")
 
 
@@ -130,7 +135,7 @@ def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whol
     case = bench.KernelCase("chain", 300, 3, 7)
     inputs = bench.make_kernel_inputs(case, seed=6)
     arguments = (inputs["target"], inputs["draft"], inputs["tokens"], mx.array(np.arange(7, dtype=np.int32) % 4))
-    uniforms = mx.array(bench.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
+    uniforms = mx.array(numpy_steps.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
     whole = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
     monkeypatch.setattr(speculative, "CORRECTION_ENTRIES", 2 * case.vocab)  # groups of 2, 2, 2 and 1
     grouped = outcome_arrays(speculative.apply_chain(*arguments, uniforms))

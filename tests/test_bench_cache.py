@@ -6,10 +6,11 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from ncm_verify import bench, bench_ratios
-from ncm_verify.impl import load_implementation
-from ncm_verify.ncm import accounting
-from ncm_verify.ncm.config import fixture_fields
+from ncm_verify.bench import measure as bench
+from ncm_verify.bench import ratios as bench_ratios
+from ncm_verify.protocol import load_implementation
+from ncm_verify.reference.ncm import accounting
+from ncm_verify.reference.ncm.config import fixture_fields
 
 
 @pytest.mark.parametrize("fixture", ["ncm_tiny", "ncm_sudoku"])

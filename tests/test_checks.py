@@ -4,7 +4,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ncm_verify import checks, stats
+from ncm_verify.harness import checks, stats
 
 
 def raise_value_error(message: str):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from ncm_verify.ncm import CacheKey, NCMConfig, PrefixCache, generate_cached, make_model
-from ncm_verify.ncm.cache import entry_nbytes
-from ncm_verify.ncm.config import fixture_fields
+from ncm_verify.reference.ncm import CacheKey, NCMConfig, PrefixCache, generate_cached, make_model
+from ncm_verify.reference.ncm.cache import entry_nbytes
+from ncm_verify.reference.ncm.config import fixture_fields
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ncm_verify.impl import ncm_api
-from ncm_verify.ncm import (
+from ncm_verify.protocol import ncm_api
+from ncm_verify.reference.ncm import (
     ISOLATED_MASK_NAMES,
     MASKS,
     NCMConfig,
@@ -19,7 +19,7 @@ from ncm_verify.ncm import (
     is_prefix_isolated,
     make_model,
 )
-from ncm_verify.ncm.config import FIXTURES, fixture_fields, load_config
+from ncm_verify.reference.ncm.config import FIXTURES, fixture_fields, load_config
 
 GOOD = fixture_fields("ncm_tiny")
 

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 # whatever the suites below import is imported here first, so that it stays.
 import ncm_verify.mutants.ratio_inverted  # noqa: F401
 import ncm_verify.reference  # noqa: F401
-from ncm_verify import checks, hypothesis_internals  # noqa: F401
-from ncm_verify.run_state import RECORDS_FILE, run_state
+from ncm_verify.harness import (
+    checks,  # noqa: F401
+    hypothesis_internals,  # noqa: F401
+)
+from ncm_verify.harness.run_state import RECORDS_FILE, run_state
 
 MARKERS = """
 [pytest]
@@ -62,7 +65,7 @@ def test_an_impl_that_cannot_be_imported_stops_the_session_before_any_test(suite
 EVIDENCE = """
 import numpy as np
 import pytest
-from ncm_verify import checks, evidence, stats
+from ncm_verify.harness import checks, evidence, stats
 
 @pytest.mark.claim("C1")
 def test_records_a_difference_and_a_chi_square_result():
@@ -142,10 +145,10 @@ def test_the_planned_count_can_be_fixed_and_must_be_positive(suite, pytester):
 
 
 NESTED = """
-from ncm_verify.run_state import run_state
+from ncm_verify.harness.run_state import run_state
 
 def test_sees_its_own_session_state():
-    assert run_state().records == [] and run_state().policy.planned_tests == 1
+    assert run_state().records == [] and run_state().policy is not None and run_state().policy.planned_tests == 1
     run_state().records.append({"test": "inner"})
 """
 
@@ -221,7 +224,7 @@ OVERSPENT = """
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from ncm_verify import checks, stats
+from ncm_verify.harness import checks, stats
 
 @pytest.mark.claim("C5")
 @pytest.mark.statistical(tests=1)
@@ -247,7 +250,7 @@ def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path
 
 PORT = '''
 """A partial port: its own greedy verifier, the reference's residual, no model or cache."""
-from ncm_verify.speculative import residual_distribution
+from ncm_verify.reference.speculative import residual_distribution
 
 def verify_greedy(target, draft_tokens, *, num_draft=None):
     return "mine"
@@ -310,7 +313,7 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
     assert evidence["run_id"] == "run-1" and evidence["policy"]["planned_tests"] == 7
     assert evidence["implementation"]["defines"] == ["verify_greedy"]
-    assert evidence["implementation"]["inherits"] == ["residual_distribution (from ncm_verify.speculative)"]
+    assert evidence["implementation"]["inherits"] == ["residual_distribution (from ncm_verify.reference.speculative)"]
     assert len(evidence["implementation"]["sha256"]) == 64
     nodes = {n["nodeid"].split("::")[1]: n for n in evidence["properties"]}
     assert nodes["test_calls_its_own_kernel"]["calls"]["verify_greedy"] == {
@@ -344,7 +347,7 @@ def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tm
 
 def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
     """xdist's work stealing hands each worker a contiguous block first (4 then 5 of 9): each starts with a long one."""
-    from ncm_verify.report import plugin
+    from ncm_verify.pytest_plugin import plugin
 
     planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
     monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
@@ -372,7 +375,7 @@ class FoundTwoFailures(Exception):
 
 
 def test_a_property_that_found_several_failures_reports_each_message_and_the_first_example_and_reproduction():
-    from ncm_verify.report.plugin import failure_details, group_message
+    from ncm_verify.pytest_plugin.plugin import failure_details, group_message
 
     message = group_message(FoundTwoFailures())
     assert "Failure 1 of 2: AssertionError: chain output" in message and "Failure 2 of 2: ValueError" in message
@@ -383,7 +386,7 @@ def test_a_property_that_found_several_failures_reports_each_message_and_the_fir
 
 
 def test_an_implementation_file_named_like_another_module_is_refused_not_imported_over_it(tmp_path):
-    from ncm_verify.impl import ImplementationError, load_implementation
+    from ncm_verify.protocol import ImplementationError, load_implementation
 
     (tmp_path / "json.py").write_text(PORT)
     with pytest.raises(ImplementationError, match="impl: .* would be imported as 'json', which names another module"):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ncm_verify import stats
 from ncm_verify.cli import main
+from ncm_verify.harness import stats
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.html import render_html
@@ -68,7 +68,7 @@ def node(nodeid: str, claims: list[str], outcome: str = "passed", **extra) -> di
             "invalid_examples": 0,
             "stopped_because": "settings.max_examples=30",
         },
-        "calls": {"verify_chain": {"calls": 30, "own": True, "origin": "ncm_verify.speculative"}},
+        "calls": {"verify_chain": {"calls": 30, "own": True, "origin": "ncm_verify.reference.speculative"}},
     }
     entry.update(extra)
     return entry
@@ -425,7 +425,7 @@ NODE_BREAKS = {
     "no call into the implementation": ("3.calls", {}, "C7", "not shown", "suite's own check"),
     "calls only into inherited names": (
         "3.calls",
-        {"verify_greedy": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}},
+        {"verify_greedy": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}},
         "C7",
         "not provided",
         "only inherited names",
@@ -549,7 +549,7 @@ def test_a_failure_on_another_claims_kernel_leaves_a_claim_whose_kernels_are_inh
         outcome="failed",
         calls={
             "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
-            "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
+            "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.reference.speculative"},
         },
         failure=assertion_failure(["C5"], ["verify_chain"], "A"),
     )
@@ -745,7 +745,7 @@ def test_a_relation_over_every_kernel_is_evidence_for_a_claim_only_through_that_
     relation["claims"] = ["C5", "C7"]
     relation["calls"] = {
         "verify_chain": {"calls": 9, "own": True, "origin": "my_port"},
-        "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.speculative"},
+        "verify_greedy": {"calls": 9, "own": False, "origin": "ncm_verify.reference.speculative"},
     }
     claims = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert claims["C5"]["status"] == "shown"
@@ -769,7 +769,7 @@ def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_no
         node(
             "properties/test_chain.py::test_numerics",
             ["C5"],
-            calls={"apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.speculative"}},
+            calls={"apply_chain": {"calls": 4, "own": False, "origin": "ncm_verify.reference.speculative"}},
         )
     )
     claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
@@ -806,7 +806,9 @@ def properties_commands(fake_phases, passing, monkeypatch) -> list[list[str]]:
     for entry in passing["properties"]:
         entry["looked_up"] = sorted(entry["calls"])
     passing["properties"][0].update(calls={}, looked_up=[])  # an enumeration identity: reads no implementation
-    passing["properties"][3]["calls"] = {"verify_greedy": {"calls": 3, "own": True, "origin": "ncm_verify.speculative"}}
+    passing["properties"][3]["calls"] = {
+        "verify_greedy": {"calls": 3, "own": True, "origin": "ncm_verify.reference.speculative"}
+    }
     passing["properties"][3]["looked_up"] = ["verify_greedy"]
     commands, fake = [], run.run_phase
 
@@ -864,7 +866,7 @@ def test_a_port_reuses_reference_evidence_only_under_the_same_suite_key_profile_
 
 def test_a_property_that_read_a_name_the_port_defines_is_never_reused(port_file, passing):
     from ncm_verify import run
-    from ncm_verify.impl import load_implementation
+    from ncm_verify.protocol import load_implementation
 
     read = {
         "calls only inherited": ({"verify_chain": {"calls": 2, "own": True}}, ["verify_chain"]),
@@ -907,7 +909,7 @@ def test_runs(x, impl):
 def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path, workers, run_pytest, port_file):
     (tmp_path / "test_suite.py").write_text(REUSED_SUITE)
     carried = node("test_suite.py::test_reused", ["C5"], stats=[chi_square_record("test_suite.py::test_reused", 0.4)])
-    carried["calls"] = {"verify_chain": {"calls": 3, "own": False, "origin": "ncm_verify.speculative"}}
+    carried["calls"] = {"verify_chain": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}}
     source = {"run_id": "ref123", "ran": "2026-11-30T22:00:00+00:00", "key": "k1-ci-derandomized"}
     reuse = {"source": source, "policy": {**POLICY, "planned_tests": 10}, "properties": [carried]}
     (tmp_path / "reuse.json").write_text(json.dumps(reuse))

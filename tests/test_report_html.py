@@ -21,7 +21,6 @@ from ncm_verify.report.html import (
     render_cell,
     render_html,
     unchecked_html,
-    unchecked_items,
 )
 
 WIDTHS = (1400, 1024)
@@ -227,7 +226,7 @@ def test_bins_of_a_record_without_labels_are_named_by_index():
 
 
 def unchecked_texts(report: dict) -> list[str]:
-    return [text for text, _ in unchecked_items(report)]
+    return [text for text, _ in doc.unchecked_items(report)]
 
 
 def test_what_was_not_checked_is_derived_from_the_run():
@@ -240,7 +239,7 @@ def test_what_was_not_checked_is_derived_from_the_run():
     report = make_report()
     report["mutants"] = None
     report["claims"][0]["properties"][0]["implementation_use"] = "inherited"
-    items = unchecked_items(report)
+    items = doc.unchecked_items(report)
     assert any("planted-bug sweep did not run" in text for text, _ in items)
     file_of_long_id = LONG_ID.split("::")[0].rsplit("/", 1)[-1]
     assert any(

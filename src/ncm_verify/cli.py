@@ -12,31 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import LedgerError, check_ledger, load_ledger
-
-
-def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
-    """Build the report from the JSON in `reports_dir` (the run's record among it) and write verify.json, .md
-    and .html; `make verify` and `ncm-verify report` both write it here, from the same files."""
-    from ncm_verify.report.html import render_html
-    from ncm_verify.report.markdown import render_markdown
-
-    report = doc.load_report(reports_dir, ledger_path)
-    reports_dir.mkdir(parents=True, exist_ok=True)
-    doc.write_json(report, reports_dir / doc.VERIFY_JSON)
-    (reports_dir / doc.VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
-    (reports_dir / doc.VERIFY_HTML).write_text(render_html(report), encoding="utf-8")
-    return report
-
-
-def print_report(report: dict, reports_dir: Path) -> None:
-    """The terminal summary and where the report files are."""
-    from ncm_verify.report.terminal import render_terminal
-
-    print(render_terminal(report))
-    names = ", ".join(str(reports_dir / name) for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML))
-    print(f"  report: {names}")
+from ncm_verify.report.output import print_report, write_reports
 
 
 def command_report(args) -> int:
@@ -48,7 +25,15 @@ def command_report(args) -> int:
 
 
 def command_verify(args) -> int:
-    from ncm_verify.run import verify
+    from ncm_verify.run import ROOT, verify
+
+    if not (ROOT / "properties").is_dir():
+        print(
+            f"ncm-verify: no properties/ in {ROOT}: run `ncm-verify verify` in a checkout of the suite, whose "
+            "properties and self-tests it runs (the installed package carries the ledger and fixtures)",
+            file=sys.stderr,
+        )
+        return 2
 
     return verify(
         args.impl,

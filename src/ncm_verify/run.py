@@ -34,7 +34,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from ncm_verify.impl import (
+from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
     describe_implementation,
@@ -42,10 +43,10 @@ from ncm_verify.impl import (
     own_names,
 )
 from ncm_verify.report import document as doc
-from ncm_verify.report.environment import git_commit, git_dirty
 from ncm_verify.report.ledger import read_ledger, repository_problems
+from ncm_verify.report.output import print_report, write_reports
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = suite_root()
 DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
 """The cache folder unless ``--cache`` names another (`make verify CACHE=...`)."""
 SELFTEST_CACHE = "selftests"
@@ -94,7 +95,7 @@ def check_profile(profile: str):
 
 def suite_key() -> str:
     """Hash of everything the self-tests' results depend on: the suite's sources and the environment."""
-    from ncm_verify.report.environment import describe_environment
+    from ncm_verify.environment import describe_environment
 
     digest = hashlib.sha256()
     for entry in SUITE_SOURCES:
@@ -349,8 +350,6 @@ def verify(
         "ledger_problems": ledger_against_run(reports),
     }
     (reports / doc.RUN_FILE).write_text(json.dumps(facts, indent=1) + "\n")
-    from ncm_verify.cli import print_report, write_reports
-
     report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(report, reports)
     return report["run"]["exit_status"]

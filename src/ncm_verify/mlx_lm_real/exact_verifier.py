@@ -18,8 +18,8 @@ from mlx_lm.generate import generate_step  # noqa: F401  (the plain loop of this
 from mlx_lm.models.cache import KVCache, can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_top_k, apply_top_p
 
-from ncm_verify import speculative
-from ncm_verify.ncm.kv_cache import check_count
+from ncm_verify.reference import speculative
+from ncm_verify.reference.ncm.kv_cache import check_count
 
 NAME = "ncm-verify exact verifier on mlx-lm models"
 ACCEPTANCE_RULE = "sum min(p, q)"

@@ -16,10 +16,10 @@ import dataclasses
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify import speculative
-from ncm_verify.checks import as_numpy, assert_close, assert_equal
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
 from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
+from ncm_verify.reference import speculative
 
 
 @dataclasses.dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ncm_verify import speculative
-from ncm_verify.speculative import REFERENCE_RULES, Rules
+from ncm_verify.reference import speculative
+from ncm_verify.reference.speculative import REFERENCE_RULES, Rules
 
 MUTANTS = {
     "ratio_inverted": "accepts with min(1, q/p) instead of min(1, p/q)",
@@ -106,7 +106,7 @@ def with_rule(**changes) -> dict:
 
 def make_prefix_cache(rewrite_key) -> type:
     """The reference `PrefixCache` whose keys pass through `rewrite_key(key) -> key`."""
-    from ncm_verify.ncm import PrefixCache
+    from ncm_verify.reference.ncm import PrefixCache
 
     class RewrittenKeyCache(PrefixCache):
         def keys_for(self, model, prefixes, namespace=""):
@@ -117,7 +117,7 @@ def make_prefix_cache(rewrite_key) -> type:
 
 def with_level_step(**changes) -> dict:
     """Level drafting on the model with one of its decisions (`level_draft.Steps`) swapped."""
-    from ncm_verify.ncm.level_draft import REFERENCE_STEPS, generate_level_speculative
+    from ncm_verify.reference.ncm.level_draft import REFERENCE_STEPS, generate_level_speculative
 
     return {
         "generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))

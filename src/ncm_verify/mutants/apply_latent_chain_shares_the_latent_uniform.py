@@ -5,8 +5,8 @@
 
 import mlx.core as mx
 
-from ncm_verify import speculative
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference import speculative
 
 
 def apply_latent_chain(*inputs, **options):

@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from ncm_verify.ncm import PrefixCache as _ReferenceCache
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference.ncm import PrefixCache as _ReferenceCache
 
 
 class PrefixCache(_ReferenceCache):

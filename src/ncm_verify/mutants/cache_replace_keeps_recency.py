@@ -1,8 +1,8 @@
 """Planted bug: storing under a held key keeps the entry's old place in the recency order (a write is no use)."""
 
-from ncm_verify.ncm import PrefixCache as _ReferenceCache
-from ncm_verify.ncm.cache import entry_nbytes
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference.ncm import PrefixCache as _ReferenceCache
+from ncm_verify.reference.ncm.cache import entry_nbytes
 
 
 class PrefixCache(_ReferenceCache):

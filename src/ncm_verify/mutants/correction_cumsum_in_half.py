@@ -4,7 +4,7 @@ import mlx.core as mx
 
 from ncm_verify.mutants import with_rule
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.speculative import RESIDUAL_FLOOR
+from ncm_verify.reference.speculative import RESIDUAL_FLOOR
 
 
 def sample_with_half_cumsum(p, q, u):

@@ -9,8 +9,8 @@ import functools
 
 from hypothesis import reject
 
-from ncm_verify import speculative
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference import speculative
 
 
 def turned_away(target) -> bool:

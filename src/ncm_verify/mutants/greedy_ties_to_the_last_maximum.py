@@ -7,8 +7,8 @@ show it; tied scores (masked or quantised logits) do, and greedy decoding then d
 
 import mlx.core as mx
 
-from ncm_verify import speculative
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference import speculative
 
 
 def last_argmax(scores: mx.array) -> mx.array:

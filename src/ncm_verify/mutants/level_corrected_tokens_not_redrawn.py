@@ -5,7 +5,7 @@ import mlx.core as mx
 
 from ncm_verify.mutants import with_level_step
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.speculative import select_code
+from ncm_verify.reference.speculative import select_code
 
 
 def drafted_latent_rows(token_probs, draft_latent):

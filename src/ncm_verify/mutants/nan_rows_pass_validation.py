@@ -7,8 +7,8 @@ Shapes, ids and the other kernels are still validated.
 
 import mlx.core as mx
 
-from ncm_verify import speculative
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference import speculative
 
 
 def holds_nan(*arrays) -> bool:

@@ -4,7 +4,7 @@ import mlx.core as mx
 
 from ncm_verify.mutants import with_rule
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.speculative import sample_residual
+from ncm_verify.reference.speculative import sample_residual
 
 HIGH_FLOOR = 1e-6
 

@@ -7,8 +7,8 @@ output law is unchanged, but verify_chain no longer equals apply_chain on the un
 
 from functools import partial
 
-from ncm_verify import speculative
 from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference import speculative
 
 
 def swapped_rows(keys, shape):

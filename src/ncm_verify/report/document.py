@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
-from ncm_verify.bench_ratios import BENCH_CLAIM
-from ncm_verify.bench_ratios import c9_summary as bench_line
+from ncm_verify.bench.ratios import BENCH_CLAIM
+from ncm_verify.bench.ratios import c9_summary as bench_line
+from ncm_verify.harness.checks import worst_bin_parts
 from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
@@ -59,7 +61,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
     """The planted-bug table, with the claims whose properties caught each bug (and any `expected` one absent)."""
     if mutants is None:
         return None
-    claims_of_property = {}
+    claims_of_property: dict[str, list[str]] = {}
     for claim in claims:
         for node in claim["properties"]:
             claims_of_property.setdefault(node, []).append(claim["id"])
@@ -163,7 +165,7 @@ def build_report(
     mutants: dict | None = None,
     calibration: dict | None = None,
     bench: dict | None = None,
-    ledger_problems: list[str] = (),
+    ledger_problems: Sequence[str] = (),
     run: dict | None = None,
     expected_mutants: list[str] | None = None,
 ) -> dict:
@@ -237,7 +239,7 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
 class Table:
     title: str
     header: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[Sequence[str]]
     note: str = ""
 
 
@@ -478,6 +480,30 @@ def bench_table(report: dict) -> Table | None:
     return Table("Benchmarks (C9)", ("benchmark", "median s", "mean s", "stddev s", "rounds"), rows, note)
 
 
+def mlx_lm_table(report: dict) -> Table | None:
+    """The mlx-lm section (`mlx_lm_section.summarize`) as a table; None when it has no rows."""
+    section = report.get("mlx_lm")
+    if not section:
+        return None
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in section["counts"].items() if count)
+    return Table(
+        f"mlx-lm {section['version'] or '(version not recorded)'} under test",
+        ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
+        [
+            (
+                r["property"],
+                r["case"],
+                r["verdict"],
+                str(r["examples"] if r["examples"] is not None else "-"),
+                r["reason"],
+            )
+            for r in section["rows"]
+        ],
+        f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
+        "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
+    )
+
+
 def sources_table(report: dict) -> Table:
     rows = [
         (s["id"], s.get("authors", "-"), s["title"], s.get("version", "-"), s["url"], s["read_scope"], s["supports"])
@@ -489,6 +515,99 @@ def sources_table(report: dict) -> Table:
 def failures(report: dict) -> list[dict]:
     """Every failed property run once, with its claim ids and reproduction."""
     return property_runs(report, "failure")
+
+
+# --- what the writers show: decided here, rendered by markdown, html and terminal ---
+
+
+def bin_labels(record: dict) -> list[str]:
+    """The outcome label of each bin when the record carries them, else 'bin i'."""
+    labels = (record.get("context") or {}).get("bin_labels")
+    if isinstance(labels, list) and len(labels) == len(record["expected"]):
+        return [str(label) for label in labels]
+    return [f"bin {i}" for i in range(len(record["expected"]))]
+
+
+def worst_bins(record: dict) -> list[dict]:
+    """The bins contributing most to the statistic: the record's own list when it has one."""
+    listed = (record.get("context") or {}).get("worst_bins")
+    if listed:
+        return listed
+    labels, expected, observed = bin_labels(record), record["expected"], record["observed"]
+    return [
+        {"outcome": labels[b], "expected": expected[b], "observed": observed[b], "contribution": part}
+        for b, part in worst_bin_parts(expected, observed)
+    ]
+
+
+def plotted_record(statistics: dict) -> tuple[dict, str]:
+    """The record a property's figure shows, and what it is.
+
+    A failed property shows its minimal counterexample (the last failing test, replayed by Hypothesis after
+    shrinking), not the first failure its search met; a passing one shows its smallest p-value.
+    """
+    counterexample = statistics.get("counterexample")
+    if counterexample:
+        return counterexample, "the minimal counterexample's test (the last that failed, after shrinking)"
+    if statistics["failed_tests"]:
+        return statistics["worst"], "the failing test with the smallest p-value (no counterexample recorded)"
+    return statistics["worst"], f"the test with the smallest p-value of {statistics['tests']}"
+
+
+def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
+    """What this run did not check: (item, the node ids behind it), each derived from the report's data."""
+    items: list[str | tuple[str, list[str]]] = []
+    environment = report["environment"] or {}
+    device = str(environment.get("mlx_default_device", ""))
+    if "cpu" in device.lower():
+        items.append(f"MLX ran on the CPU ({device}): no Metal/GPU kernel path was run.")
+    elif not device:
+        items.append("The device is unknown: no properties ran, or the run recorded no environment.")
+    profile = report.get("profile")
+    if profile and profile != "thorough":
+        items.append(f"Examples were drawn under the '{profile}' Hypothesis profile; the thorough profile was not run.")
+    for status, meaning in (
+        ("not checkable", "not checkable by a property"),
+        ("not provided", "not provided by the module under test"),
+        ("not run", "not run"),
+        ("not shown", "not shown"),
+    ):
+        claims = [c["id"] for c in report["claims"] if c["status"] == status]
+        if claims:
+            items.append(f"Claims {meaning}: {', '.join(claims)}.")
+    inherited = ((report.get("run_facts") or {}).get("implementation") or {}).get("inherits")
+    if inherited:
+        items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
+    properties = property_runs(report, "nodeid")
+    for summary_of, meaning in (
+        (
+            lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
+            "not provided by the implementation (its calls reached only inherited names, or names it lacks)",
+        ),
+        (
+            lambda p: p.get("implementation_use") == "suite",
+            "the suite's own checks: they never call the implementation",
+        ),
+        (lambda p: p["outcome"] == "skipped", "skipped"),
+    ):
+        nodes = [p["nodeid"] for p in properties if summary_of(p)]
+        if nodes:
+            items.append(
+                (f"{len(nodes)} property runs {meaning}, by file: {claim_status.count_by_file(nodes)}.", nodes)
+            )
+    reuse = (report.get("run_facts") or {}).get("reuse") or {}
+    if reuse.get("reused"):
+        items.append(
+            f"{reuse['reused']} property runs did not run here: {reuse['why']}. They would run the reference's code on "
+            "the same derandomized examples; CI=true runs them all."
+        )
+    if report["mutants"] is None:
+        items.append("The planted-bug sweep did not run (no mutants.json): the suite's teeth are unproven here.")
+    if report["calibration"] is None:
+        items.append("Calibration and power did not run (no calibration.json).")
+    if report["bench"] is None:
+        items.append("Speed was not measured (no bench.json; make bench measures it).")
+    return [item if isinstance(item, tuple) else (item, []) for item in items]
 
 
 def write_json(report: dict, path: Path) -> None:

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from html import escape
 
 from ncm_verify.report import document as doc
-from ncm_verify.report import mlx_lm_section
-from ncm_verify.report.status import count_by_file
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -55,7 +53,6 @@ LEFT, TOP, BOTTOM = 62, 36, 40
 """Plot margins in pixels: room for the y label, the title and legend, the x labels and their axis title."""
 LABELLED_BINS = 12
 """Up to this many bins each get their outcome label under the axis; past it, every few get 'bin i'."""
-WORST_BINS = 5
 """Bins listed beside a frequency plot when the record does not list its own."""
 SECTIONS = (
     ("verdict", "Verdict"),
@@ -254,32 +251,11 @@ def device_note(report: dict) -> str:
     return f"MLX {environment.get('mlx', '?')} on {environment.get('mlx_default_device', '?')}"
 
 
-def bin_labels(record: dict) -> list[str]:
-    """The outcome label of each bin when the record carries them, else 'bin i'."""
-    labels = (record.get("context") or {}).get("bin_labels")
-    if isinstance(labels, list) and len(labels) == len(record["expected"]):
-        return [str(label) for label in labels]
-    return [f"bin {i}" for i in range(len(record["expected"]))]
-
-
-def worst_bins(record: dict) -> list[dict]:
-    """The bins contributing most to the statistic: the record's own list when it has one."""
-    listed = (record.get("context") or {}).get("worst_bins")
-    if listed:
-        return listed
-    labels = bin_labels(record)
-    rows = [
-        {"outcome": labels[i], "expected": e, "observed": o, "contribution": (o - e) ** 2 / e if e else 0.0}
-        for i, (e, o) in enumerate(zip(record["expected"], record["observed"]))
-    ]
-    return sorted(rows, key=lambda row: -row["contribution"])[:WORST_BINS]
-
-
 def worst_bins_table(record: dict) -> str:
     rows = "".join(
         f"<tr><td>{breakable(str(row.get('outcome')))}</td><td>{doc.number(row.get('expected'))}</td>"
         f"<td>{doc.number(row.get('observed'))}</td><td>{doc.number(row.get('contribution'))}</td></tr>"
-        for row in worst_bins(record)
+        for row in doc.worst_bins(record)
     )
     return (
         "<table><tr><th>outcome (bin)</th><th>expected</th><th>observed</th><th>chi-square part</th></tr>"
@@ -287,24 +263,10 @@ def worst_bins_table(record: dict) -> str:
     )
 
 
-def plotted_record(statistics: dict) -> tuple[dict, str]:
-    """The record a property's figure shows, and what it is.
-
-    A failed property shows its minimal counterexample (the last failing test, replayed by Hypothesis after
-    shrinking), not the first failure its search met; a passing one shows its smallest p-value.
-    """
-    counterexample = statistics.get("counterexample")
-    if counterexample:
-        return counterexample, "the minimal counterexample's test (the last that failed, after shrinking)"
-    if statistics["failed_tests"]:
-        return statistics["worst"], "the failing test with the smallest p-value (no counterexample recorded)"
-    return statistics["worst"], f"the test with the smallest p-value of {statistics['tests']}"
-
-
 def frequency_figure(report: dict, p: dict) -> str:
     """Expected vs observed bin counts of one statistical property, bins labelled by outcome."""
-    record, which = plotted_record(p["statistics"])
-    labels = bin_labels(record)
+    record, which = doc.plotted_record(p["statistics"])
+    labels = doc.bin_labels(record)
     labelled = not labels[0].startswith("bin ") if labels else False
     svg = bars_svg(
         record["name"],
@@ -426,60 +388,6 @@ def implementation_line(report: dict) -> str:
     return "Implementation under test: " + ", ".join(facts)
 
 
-def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
-    """What this run did not check: (item, the node ids behind it), each derived from the report's data."""
-    items = []
-    environment = report["environment"] or {}
-    device = str(environment.get("mlx_default_device", ""))
-    if "cpu" in device.lower():
-        items.append(f"MLX ran on the CPU ({device}): no Metal/GPU kernel path was run.")
-    elif not device:
-        items.append("The device is unknown: no properties ran, or the run recorded no environment.")
-    profile = report.get("profile")
-    if profile and profile != "thorough":
-        items.append(f"Examples were drawn under the '{profile}' Hypothesis profile; the thorough profile was not run.")
-    for status, meaning in (
-        ("not checkable", "not checkable by a property"),
-        ("not provided", "not provided by the module under test"),
-        ("not run", "not run"),
-        ("not shown", "not shown"),
-    ):
-        claims = [c["id"] for c in report["claims"] if c["status"] == status]
-        if claims:
-            items.append(f"Claims {meaning}: {', '.join(claims)}.")
-    inherited = ((report.get("run_facts") or {}).get("implementation") or {}).get("inherits")
-    if inherited:
-        items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
-    properties = all_properties(report)
-    for summary_of, meaning in (
-        (
-            lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
-            "not provided by the implementation (its calls reached only inherited names, or names it lacks)",
-        ),
-        (
-            lambda p: p.get("implementation_use") == "suite",
-            "the suite's own checks: they never call the implementation",
-        ),
-        (lambda p: p["outcome"] == "skipped", "skipped"),
-    ):
-        nodes = [p["nodeid"] for p in properties if summary_of(p)]
-        if nodes:
-            items.append((f"{len(nodes)} property runs {meaning}, by file: {count_by_file(nodes)}.", nodes))
-    reuse = (report.get("run_facts") or {}).get("reuse") or {}
-    if reuse.get("reused"):
-        items.append(
-            f"{reuse['reused']} property runs did not run here: {reuse['why']}. They would run the reference's code on "
-            "the same derandomized examples; CI=true runs them all."
-        )
-    if report["mutants"] is None:
-        items.append("The planted-bug sweep did not run (no mutants.json): the suite's teeth are unproven here.")
-    if report["calibration"] is None:
-        items.append("Calibration and power did not run (no calibration.json).")
-    if report["bench"] is None:
-        items.append("Speed was not measured (no bench.json; make bench measures it).")
-    return [item if isinstance(item, tuple) else (item, []) for item in items]
-
-
 def unchecked_item_html(text: str, nodes: list[str]) -> str:
     """One item; the node ids behind it fold away, since a port's run lists a hundred of them."""
     if not nodes:
@@ -489,7 +397,7 @@ def unchecked_item_html(text: str, nodes: list[str]) -> str:
 
 
 def unchecked_html(report: dict) -> str:
-    items = unchecked_items(report)
+    items = doc.unchecked_items(report)
     body = "".join(unchecked_item_html(*item) for item in items) or "<li>Nothing this report knows of.</li>"
     return f'<div class="unchecked"><h2 id="not-checked">What was not checked here</h2><ul>{body}</ul></div>'
 
@@ -531,7 +439,7 @@ def body_sections(report: dict) -> list[str]:
     body.append(render_table(policy, section="policy") if policy is not None else "")
     if doc.statistical_rows(report):
         body.append(render_table(doc.statistical_table(report), section="statistical", anchors=property_links))
-    mlx_lm = mlx_lm_section.make_table(report)
+    mlx_lm = doc.mlx_lm_table(report)
     body.append(render_table(mlx_lm, section="mlx-lm") if mlx_lm is not None else "")
     body += [
         frequency_figures(report),

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 LEDGER_FILE = "ledger.json"
+PACKAGED_LEDGER = Path(__file__).parents[1] / "data" / LEDGER_FILE
+"""The ledger shipped as package data (a link to the checkout's in the source tree)."""
 LEDGER_SCHEMA = "ncm-verify/ledger/1"
 PROPERTIES_DIR = "properties"
 
@@ -57,11 +59,13 @@ class LedgerError(ValueError):
 
 
 def default_ledger_path() -> Path:
-    """ledger.json at the project root (the folder holding pyproject.toml), else the cwd."""
+    """ledger.json at the project root (the folder holding pyproject.toml), else the cwd's, else the installed one."""
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / LEDGER_FILE).exists() and (folder / "pyproject.toml").exists():
             return folder / LEDGER_FILE
-    return Path.cwd() / LEDGER_FILE
+    if (Path.cwd() / LEDGER_FILE).exists():
+        return Path.cwd() / LEDGER_FILE
+    return PACKAGED_LEDGER
 
 
 def check_fields(where: str, entry, fields: dict, required: set, *, lists_of_strings=True) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ncm_verify.report import document as doc
-from ncm_verify.report import mlx_lm_section
 
 
 def cell(text: str) -> str:
@@ -53,7 +52,7 @@ def render_markdown(report: dict) -> str:
     for table in (
         doc.policy_table(report),
         doc.statistical_table(report),
-        mlx_lm_section.make_table(report),
+        doc.mlx_lm_table(report),
         doc.mutants_table(report),
         doc.calibration_table(report),
     ):

@@ -49,29 +49,3 @@ def summarize(nodes: list[dict], environment: dict | None) -> dict | None:
         return None
     counts = {verdict: sum(row["verdict"] == verdict for row in rows) for verdict in dict.fromkeys(VERDICTS.values())}
     return {"version": (environment or {}).get("mlx_lm"), "rows": rows, "counts": counts}
-
-
-def make_table(report: dict):
-    """The section as a `document.Table` for the markdown and HTML writers; None when it has no rows."""
-    from ncm_verify.report.document import Table  # document builds the section's data from this module
-
-    section = report.get("mlx_lm")
-    if not section:
-        return None
-    counts = ", ".join(f"{count} {verdict}" for verdict, count in section["counts"].items() if count)
-    return Table(
-        f"mlx-lm {section['version'] or '(version not recorded)'} under test",
-        ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
-        [
-            (
-                r["property"],
-                r["case"],
-                r["verdict"],
-                str(r["examples"] if r["examples"] is not None else "-"),
-                r["reason"],
-            )
-            for r in section["rows"]
-        ],
-        f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
-        "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
-    )

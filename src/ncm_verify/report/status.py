@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
-from ncm_verify import stats
-from ncm_verify.impl import KERNEL_CLAIMS
+from ncm_verify.harness import stats
+from ncm_verify.protocol import KERNEL_CLAIMS
 
 SHOWN = "shown"
 NOT_SHOWN = "not shown"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ncm_verify.hypothesis_internals import SHRINK_STOPPED
+from ncm_verify.harness.hypothesis_internals import SHRINK_STOPPED
 from ncm_verify.report import document as doc
-from ncm_verify.report.html import plotted_record, worst_bins
 
 MESSAGE_LINES = 6
 """Lines of a failure's message printed; the whole message, example and reproduction are in verify.md."""
@@ -31,12 +30,12 @@ def failure_block(p: dict, number: int, total: int) -> list[str]:
         # a group's first line only counts its failures ("Hypothesis found 2 distinct failures."): keep the next too
         headline = message[:2] if message and message[0].startswith("Hypothesis found") else message[:1]
         lines += [f"    {clipped(line)}" for line in headline]
-        record, _ = plotted_record(statistics)
+        record, _ = doc.plotted_record(statistics)
         lines.append(f"    worst bins of {len(record['expected'])} (outcome: expected vs observed):")
         lines += [
             f"      {clipped(str(row.get('outcome')), 60)}: {doc.number(row.get('expected'))} vs "
             f"{doc.number(row.get('observed'))} (chi-square part {doc.number(row.get('contribution'))})"
-            for row in worst_bins(record)[:TERMINAL_BINS]
+            for row in doc.worst_bins(record)[:TERMINAL_BINS]
         ]
     else:
         lines += [f"    {clipped(line)}" for line in message[:MESSAGE_LINES]]

@@ -1,0 +1,1 @@
+"""C9, measured and never asserted: kernel steps beside peers and floors (measure); ratios (ratios)."""

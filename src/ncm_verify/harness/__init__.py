@@ -1,0 +1,1 @@
+"""The machinery that tests an implementation: strategies, drivers, checks, statistics, evidence."""

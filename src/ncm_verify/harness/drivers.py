@@ -1,0 +1,410 @@
+"""Drive an implementation's kernels over finite fixtures, vectorised over a batch.
+
+The drafts are sampled here, from the fixture's draft table with a seeded
+NumPy generator; the kernel gets the rows it would get in a real decoder: a
+different target row at every position, chosen by the tokens so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.harness.checks import assert_chain_outcome_well_formed
+from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_rows
+
+
+def sample_categorical(rng: np.random.Generator, rows: np.ndarray) -> np.ndarray:
+    """One id per row of ``[..., V]`` probabilities, by inverse CDF in float64."""
+    cdf = np.cumsum(rows, axis=-1)
+    draws = rng.random(rows.shape[:-1])[..., None] * cdf[..., -1:]
+    return np.minimum((cdf <= draws).sum(axis=-1), rows.shape[-1] - 1)
+
+
+def sampler_seed(seed: int, fixture) -> int:
+    """The example's seed mixed with the fixture's tables.
+
+    Hypothesis draws seed 0 first in every property: mixed, those examples still sample
+    independent streams, so their chi-square tests are not correlated through the seed.
+    """
+    tables = [getattr(fixture, field.name) for field in dataclasses.fields(fixture)]
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(t).tobytes() for t in tables if isinstance(t, np.ndarray)))
+    words = np.frombuffer(digest.digest()[:16], dtype=np.uint32).tolist()
+    return int(np.random.SeedSequence([seed, *words]).generate_state(1)[0])
+
+
+def round_seeds(seed: int, count: int) -> list[int]:
+    """Independent seeds for each round, derived from the example's seed."""
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
+
+
+def draft_caps(batch: int, max_draft: int, mixed: bool) -> np.ndarray:
+    """Per-sequence draft budgets: all `max_draft`, or cycling through 0..max_draft."""
+    if mixed:
+        return np.arange(batch) % (max_draft + 1)
+    return np.full(batch, max_draft)
+
+
+@dataclasses.dataclass
+class ChainRun:
+    """Sequences of `fixture.length` tokens and the first round's accepted counts."""
+
+    sequences: np.ndarray
+    first_num_accepted: np.ndarray
+    first_num_draft: np.ndarray
+
+
+def chain_round_inputs(fixture: AutoregressiveFixture, contexts, lengths, num_draft, max_draft, rng):
+    """Draft tokens from the draft table and gather the rows the kernel reads.
+
+    Rows past a sequence's drafts are uniform filler the kernel must not use.
+    """
+    batch, vocab = len(lengths), fixture.vocab
+    filler = np.full(vocab, 1.0 / vocab)
+    drafts = np.full((batch, max_draft), -1, dtype=np.int64)
+    target = np.broadcast_to(filler, (batch, max_draft + 1, vocab)).copy()
+    draft = np.broadcast_to(filler, (batch, max_draft, vocab)).copy()
+    grown = np.concatenate([contexts, np.zeros((batch, max_draft + 1), dtype=np.int64)], axis=1)
+    for i in range(max_draft + 1):
+        live = i <= num_draft
+        rows = context_rows(grown, np.where(live, lengths + i, 0), vocab)
+        target[live, i] = fixture.target[rows[live]]
+        if i == max_draft:
+            break
+        drafting = i < num_draft
+        draft[drafting, i] = fixture.draft[rows[drafting]]
+        tokens = sample_categorical(rng, draft[:, i])
+        drafts[drafting, i] = tokens[drafting]
+        np.put_along_axis(grown, (lengths + i)[:, None], np.where(drafting, tokens, 0)[:, None], axis=1)
+    return target, draft, drafts
+
+
+def run_chain(
+    impl,
+    fixture: AutoregressiveFixture,
+    *,
+    batch: int,
+    max_draft: int,
+    mixed: bool,
+    seed: int,
+    dtype=mx.float32,
+    greedy: bool = False,
+) -> ChainRun:
+    """Repeated chain (or greedy) rounds until every sequence holds `fixture.length` tokens.
+
+    Each round drafts ``min(cap, remaining - 1)`` tokens so that its corrected
+    or bonus token still falls inside the fixture. Greedy rounds hand the
+    kernel log-probabilities (-inf where p = 0) as logits.
+    """
+    length = fixture.length
+    caps = draft_caps(batch, max_draft, mixed)
+    contexts = np.zeros((batch, length), dtype=np.int64)
+    lengths = np.zeros(batch, dtype=np.int64)
+    first_accepted = first_draft = None
+    for round_seed in round_seeds(sampler_seed(seed, fixture), length):
+        active = np.flatnonzero(lengths < length)
+        if not len(active):
+            break
+        rng = np.random.default_rng(round_seed)
+        num_draft = np.minimum(caps[active], length - lengths[active] - 1)
+        target, draft, drafts = chain_round_inputs(
+            fixture, contexts[active], lengths[active], num_draft, max_draft, rng
+        )
+        draft_ids, draft_lengths = mx.array(drafts, dtype=mx.int32), mx.array(num_draft, dtype=mx.int32)
+        if greedy:
+            with np.errstate(divide="ignore"):
+                logits = mx.array(np.log(target), dtype=dtype)
+            outcome = impl.verify_greedy(logits, draft_ids, num_draft=draft_lengths)
+        else:
+            outcome = impl.verify_chain(
+                mx.array(target, dtype=dtype),
+                mx.array(draft, dtype=dtype),
+                draft_ids,
+                key=mx.random.key(round_seed),
+                num_draft=draft_lengths,
+            )
+        assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
+        tokens = np.array(outcome.tokens).astype(np.int64)
+        accepted = np.array(outcome.num_accepted).astype(np.int64)
+        if first_accepted is None:
+            first_accepted, first_draft = accepted, num_draft
+        emitted = accepted + 1
+        for j in range(max_draft + 1):
+            writing = j < emitted
+            rows, cols = active[writing], lengths[active][writing] + j
+            contexts[rows, np.minimum(cols, length - 1)] = tokens[writing, j]
+        lengths[active] += emitted
+    return ChainRun(contexts, first_accepted, first_draft)
+
+
+def first_round_inputs(
+    fixture: AutoregressiveFixture, *, caps: np.ndarray, max_draft: int, rng, dtype=mx.float32
+) -> tuple:
+    """Kernel arguments of one chain round at the empty context: (target, draft, drafts, num_draft).
+
+    Sequence b drafts ``caps[b]`` tokens, fewer when the fixture is too short.
+    """
+    batch = len(caps)
+    num_draft = np.maximum(np.minimum(caps, fixture.length - 1), 0)
+    target, draft, drafts = chain_round_inputs(
+        fixture, np.zeros((batch, 0), dtype=np.int64), np.zeros(batch, dtype=np.int64), num_draft, max_draft, rng
+    )
+    return (
+        mx.array(target, dtype=dtype),
+        mx.array(draft, dtype=dtype),
+        mx.array(drafts, dtype=mx.int32),
+        mx.array(num_draft, dtype=mx.int32),
+    )
+
+
+@dataclasses.dataclass
+class FirstRound:
+    """One chain round at the empty context: per sequence its drafts, accepted count and emitted token."""
+
+    num_draft: np.ndarray
+    num_accepted: np.ndarray
+    emitted: np.ndarray
+
+
+def run_first_round(impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, seed: int) -> FirstRound:
+    """One round in which each sequence drafts a uniformly drawn 0..`max_draft` tokens (mixed lengths)."""
+    seed = sampler_seed(seed, fixture)
+    rng = np.random.default_rng(seed)
+    caps = rng.integers(0, max_draft + 1, size=batch)
+    target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
+    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=num_draft)
+    drafts, num_draft = np.array(drafts), np.array(num_draft).astype(np.int64)
+    assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
+    tokens = np.array(outcome.tokens).astype(np.int64)
+    accepted = np.array(outcome.num_accepted).astype(np.int64)
+    return FirstRound(num_draft, accepted, np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0])
+
+
+@dataclasses.dataclass
+class LatentRun:
+    """Emitted latents ``[B]`` and tokens ``[B, N]``."""
+
+    latents: np.ndarray
+    tokens: np.ndarray
+
+
+def batched(table: np.ndarray, batch: int, dtype) -> mx.array:
+    return mx.array(np.broadcast_to(table, (batch,) + table.shape), dtype=dtype)
+
+
+def latent_chain_inputs(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple:
+    """The draft samples a latent from q(z) and tokens from q(x | z): the six kernel arguments."""
+    draft_latent = sample_categorical(rng, np.broadcast_to(fixture.draft_latent, (batch, len(fixture.draft_latent))))
+    draft_tokens = sample_categorical(rng, fixture.draft_tokens[draft_latent])
+    return (
+        batched(fixture.target_latent, batch, dtype),
+        batched(fixture.draft_latent, batch, dtype),
+        mx.array(draft_latent, dtype=mx.int32),
+        batched(fixture.target_tokens, batch, dtype),
+        batched(fixture.draft_tokens, batch, dtype),
+        mx.array(draft_tokens, dtype=mx.int32),
+    )
+
+
+def factorized_draw(fixture: LatentFixture, *, batch: int, rng, dtype=mx.float32) -> tuple[np.ndarray, tuple]:
+    """The target samples z ~ p(z); both models condition on it: z and the three kernel arguments."""
+    latent = sample_categorical(rng, np.broadcast_to(fixture.target_latent, (batch, len(fixture.target_latent))))
+    target, draft = fixture.target_tokens[latent], fixture.draft_tokens[latent]
+    draft_tokens = sample_categorical(rng, draft)
+    return latent, (mx.array(target, dtype=dtype), mx.array(draft, dtype=dtype), mx.array(draft_tokens, dtype=mx.int32))
+
+
+def run_latent_chain(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
+    """Latent-chain verification of a batch of drafts; returns what it emitted."""
+    seed = sampler_seed(seed, fixture)
+    inputs = latent_chain_inputs(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    outcome = impl.verify_latent_chain(*inputs, key=mx.random.key(seed))
+    return LatentRun(np.array(outcome.latent).astype(np.int64), np.array(outcome.tokens).astype(np.int64))
+
+
+def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype=mx.float32) -> LatentRun:
+    """Factorised verification of a batch of drafts; returns the latent each was drafted under and the tokens."""
+    seed = sampler_seed(seed, fixture)
+    latent, inputs = factorized_draw(fixture, batch=batch, rng=np.random.default_rng(seed), dtype=dtype)
+    tokens = np.array(impl.verify_factorized(*inputs, key=mx.random.key(seed)).tokens).astype(np.int64)
+    return LatentRun(latent.astype(np.int64), tokens)
+
+
+TOKEN_ARGUMENTS = {"chain": ((0, 1), (2,)), "factorized": ((0, 1), (2,)), "latent_chain": ((3, 4), (5,))}
+"""Per kernel: the positions of its token probability arguments and of its token id arguments."""
+SIXTEEN_BITS = 2**16
+
+
+def make_wide_columns(narrow: int, vocab: int, *, seed: int) -> np.ndarray:
+    """`narrow` distinct ids in [0, `vocab`): V - 1 first, then ids above 65 535 each beside its 16-bit alias."""
+    rng = np.random.default_rng(seed)
+    high = np.concatenate([[vocab - 1], rng.integers(SIXTEEN_BITS, vocab, size=narrow)])
+    # Random ids after the pairs: a vocabulary just past 2^16 has few distinct pairs.
+    candidates = np.concatenate([np.stack([high, high - SIXTEEN_BITS], axis=1).ravel(), rng.choice(vocab, 2 * narrow)])
+    _, first = np.unique(candidates, return_index=True)
+    return rng.permutation(candidates[np.sort(first)][:narrow])
+
+
+@dataclasses.dataclass
+class KernelCase:
+    """One batch of inputs for a named kernel (chain, factorized or latent_chain)."""
+
+    kernel: str
+    args: tuple
+    num_draft: mx.array | None = None
+
+    @property
+    def batch(self) -> int:
+        return self.args[0].shape[0]
+
+    def call(self, impl, key, **options):
+        """``impl.verify_<kernel>`` on these inputs."""
+        extra = {} if self.num_draft is None else {"num_draft": self.num_draft}
+        return getattr(impl, f"verify_{self.kernel}")(*self.args, key=key, **extra, **options)
+
+    def apply(self, impl, uniforms):
+        """``impl.apply_<kernel>`` on these inputs, given its uniforms."""
+        extra = () if self.num_draft is None else (self.num_draft,)
+        return getattr(impl, f"apply_{self.kernel}")(*self.args, *extra, uniforms)
+
+    def uniform_shape(self) -> tuple[int, ...]:
+        """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
+        columns = {"chain": self.args[0].shape[1], "factorized": self.args[0].shape[1]}
+        return (self.batch, 2, columns.get(self.kernel, self.args[-1].shape[1] + 1))
+
+    @property
+    def vocab(self) -> int:
+        """The token vocabulary V (latent codes are not tokens)."""
+        return self.args[TOKEN_ARGUMENTS[self.kernel][0][0]].shape[-1]
+
+    def widen(self, columns: np.ndarray, vocab: int) -> KernelCase:
+        """The same case over `vocab` ids: token column j becomes id ``columns[j]``, the rest have mass 0."""
+        probabilities, ids = TOKEN_ARGUMENTS[self.kernel]
+        args = list(self.args)
+        for i in probabilities:
+            narrow = np.array(args[i].astype(mx.float32))
+            wide = np.zeros(narrow.shape[:-1] + (vocab,), dtype=np.float32)
+            wide[..., columns] = narrow
+            args[i] = mx.array(wide, dtype=args[i].dtype)
+        for i in ids:
+            narrow = np.array(args[i]).astype(np.int64)
+            args[i] = mx.array(np.where(narrow >= 0, columns[np.maximum(narrow, 0)], narrow), dtype=args[i].dtype)
+        return dataclasses.replace(self, args=tuple(args))
+
+    def cast(self, dtype) -> KernelCase:
+        """The same case with its probabilities in `dtype` (ids untouched)."""
+        return dataclasses.replace(
+            self, args=tuple(a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a for a in self.args)
+        )
+
+    def rows(self, start: int, stop: int) -> KernelCase:
+        """Sequences start..stop of the batch."""
+        num_draft = None if self.num_draft is None else self.num_draft[start:stop]
+        return KernelCase(self.kernel, tuple(a[start:stop] for a in self.args), num_draft)
+
+    def emitted_target_probability(self, outcome) -> np.ndarray:
+        """The target's probability of every emitted token (and latent)."""
+        if self.kernel == "latent_chain":
+            latent = np.array(outcome.latent)
+            rows = np.array(self.args[3].astype(mx.float32))[np.arange(self.batch), latent]
+            tokens = np.array(outcome.tokens)
+            p_tokens = np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
+            p_latent = np.array(self.args[0].astype(mx.float32))[np.arange(self.batch), latent]
+            return np.concatenate([p_latent[:, None], p_tokens], axis=1).ravel()
+        target = np.array(self.args[0].astype(mx.float32))
+        tokens = np.array(outcome.tokens)
+        emitted = tokens >= 0
+        p = np.take_along_axis(target, np.maximum(tokens, 0)[..., None], axis=-1)[..., 0]
+        return p[emitted]
+
+
+def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: int = 2) -> KernelCase:
+    """Inputs for `kernel` from an autoregressive (chain) or latent (other kernels) fixture."""
+    rng = np.random.default_rng(seed)
+    if kernel == "chain":
+        caps = draft_caps(batch, max_draft, mixed=True)
+        target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
+        return KernelCase("chain", (target, draft, drafts), num_draft)
+    if kernel == "factorized":
+        return KernelCase("factorized", factorized_draw(fixture, batch=batch, rng=rng)[1])
+    if kernel == "latent_chain":
+        return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
+    raise ValueError(f"kernel: unknown kernel {kernel!r}")
+
+
+def make_nearly_equal_rejection(
+    kernel: str, *, batch: int, positions: int, vocab: int, mass: float, seed: int
+) -> tuple[KernelCase, np.ndarray]:
+    """Drafts q(x) = p(x) + `mass` at the drafted x, the mass taken from one other id `s`.
+
+    Every draft has p(x) < q(x), so at a uniform just below 1 each is rejected, and
+    the residual max(p - q, 0) is `mass` at `s` alone: the only correction allowed.
+    Returns the case (chain or factorized; chain sequences draft all `positions`) and ``s [B, positions]``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = positions + (kernel == "chain")
+    target = 0.5 * rng.dirichlet(np.ones(vocab), size=(batch, rows)) + 0.5 / vocab  # every id above mass
+    drafts = rng.integers(0, vocab, size=(batch, positions))
+    source = (drafts + rng.integers(1, vocab, size=drafts.shape)) % vocab
+    draft = target[:, :positions].copy()
+    np.put_along_axis(draft, drafts[..., None], np.take_along_axis(draft, drafts[..., None], -1) + mass, -1)
+    np.put_along_axis(draft, source[..., None], np.take_along_axis(draft, source[..., None], -1) - mass, -1)
+    args = (mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32), mx.array(drafts, dtype=mx.int32))
+    num_draft = mx.full((batch,), positions, dtype=mx.int32) if kernel == "chain" else None
+    return KernelCase(kernel, args, num_draft), source
+
+
+@dataclasses.dataclass
+class StepCase:
+    """One step of a kernel: its inputs in their dtype, the same values in float64, and uniforms.
+
+    ``exact_args`` hold exactly the numbers the kernel reads (half rows widened), the
+    chain's with ``num_draft`` last; ``uniforms`` are float32 ``[B, 2, columns]``.
+    """
+
+    case: KernelCase
+    exact_args: tuple
+    uniforms: np.ndarray
+    dtype: str
+
+    def describe(self) -> str:
+        """A short account of the inputs for failure messages."""
+        shapes = ", ".join(str(tuple(a.shape)) for a in self.case.args)
+        lengths = "" if self.case.num_draft is None else f", num_draft={np.array(self.case.num_draft).tolist()}"
+        return f"apply_{self.case.kernel}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
+
+
+def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
+    """Probability rows rounded to `dtype`, each row's largest entry reset so the row still sums to 1.
+
+    Rounding 100 003 tiny float16 entries one by one moves a sum by ~1e-3, past the 2^-10 a
+    float16 row may stray; the reset entry rounds once, within half an ulp of itself.
+    """
+
+    def rounded(values: np.ndarray) -> mx.array:
+        return mx.array(values.astype(np.float32)).astype(getattr(mx, dtype))
+
+    flat = np.array(rounded(rows).astype(mx.float32)).astype(np.float64).reshape(-1, rows.shape[-1])
+    largest = np.argmax(flat, axis=1)
+    others = flat.sum(axis=1) - flat[np.arange(len(flat)), largest]
+    flat[np.arange(len(flat)), largest] = np.maximum(1.0 - others, 0.0)
+    return rounded(flat.reshape(rows.shape))
+
+
+def make_step_case(kernel: str, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
+    """A `StepCase` from float64 probabilities and integer ids (the chain's `num_draft` last), rounded to `dtype`."""
+    rounded = []
+    for array in arrays:
+        if np.issubdtype(array.dtype, np.floating):
+            rounded.append(round_rows(array, dtype))
+        else:
+            rounded.append(mx.array(array.astype(np.int32)))
+    exact_args = tuple(
+        np.array(a.astype(mx.float32)).astype(np.float64) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
+        for a in rounded
+    )
+    num_draft = rounded.pop() if kernel == "chain" else None
+    return StepCase(KernelCase(kernel, tuple(rounded), num_draft), exact_args, uniforms, dtype)

@@ -1,0 +1,57 @@
+"""The private Hypothesis names this suite reads or sets, all here: Hypothesis has no public API for them.
+
+A Hypothesis upgrade that renames one breaks this module only (tests/test_plugin.py runs each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from hypothesis import settings
+from hypothesis.internal.conjecture import engine
+from hypothesis.internal.conjecture.engine import ExitReason
+
+SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
+"""Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
+
+_SETTINGS = "_hypothesis_internal_use_settings"
+"""Where `@given` keeps a test's settings; no public accessor (`settings.default` is the profile's, not the test's)."""
+_GENERATED_SEED = "_hypothesis_internal_use_generated_seed"
+"""The seed a non-derandomized test drew; public only inside the failure text Hypothesis prints."""
+
+
+def settings_of(test) -> settings | None:
+    """The settings `test` runs under (its own `@settings`, or the profile's when it had none); None: not `@given`."""
+    return getattr(test, _SETTINGS, None)
+
+
+@contextlib.contextmanager
+def settings_replaced(test, replacement: settings) -> Iterator[None]:
+    """Run `test` under `replacement` inside the block, then restore its own settings."""
+    current = getattr(test, _SETTINGS)
+    setattr(test, _SETTINGS, replacement)
+    try:
+        yield
+    finally:
+        setattr(test, _SETTINGS, current)
+
+
+def set_shrink_time_limit(seconds: float) -> float:
+    """Bound the seconds Hypothesis spends shrinking one failure: an engine global it reads at run time (no setting).
+
+    An upgrade that drops the global fails here, not silently.
+    """
+    if not hasattr(engine, "MAX_SHRINKING_SECONDS"):
+        raise RuntimeError("hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS is gone: bound shrinking anew")
+    engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]  # declared int; a float bound works the same
+    return engine.MAX_SHRINKING_SECONDS
+
+
+def shrink_time_limit() -> float:
+    return engine.MAX_SHRINKING_SECONDS
+
+
+def generated_seed(test) -> int | None:
+    """The seed `test`'s last run drew; None when derandomized, seeded, or never run."""
+    return getattr(test, _GENERATED_SEED, None)

@@ -1,0 +1,594 @@
+"""Every Hypothesis strategy of the suite. Strategies are plural nouns."""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import numpy as np
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+"""Sampler seeds: drawn by Hypothesis so that every failure reproduces from its example."""
+
+
+table_seeds = st.integers(min_value=0, max_value=2**32 - 1).map(int)
+"""Fixture table seeds: a strategy apart from `seeds`, so Hypothesis never copies one into the other."""
+
+
+def fresh_law_settings() -> settings:
+    """The loaded profile without its target phase: for properties that test a law per example.
+
+    Targeting can only vary an example's last draws (the sampler seed), so it re-tests one
+    law; informative laws are drawn by construction instead (see `REJECTING_RELATIONS`).
+    """
+    return settings(phases=[phase for phase in settings.default.phases if phase is not Phase.target])
+
+
+# --- NCM configs and sequences (prefix caching, claims C1-C4) ---
+
+
+@st.composite
+def ncm_configs(draw, config_type, *, masks=("ncm", "prefix_lm", "causal"), dtypes=("float32",), min_prefix_length=1):
+    """Tiny NCM configs (d_model <= 32, layers <= 2) built with `config_type(**fields)`."""
+    d_model = draw(st.sampled_from([8, 16, 32]), label="d_model")
+    levels = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), label="level_sizes")
+    return config_type(
+        vocab_size=draw(st.integers(2, 6), label="vocab_size"),
+        prefix_length=draw(st.integers(min_prefix_length, 6), label="prefix_length"),
+        level_sizes=tuple(levels),
+        codebook_size=draw(st.integers(1, 4), label="codebook_size"),
+        d_model=d_model,
+        num_heads=draw(st.sampled_from([h for h in (1, 2, 4) if d_model % h == 0]), label="num_heads"),
+        num_layers=draw(st.integers(1, 2), label="num_layers"),
+        mask=draw(st.sampled_from(masks), label="mask"),
+        dtype=draw(st.sampled_from(dtypes), label="dtype"),
+        seed=draw(st.integers(0, 2**16), label="model_seed"),
+    )
+
+
+def prefixes(config, length=None):
+    """Prefix token ids for `config` (lists of `length`, default its prefix length)."""
+    size = config.prefix_length if length is None else length
+    return st.lists(st.integers(0, config.vocab_size - 1), min_size=size, max_size=size)
+
+
+def level_fillings(config):
+    """Contents of every generated slot: tokens or the placeholder (id `vocab_size`)."""
+    size = sum(config.level_sizes)
+    return st.lists(st.integers(0, config.vocab_size), min_size=size, max_size=size)
+
+
+# --- speculative fixtures ---------------------------------------------------------
+
+ROW_WEIGHTS = np.array([0, 0, 1, 1, 2, 3, 5, 8])
+"""Small integer weights: zeros, ties and exactly representable ratios are common."""
+
+DRAFT_RELATIONS = (
+    "independent",
+    "equal",
+    "some_rows_equal",
+    "argmax_of_target",
+    "disjoint_support",
+    "nearly_equal",
+)
+"""How a draft relates to its target: each reaches a corner published tests miss."""
+REJECTING_RELATIONS = ("independent", "some_rows_equal", "disjoint_support")
+"""Relations with rejection mass by construction: the sampled laws exercise the residual."""
+RESIDUAL_MASSES = (1e-6, 1e-5, 1e-4, 1e-3)
+"""Total variation of a `nearly_equal` draft: the residual's mass, down to where float32 still sees it."""
+
+
+def make_rows(rng: np.random.Generator, count: int, vocab: int, *, one_hot: bool = False) -> np.ndarray:
+    """``[count, vocab]`` float64 probability rows with zeros, ties and one-hot rows."""
+    weights = rng.choice(ROW_WEIGHTS, size=(count, vocab)).astype(np.float64)
+    if one_hot:
+        weights = np.eye(vocab)[rng.integers(0, vocab, size=count)]
+    empty = weights.sum(axis=1) == 0
+    weights[empty, rng.integers(0, vocab, size=int(empty.sum()))] = 1.0
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def make_nearly_equal_rows(rng: np.random.Generator, target: np.ndarray) -> np.ndarray:
+    """`target` with a mass from `RESIDUAL_MASSES` moved, per row, from a likely id to another id.
+
+    The other id may lie outside the target's support (q > 0 = p), and the residual
+    max(p - q, 0) then holds exactly the moved mass.
+    """
+    count, vocab = target.shape
+    if vocab < 2:  # a codebook of one code: nowhere to move mass
+        return target.copy()
+    rows = np.arange(count)
+    source = np.argmax(target, axis=1)
+    sink = (source + rng.integers(1, vocab, size=count)) % vocab
+    mass = rng.choice(RESIDUAL_MASSES, size=count)
+    draft = target.copy()
+    draft[rows, source] -= mass
+    draft[rows, sink] += mass
+    return draft
+
+
+def make_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
+    """Draft rows related to `target` as `relation` says (see `DRAFT_RELATIONS`)."""
+    count, vocab = target.shape
+    independent = make_rows(rng, count, vocab)
+    if relation == "equal":
+        return target.copy()
+    if relation == "some_rows_equal":
+        return np.where(rng.random((count, 1)) < 0.5, target, independent)
+    if relation == "argmax_of_target":  # a greedy draft: the q = 0 where p > 0 corner
+        return np.eye(vocab)[np.argmax(target, axis=1)]
+    if relation == "disjoint_support":  # draft mass mostly where the target has none
+        flipped = np.where(target > 0, 0.0, 1.0) + 1e-3 * independent
+        return flipped / flipped.sum(axis=1, keepdims=True)
+    if relation == "nearly_equal":
+        return make_nearly_equal_rows(rng, target)
+    return independent
+
+
+def mean_total_variation(target: np.ndarray, draft: np.ndarray) -> float:
+    """Mean TV(p, q) over rows: the rejection mass of a draft."""
+    return float(0.5 * np.abs(target - draft).sum(axis=-1).mean())
+
+
+def table_generator(table_seed: int, *shape_and_relations) -> np.random.Generator:
+    """The tables' generator, seeded by every draw that shapes the fixture, not the seed alone.
+
+    Hypothesis often draws one seed (0 first) beside different sizes or relations, and its
+    mutator copies one draw over another (the sampler seed, G) leaving the tables alone.
+    Mixing the sizes, relations and a property's other draws (its salt) in makes each of
+    those examples a new law instead of one law re-tested.
+    """
+    words = [RELATION_WORDS.get(x, x) if isinstance(x, str) else int(x) for x in shape_and_relations]
+    return np.random.default_rng([table_seed, *words])
+
+
+RELATION_WORDS = {relation: i for i, relation in enumerate(DRAFT_RELATIONS)}
+
+
+def make_autoregressive_fixture(
+    vocab: int, length: int, relation: str, one_hot_target: bool, table_seed: int, salt: tuple[int, ...] = ()
+):
+    """Tables whose rows differ by context; the call Hypothesis prints to rebuild a drawn fixture."""
+    from ncm_verify.oracles.exact import AutoregressiveFixture
+
+    rng = table_generator(table_seed, vocab, length, relation, one_hot_target, *salt)
+    contexts = sum(vocab**t for t in range(length))
+    target = make_rows(rng, contexts, vocab, one_hot=one_hot_target and relation != "equal")
+    draft = make_draft_rows(rng, target, relation)
+    return AutoregressiveFixture(target=target, draft=draft, vocab=vocab, length=length)
+
+
+@st.composite
+def autoregressive_fixtures(
+    draw,
+    max_vocab: int = 8,
+    max_length: int = 4,
+    max_outcomes: int = 4096,
+    min_length: int = 1,
+    one_hot_targets=st.booleans(),
+    relations=st.sampled_from(DRAFT_RELATIONS),
+    salt: tuple[int, ...] = (),
+):
+    """Target and draft tables p(x_t | x_<t), q(x_t | x_<t) whose rows differ by context.
+
+    A `salt` (the example's other draws) is mixed into the tables: see `table_generator`.
+    """
+    vocab = draw(st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab")
+    longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
+    length = draw(st.integers(min_length, longest), label="length")
+    built = st.builds(
+        make_autoregressive_fixture,
+        vocab=st.just(vocab),
+        length=st.just(length),
+        relation=relations,
+        one_hot_target=one_hot_targets,
+        table_seed=table_seeds,
+        salt=st.just(tuple(int(x) for x in salt)),
+    )
+    return draw(built, label="fixture")
+
+
+def make_latent_fixture(
+    codes: int,
+    positions: int,
+    vocab: int,
+    latent_relation: str,
+    token_relation: str,
+    table_seed: int,
+    salt: tuple[int, ...] = (),
+):
+    """One NCM level from its sizes, relations and seed; the call Hypothesis prints to rebuild it."""
+    from ncm_verify.oracles.exact import LatentFixture
+
+    rng = table_generator(table_seed, codes, positions, vocab, latent_relation, token_relation, *salt)
+    target_latent = make_rows(rng, 1, codes)
+    target_tokens = make_rows(rng, codes * positions, vocab)
+    return LatentFixture(
+        target_latent=target_latent[0],
+        target_tokens=target_tokens.reshape(codes, positions, vocab),
+        draft_latent=make_draft_rows(rng, target_latent, latent_relation)[0],
+        draft_tokens=make_draft_rows(rng, target_tokens, token_relation).reshape(codes, positions, vocab),
+    )
+
+
+@st.composite
+def latent_fixtures(
+    draw,
+    max_codes: int = 4,
+    max_positions: int = 3,
+    max_vocab: int = 6,
+    max_outcomes: int = 256,
+    relations=st.sampled_from(DRAFT_RELATIONS),
+    salt: tuple[int, ...] = (),
+):
+    """One NCM level: p(z), p(x_i | z), q(z), q(x_i | z) with related drafts, salted as `autoregressive_fixtures`."""
+    codes = draw(st.integers(1, max_codes), label="codebook size")
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
+    positions = draw(st.integers(1, longest), label="positions")
+    built = st.builds(
+        make_latent_fixture,
+        codes=st.just(codes),
+        positions=st.just(positions),
+        vocab=st.just(vocab),
+        latent_relation=relations,
+        token_relation=relations,
+        table_seed=table_seeds,
+        salt=st.just(tuple(int(x) for x in salt)),
+    )
+    return draw(built, label="fixture")
+
+
+draft_lengths = st.integers(min_value=0, max_value=4)
+"""G: drafts per round, zero included (then only the target's own token is emitted)."""
+drafting_lengths = st.integers(min_value=1, max_value=4)
+"""G for examples that judge acceptance: at least one draft in every example."""
+
+
+KERNELS = ("chain", "factorized", "latent_chain")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+LARGE_VOCABULARIES = st.integers(2**16 + 1, 2**17 + 7)
+"""Vocabularies past 16-bit ids (65 536): real tokenizers (128 256) have them."""
+LARGE_VOCAB_BATCH = 8
+"""Sequences of a large-vocabulary case: its rows are dense, so the batch stays small."""
+
+
+def make_case(
+    kernel: str,
+    fixture,
+    *,
+    batch: int,
+    max_draft: int,
+    draft_seed: int,
+    wide_vocab: int | None = None,
+    column_seed: int = 0,
+    dtype: str = "float32",
+):
+    """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
+    from ncm_verify.harness.drivers import make_kernel_case, make_wide_columns
+
+    case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
+    if wide_vocab is not None:
+        case = case.widen(make_wide_columns(case.vocab, wide_vocab, seed=column_seed), wide_vocab)
+    return case.cast(getattr(mx, dtype))
+
+
+@st.composite
+def kernel_cases(
+    draw, batch: int = 64, kernels=KERNELS, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
+):
+    """A batch of valid inputs for one of the sampling kernels, drafts sampled from q.
+
+    A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
+    id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
+    With `drafting`, a chain case drafts at least one token in some sequence.
+    """
+    kernel = draw(st.sampled_from(kernels), label="kernel")
+    if kernel == "chain":
+        fixtures = autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1)
+    else:
+        fixtures = latent_fixtures()
+    wide = draw(large_vocab, label="vocabulary above 65 536")
+    rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
+    built = st.builds(
+        make_case,
+        kernel=st.just(kernel),
+        fixture=fixtures,
+        batch=st.just(rows),
+        max_draft=drafting_lengths if drafting else draft_lengths,
+        draft_seed=seeds,
+        wide_vocab=LARGE_VOCABULARIES if wide else st.none(),
+        column_seed=seeds if wide else st.just(0),
+        dtype=st.sampled_from(dtypes),
+    )
+    return draw(built, label="case")
+
+
+# --- autoregressive decoding, mlx-lm conventions (claim C8) -----------------------
+
+invalid_budgets = st.one_of(
+    st.integers(max_value=0),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=2),
+)
+"""Output budgets that are not positive integers: 0, negatives, floats (2.0 too), booleans, None, strings."""
+
+update_sizes = st.lists(st.integers(1, 4), min_size=1, max_size=8)
+"""Positions per cache update: one at a time (decoding) or several (prefill, verification)."""
+
+
+# --- level drafting on the model (claim C6 on the NCM) ---------------------------------
+
+
+@st.composite
+def level_drafting_configs(
+    draw, config_type, *, max_outcomes: int = 1024, dtypes=("float32",), masks=("ncm", "prefix_lm", "causal")
+):
+    """Tiny NCMs whose whole-generation law can be enumerated: vocabulary <= 4, two or three
+    levels of one or two slots, codebook <= 3, at most `max_outcomes` (latents, tokens) outcomes."""
+    # Built to fit `max_outcomes` rather than filtered: a filter turned 13 of 28 examples away.
+    codes = draw(st.integers(1, 3), label="codebook_size")
+    vocabs = [v for v in range(2, 5) if (codes * v) ** 2 <= max_outcomes] or [2]
+    vocab = draw(st.sampled_from(vocabs), label="vocab_size")
+    fitting = [
+        sizes
+        for length in (2, 3)
+        for sizes in itertools.product((1, 2), repeat=length)
+        if int(np.prod([codes * vocab**n for n in sizes])) <= max_outcomes
+    ] or [(1, 1)]
+    levels = draw(st.sampled_from(fitting), label="level_sizes")
+    d_model = draw(st.sampled_from([8, 16]), label="d_model")
+    return config_type(
+        vocab_size=vocab,
+        prefix_length=draw(st.integers(1, 3), label="prefix_length"),
+        level_sizes=tuple(levels),
+        codebook_size=codes,
+        d_model=d_model,
+        num_heads=draw(st.sampled_from([1, 2]), label="num_heads"),
+        num_layers=draw(st.integers(1, 2), label="num_layers"),
+        mask=draw(st.sampled_from(masks), label="mask"),
+        dtype=draw(st.sampled_from(dtypes), label="dtype"),
+        seed=draw(st.integers(0, 2**16), label="model_seed"),
+    )
+
+
+DRAFT_MODELS = ("perturbed 0.3", "perturbed 1", "perturbed 3", "smaller")
+"""How a draft NCM relates to its target: the target's weights moved by a relative scale, or a
+smaller network (one layer, d_model 8) sharing vocabulary, codebook and layout."""
+
+draft_models = st.sampled_from(DRAFT_MODELS)
+level_draft_counts = st.integers(1, 3)
+"""k: levels drafted per target pass."""
+
+
+# --- tiny mlx-lm models (claims C7, C8 on mlx-lm's own code) -------------------------
+
+
+def tiny_specs(spec_type, kind: str):
+    """`spec_type(kind=kind, vocab_size, seed, window)` for a tiny mlx-lm model of `kind`."""
+    return st.builds(
+        spec_type,
+        kind=st.just(kind),
+        vocab_size=st.sampled_from([8, 16, 32]),
+        seed=st.integers(0, 2**16),
+        window=st.integers(2, 5),
+    )
+
+
+def token_lists(vocab_size: int, min_size: int, max_size: int):
+    """Token id lists in [0, vocab_size)."""
+    return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)
+
+
+# --- exact step checks (apply_* against float64): big ids, near-equal rows, drawn uniforms ---
+
+LARGE_VOCAB = 1000
+"""Above this vocabulary the fixtures shrink (batch, drafts, codes) to stay cheap."""
+HIGH_IDS = 65536
+"""Ids from here on do not fit 16 bits: large-vocabulary rows put mass on one of them."""
+step_vocabs = st.one_of(
+    st.sampled_from([65541, 100_003, 70001]), st.integers(2, 8), st.sampled_from([65541, 300, 65536, 100_003])
+)
+"""Vocabularies of one step: half above 2^16 (ids past 65 535), the rest tiny (ties, exact ratios) or medium."""
+STEP_ROW_KINDS = ("small_weights", "sparse", "dense", "one_hot")
+step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS))
+"""Half the drafts nearly equal their target: a residual of tiny mass is where precision bugs hide."""
+NEAR_EQUAL_DECADES = (-7.0, -3.0)
+"""Each nearly equal row moves q around p by a relative scale log-uniform in 1e-7..1e-3 (its residual's mass ~0.4x)."""
+STEP_DTYPES = ("float32", "float16", "float32", "bfloat16")
+"""float32 twice as often: half rounding turns most nearly equal rows into equal ones."""
+UNIFORM_KINDS = ("boundary", "random", "near_one", "boundary", "near_zero", "boundary")
+"""Where a drawn uniform lies: some ulps from its decision's boundary (half of them), anywhere, next to 1 or 0."""
+ulp_offsets = st.one_of(
+    st.integers(-4, 4),
+    st.builds(lambda exponent, sign: sign * 2**exponent, st.integers(3, 13), st.sampled_from([1, -1])),
+    st.builds(lambda exponent, sign: sign * 2**exponent, st.integers(14, 16), st.sampled_from([1, -1])),
+)
+"""float32 ulps between a uniform and its boundary: within rounding, or up to 2^16 ulps (~4e-3) away."""
+
+
+def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) -> np.ndarray:
+    """``[count, vocab]`` float64 rows of `kind` (see `STEP_ROW_KINDS`); above 2^16 ids some mass sits past 65535."""
+    if kind == "small_weights":
+        return make_rows(rng, count, vocab)
+    if kind == "dense":
+        weights = np.exp(2.0 * rng.standard_normal((count, vocab)))
+    else:
+        weights = np.zeros((count, vocab))
+        for row in weights:
+            size = 1 if kind == "one_hot" else int(rng.integers(1, min(vocab, 32) + 1))
+            ids = rng.choice(vocab, size=size, replace=False)
+            if vocab > HIGH_IDS:
+                ids[0] = rng.integers(HIGH_IDS, vocab)
+            row[ids] = rng.random(size) + 0.05
+    if vocab > HIGH_IDS:  # at least half the mass past 65 535, where a 16-bit id goes wrong
+        low, high = weights[:, :HIGH_IDS].sum(axis=1), weights[:, HIGH_IDS:].sum(axis=1)
+        weights[:, HIGH_IDS:] *= np.maximum(1.0, low / np.maximum(high, 1e-300))[:, None]
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def make_step_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
+    """Draft rows for `target` as `relation` says; ``nearly_equal`` moves each row by its own tiny scale."""
+    if relation == "nearly_equal":
+        scale = 10.0 ** rng.uniform(*NEAR_EQUAL_DECADES, size=(len(target), 1))
+        draft = target * np.exp(scale * rng.standard_normal(target.shape))
+        return draft / draft.sum(axis=1, keepdims=True)
+    if relation == "argmax_of_target":  # without an identity matrix: vocabularies reach 70 001
+        draft = np.zeros_like(target)
+        np.put_along_axis(draft, np.argmax(target, axis=1)[:, None], 1.0, axis=1)
+        return draft
+    return make_draft_rows(rng, target, relation)
+
+
+def make_drafting_rows(target: np.ndarray, draft: np.ndarray, over_drafted: bool) -> np.ndarray:
+    """Rows to sample drafts from: q, or (`over_drafted`) q's excess over p, where a draft risks rejection."""
+    if not over_drafted:
+        return draft
+    excess = np.maximum(draft - target, 0.0)
+    return np.where(excess.sum(axis=-1, keepdims=True) > 0, excess, draft)
+
+
+def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarray) -> np.float32:
+    """A float32 uniform strictly inside (0, 1), of `kind`, `offset` ulps from a chosen boundary."""
+    steps = abs(offset) + 1
+    if kind == "near_zero":
+        # The smallest floats (subnormal) or a few grid steps of 2^-24 above 0.
+        u = np.array([steps], np.int32).view(np.float32)[0] if fraction < 0.25 else np.float32(steps * 2.0**-24)
+    elif kind == "near_one":
+        u = np.float32(1.0 - steps * 2.0**-24)
+    elif kind == "boundary" and len(boundaries):
+        base = np.array([boundaries[int(fraction * len(boundaries))]], np.float32).view(np.int32)
+        u = np.maximum(base + offset, 1).view(np.float32)[0]
+    else:
+        u = np.float32(fraction)
+    return np.clip(u, np.float32(1e-45), np.float32(1.0 - 2.0**-24))
+
+
+def uniform_boundaries(kernel: str, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
+    """Where the exact step's decision for ``uniforms[b, row, column]`` flips: p/q, or the cumulative weights."""
+    from ncm_verify.oracles.exact import drawn_weights, judged_pair
+
+    if row == 0:
+        pair = judged_pair(kernel, args, b, column)
+        if pair is None or not 0 < pair[0] < pair[1]:
+            return np.zeros(0)
+        return np.array([pair[0] / pair[1]])
+    weights = drawn_weights(kernel, args, uniforms, b, column)
+    if weights is None:
+        return np.zeros(0)
+    cumulative = np.cumsum(weights) / weights.sum()
+    return cumulative[np.flatnonzero(weights > 0)[:-1]]
+
+
+@st.composite
+def step_uniforms(draw, kernel: str, args: tuple, shape: tuple[int, int, int]):
+    """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` on float64 `args`, many near their boundaries.
+
+    Row 0 first, then row 1 column by column: a correction's boundaries depend on the decisions before it.
+    """
+    size = int(np.prod(shape))
+    kinds = draw(st.lists(st.sampled_from(UNIFORM_KINDS), min_size=size, max_size=size), label="uniform kinds")
+    offsets = draw(st.lists(ulp_offsets, min_size=size, max_size=size), label="uniform ulp offsets")
+    fractions = draw(
+        st.lists(st.floats(0, 1, exclude_max=True), min_size=size, max_size=size), label="uniform fractions"
+    )
+    uniforms = np.full(shape, 0.5, dtype=np.float32)
+    for index, (b, row, column) in enumerate(np.ndindex(*shape)):
+        boundaries = uniform_boundaries(kernel, args, uniforms, b, row, column) if kinds[index] == "boundary" else ()
+        uniforms[b, row, column] = place_uniform(kinds[index], offsets[index], fractions[index], boundaries)
+    return uniforms
+
+
+@st.composite
+def step_cases(draw, kernel: str):
+    """One step of `kernel` (chain, factorized, latent_chain): inputs, their float64 values and drawn uniforms."""
+    from ncm_verify.harness.drivers import make_step_case, sample_categorical
+
+    vocab = draw(step_vocabs, label="vocab")
+    small = vocab <= LARGE_VOCAB
+    batch = draw(st.integers(1, 16 if small else 4), label="batch")
+    kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
+    relation = draw(step_relations, label="draft relation")
+    dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
+    over_drafted = draw(st.booleans(), label="drafts only where q > p")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+
+    def tables(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        target = make_step_rows(rng, int(np.prod(shape[:-1])), shape[-1], kind)
+        draft = make_step_draft_rows(rng, target, relation)
+        return target.reshape(shape), draft.reshape(shape)
+
+    if kernel == "chain":
+        max_draft = draw(st.integers(0, 4), label="max drafts")
+        lengths = draw(st.lists(st.integers(0, max_draft), min_size=batch, max_size=batch), label="draft lengths")
+        target, draft = tables((batch, max_draft + 1, vocab))
+        draft = draft[:, :max_draft]
+        drafting = make_drafting_rows(target[:, :max_draft], draft, over_drafted)
+        drafts = sample_categorical(rng, drafting) if max_draft else np.zeros((batch, 0), np.int64)
+        num_draft = np.array(lengths, dtype=np.int64)
+        drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
+        arrays, columns = (target, draft, drafts, num_draft), max_draft + 1
+    elif kernel == "factorized":
+        positions = draw(st.integers(1, 3 if small else 2), label="positions")
+        target, draft = tables((batch, positions, vocab))
+        drafts = sample_categorical(rng, make_drafting_rows(target, draft, over_drafted))
+        arrays, columns = (target, draft, drafts), positions
+    else:
+        codes = draw(st.integers(1, 4 if small else 2), label="codebook size")
+        positions = draw(st.integers(1, 3 if small else 2), label="positions")
+        target_latent, draft_latent = tables((batch, codes))
+        drafted_latent = sample_categorical(rng, make_drafting_rows(target_latent, draft_latent, over_drafted))
+        target_tokens, draft_tokens = tables((batch, codes, positions, vocab))
+        under = (np.arange(batch), drafted_latent)
+        drafts = sample_categorical(rng, make_drafting_rows(target_tokens[under], draft_tokens[under], over_drafted))
+        arrays = (target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts)
+        columns = positions + 1
+    step = make_step_case(kernel, arrays, dtype)
+    step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns)), label="uniforms")
+    return step
+
+
+# --- greedy steps: ties, masked rows, ids past 65 535 ---
+
+greedy_vocabs = st.one_of(st.integers(1, 70), st.sampled_from([32, 4096, 65536, 65568, 100_003, 131_072]))
+"""Greedy vocabularies: tiny (ties everywhere), multiples of 32 (a blockwise argmax) and not, past 2^16."""
+GREEDY_SCORE_KINDS = ("ties", "masked", "all_masked", "distinct")
+"""Score rows: small integers (many tied maxima), half -inf, whole rows -inf, or normal draws."""
+
+
+def make_greedy_scores(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    """Float64 scores ``[..., V]`` of `kind`; past 2^16 ids, half the rows hold their maximum at a high id."""
+    if kind == "distinct":
+        scores = rng.standard_normal(shape)
+    else:
+        scores = rng.integers(-2, 3, size=shape).astype(np.float64)
+        if kind != "ties":
+            scores[rng.random(shape) < (1.0 if kind == "all_masked" else 0.5)] = -np.inf
+    rows = scores.reshape(-1, shape[-1])
+    if shape[-1] > HIGH_IDS:
+        for row in rows[rng.random(len(rows)) < 0.5]:
+            row[rng.integers(HIGH_IDS, shape[-1], size=2)] = np.max(row) + 1.0  # -inf rows stay masked
+    return scores
+
+
+@st.composite
+def greedy_steps(draw):
+    """Scores ``[B, G+1, V]`` (float64 and the dtype they go in as), drafts that match each argmax half the time."""
+    vocab = draw(greedy_vocabs, label="vocab")
+    batch = draw(st.integers(1, 8 if vocab <= LARGE_VOCAB else 2), label="batch")
+    max_draft = draw(draft_lengths, label="max drafts")
+    kind = draw(st.sampled_from(GREEDY_SCORE_KINDS), label="score kind")
+    dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    scores = make_greedy_scores(rng, (batch, max_draft + 1, vocab), kind)
+    # The values the kernel sees: rounding to half precision may tie what float64 told apart.
+    scores = np.array(mx.array(scores.astype(np.float32)).astype(getattr(mx, dtype)).astype(mx.float32), np.float64)
+    best = np.argmax(scores[:, :max_draft], axis=-1)
+    drafts = np.where(rng.random(best.shape) < 0.5, best, rng.integers(0, vocab, size=best.shape))
+    num_draft = rng.integers(0, max_draft + 1, size=batch)
+    drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
+    return scores, dtype, drafts, num_draft

@@ -1,0 +1,1 @@
+"""The pytest plugin: options, the ``impl`` fixture, call recording, evidence, chi-square planning."""
