@@ -1,10 +1,11 @@
-"""Unit tests' fixtures: a nested pytest run over a suite of the test's own."""
+"""Unit tests' fixtures: a nested pytest run over a suite of its own, and the synthetic ledger and evidence."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from synthetic import POLICY, REPRODUCE, chi_square_record, node
 
 pytest_plugins = ["pytester"]
 """The plugin's tests run pytest in-process on suites of their own (tests/test_plugin.py)."""
@@ -20,3 +21,115 @@ def run_pytest():
         return subprocess.run(command, cwd=folder, capture_output=True, text=True)
 
     return run
+
+
+@pytest.fixture
+def ledger() -> dict:
+    claim = {"sources": ["S01"], "paths": ["src/x.py"]}
+    return {
+        "schema": "ncm-verify/ledger/1",
+        "sources": [
+            {
+                "id": "S01",
+                "title": "A paper",
+                "url": "https://example.org/p",
+                "kind": "paper",
+                "read_scope": "abstract",
+                "supports": "the identity",
+            }
+        ],
+        "claims": [
+            {
+                "id": "C1",
+                "statement": "prefix isolated",
+                **claim,
+                "properties": ["properties/test_prefix.py::test_isolated"],
+            },
+            {
+                "id": "C2",
+                "statement": "cached equals uncached",
+                **claim,
+                "properties": ["properties/test_prefix.py::test_cached"],
+            },
+            {
+                "id": "C5",
+                "statement": "chain preserves the target",
+                **claim,
+                "properties": ["properties/test_chain.py::test_samples"],
+            },
+            {
+                "id": "C7",
+                "statement": "greedy exact",
+                **claim,
+                "properties": ["properties/test_greedy.py::test_greedy"],
+            },
+            {
+                "id": "C10",
+                "statement": "a hypothesis",
+                "sources": [],
+                "paths": [],
+                "properties": [],
+                "not_checkable": "literature only",
+            },
+        ],
+    }
+
+
+@pytest.fixture
+def evidence() -> dict:
+    failure = {
+        "phase": "call",
+        "message": "AssertionError: tokens differ",
+        "seed": None,
+        "falsifying_example": "Failing test case: test_cached(\n    seed=3,\n)",
+        "reproduce_failure": REPRODUCE,
+    }
+    samples = "properties/test_chain.py::test_samples[float32]"
+    return {
+        "schema": "ncm-verify/evidence/1",
+        "impl": "ncm_verify.reference",
+        "profile": "ci",
+        "exit_status": 1,
+        "environment": {"mlx": "0.32.4", "mlx_default_device": "Device(gpu, 0)", "platform": "test"},
+        "policy": POLICY,
+        "budget": {
+            "planned_tests": 60,
+            "chi_square_tests_run": 2,
+            "within_plan": True,
+            "run_failed_by_budget": False,
+            "note": "2 chi-square tests run of 60 planned",
+        },
+        "properties": [
+            node(
+                "properties/test_prefix.py::test_isolated",
+                ["C1"],
+                differences=[{"test": "t", "check": "states", "difference": 1e-7, "tolerance": 1e-5}],
+            ),
+            node("properties/test_prefix.py::test_cached", ["C2"], outcome="failed", failure=failure),
+            node(
+                samples,
+                ["C5"],
+                statistical_tests_per_example=1,
+                stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(11)]
+                + [chi_square_record(samples, 0.03, law="law0")],
+            ),
+        ],
+    }
+
+
+@pytest.fixture
+def passing(evidence) -> dict:
+    """Evidence on which every claim with properties is shown."""
+    samples = "properties/test_chain.py::test_samples[float32]"
+    evidence["properties"] = [
+        node("properties/test_prefix.py::test_isolated", ["C1"]),
+        node("properties/test_prefix.py::test_cached", ["C2"]),
+        node(
+            samples,
+            ["C5"],
+            statistical_tests_per_example=1,
+            stats=[chi_square_record(samples, 0.4, law=f"law{i}") for i in range(12)],
+        ),
+        node("properties/test_greedy.py::test_greedy", ["C7"]),
+    ]
+    return evidence

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_report import node  # one shape of evidence entry for both report test files
+from synthetic import node  # one shape of evidence entry for every report test file
 
 from ncm_verify.report import document as doc
 from ncm_verify.report.html import (

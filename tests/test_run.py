@@ -1,0 +1,285 @@
+"""The `make verify` orchestrator (run.py): early stops, phases, run.json, the self-test cache, port runs and reuse."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic import PASSING_SELFTESTS, POLICY, chi_square_record, node
+
+from ncm_verify.cli import main
+from ncm_verify.report import document as doc
+from ncm_verify.report import status as claim_status
+
+
+def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_report(tmp_path, capsys):
+    from ncm_verify import run
+
+    (tmp_path / doc.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
+    assert run.verify("ncm_verify.mutants.ratio_invrted", "ci", tmp_path, 1) == 2
+    error = capsys.readouterr().err
+    assert error.count("cannot import") == 1 and "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in error
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
+    from ncm_verify import run
+
+    assert run.verify("ncm_verify.reference", "nonsense", tmp_path, 1) == 2
+    assert "profile: no Hypothesis profile 'nonsense'; choose one of" in capsys.readouterr().err
+    assert not (tmp_path / doc.VERIFY_JSON).exists()
+
+
+@pytest.fixture
+def fake_phases(monkeypatch, passing, ledger, tmp_path):
+    """Phases that leave passing evidence and self-test files instead of running pytest; counts self-test runs.
+
+    The cache is the test's own, never the checkout's.
+    """
+    from ncm_verify import run
+
+    monkeypatch.setattr(run, "DEFAULT_CACHE", tmp_path / "cache")
+    ran = []
+
+    def fake(name, step, command, env):
+        if name == "properties":
+            folder = Path(next(a for a in command if a.startswith("--ncm-report-dir=")).split("=", 1)[1])
+            run_id = next(a for a in command if a.startswith("--ncm-run-id=")).split("=", 1)[1]
+            (folder / doc.EVIDENCE_FILE).write_text(json.dumps({**passing, "run_id": run_id}))
+        else:
+            ran.append(name)
+            folder = Path(next(a for a in command if a.startswith("--ncm-selftest-dir=")).split("=", 1)[1])
+            for part, data in PASSING_SELFTESTS.items():
+                (folder / f"{part}.json").write_text(json.dumps(data))
+        return {"name": name, "exit_status": 0, "seconds": 0.0, "problem": None}
+
+    monkeypatch.setattr(run, "run_phase", fake)
+    monkeypatch.setattr(run, "suite_key", lambda: "k1")
+    monkeypatch.setattr(run, "ledger_against_run", lambda reports: [])  # the synthetic ledger is not this repository's
+    monkeypatch.setattr(doc, "read_ledger", lambda path=None: (ledger, []))
+    return ran
+
+
+def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_phases, tmp_path, monkeypatch):
+    from ncm_verify import run
+
+    monkeypatch.delenv("CI", raising=False)
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    first = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert first["run_facts"]["selftests"]["reused"] is False and len(fake_phases) == 2
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    second = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    assert second["run_facts"]["selftests"] == {**first["run_facts"]["selftests"], "reused": True}
+    assert second["run_facts"]["run_id"] != first["run_facts"]["run_id"] and len(fake_phases) == 2
+    monkeypatch.setenv("CI", "true")
+    assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
+    assert len(fake_phases) == 4
+
+
+def test_a_run_that_failed_only_through_a_phase_rebuilds_with_the_same_verdict_reasons_and_exit_status(
+    fake_phases, tmp_path, monkeypatch
+):
+    """A teeth self-test that fails (e.g. a power check) leaves the self-test files passing beside it: only its
+    phase's exit status says so, and the rebuild must read it as the run did."""
+    from ncm_verify import run
+
+    fake = run.run_phase
+
+    def teeth_fail(name, step, command, env):
+        result = fake(name, step, command, env)
+        return {**result, "exit_status": 1} if name == "calibration and power" else result
+
+    monkeypatch.setattr(run, "run_phase", teeth_fail)
+    monkeypatch.delenv("CI", raising=False)
+    reports = tmp_path / "r"
+    ran = run.verify("ncm_verify.reference", "ci", reports, 1)
+    written = (reports / doc.VERIFY_JSON).read_bytes()
+    verdict = json.loads(written)["run"]
+    assert ran == 1 == verdict["exit_status"], verdict
+    assert verdict["reasons"] == [
+        "phases: phase calibration and power: a self-test failed (see planted bugs and calibration)"
+    ]
+    assert main(["report", "--reports", str(reports)]) == ran
+    assert (reports / doc.VERIFY_JSON).read_bytes() == written  # the rebuild is the run's report, byte for byte
+    (reports / doc.RUN_FILE).unlink()  # evidence without the run's record: the phases are unknown, never passed
+    assert main(["report", "--reports", str(reports)]) == 1
+    phases = json.loads((reports / doc.VERIFY_JSON).read_text())["run"]["parts"]["phases"]
+    assert phases["reasons"] == [
+        "no run record (run.json): the phases are unknown, so their exit statuses are not shown"
+    ]
+
+
+def test_a_port_run_with_its_reports_elsewhere_reuses_what_the_reference_run_left_in_the_cache(
+    properties_commands, fake_phases, port_file, tmp_path
+):
+    from ncm_verify import run
+
+    run.verify("ncm_verify.reference", "ci", tmp_path / "reports", 1)
+    assert len(fake_phases) == 2 and not (tmp_path / "reports" / ".selftests").exists()
+    run.verify(port_file, "ci", tmp_path / "elsewhere", 1)
+    facts = json.loads((tmp_path / "elsewhere" / doc.VERIFY_JSON).read_text())["run_facts"]
+    assert reused_nodeids(properties_commands[-1]) == [
+        "properties/test_chain.py::test_samples[float32]",
+        "properties/test_prefix.py::test_cached",
+        "properties/test_prefix.py::test_isolated",
+    ]
+    assert facts["reuse"]["reused"] == 3 and facts["selftests"]["reused"] is True and len(fake_phases) == 2
+    run.verify(port_file, "ci", tmp_path / "elsewhere", 1, cache=tmp_path / "another-cache")  # a cache of its own
+    assert reused_nodeids(properties_commands[-1]) is None and len(fake_phases) == 4
+
+
+# --- reuse: a port's run carries the reference's evidence for the properties it would repeat exactly ---
+
+GREEDY_PORT = '''
+"""A port of verify_greedy alone; everything else is the reference's."""
+from ncm_verify.reference import *  # noqa: F403
+
+
+def verify_greedy(target, draft_tokens, *, num_draft=None, validate=True):
+    return "mine"
+'''
+
+
+@pytest.fixture
+def port_file(tmp_path):
+    """The greedy port's file; loaded in this process, it is forgotten afterwards (another test has its own)."""
+    folder = tmp_path / "ports"
+    folder.mkdir()
+    (folder / "greedy_port.py").write_text(GREEDY_PORT)
+    yield str(folder / "greedy_port.py")
+    sys.modules.pop("greedy_port", None)
+
+
+@pytest.fixture
+def properties_commands(fake_phases, passing, monkeypatch) -> list[list[str]]:
+    """The properties phase's command of each run; the passing evidence records what each property read."""
+    from ncm_verify import run
+
+    for entry in passing["properties"]:
+        entry["looked_up"] = sorted(entry["calls"])
+    passing["properties"][0].update(calls={}, looked_up=[])  # an enumeration identity: reads no implementation
+    passing["properties"][3]["calls"] = {
+        "verify_greedy": {"calls": 3, "own": True, "origin": "ncm_verify.reference.speculative"}
+    }
+    passing["properties"][3]["looked_up"] = ["verify_greedy"]
+    commands, fake = [], run.run_phase
+
+    def recorded(name, step, command, env):
+        if name == "properties":
+            commands.append(command)
+        return fake(name, step, command, env)
+
+    monkeypatch.setattr(run, "run_phase", recorded)
+    monkeypatch.delenv("CI", raising=False)
+    return commands
+
+
+def reused_nodeids(command: list[str]) -> list[str] | None:
+    """The node ids a properties command carries from the reference run (None: it reuses nothing)."""
+    reuse = next((a.split("=", 1)[1] for a in command if a.startswith("--ncm-reuse=")), None)
+    return None if reuse is None else sorted(e["nodeid"] for e in json.loads(Path(reuse).read_text())["properties"])
+
+
+def test_a_port_reuses_reference_evidence_only_under_the_same_suite_key_profile_and_seed(
+    properties_commands, port_file, tmp_path, monkeypatch
+):
+    from ncm_verify import run
+
+    reports = tmp_path / "r"
+    run.verify(port_file, "ci", reports, 1)  # nothing cached yet: every property runs, and the run says why
+    first = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    assert (
+        first["reused"] == 0
+        and "`make verify` once" in first["why"]
+        and reused_nodeids(properties_commands[-1]) is None
+    )
+    run.verify("ncm_verify.reference", "ci", reports, 1)
+    reference_run = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["run_id"]
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) == [
+        "properties/test_chain.py::test_samples[float32]",
+        "properties/test_prefix.py::test_cached",
+        "properties/test_prefix.py::test_isolated",
+    ]  # not test_greedy: it read verify_greedy, which the port defines
+    reuse = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    assert reuse["reused"] == 3 and reuse["from_run"] == reference_run
+    for changed in ({"seed": 5}, {"profile": "thorough"}):
+        run.verify(port_file, changed.get("profile", "ci"), reports, 1, seed=changed.get("seed"))
+        assert reused_nodeids(properties_commands[-1]) is None, changed
+    assert "draws random examples" in json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]["why"]
+    monkeypatch.setattr(run, "suite_key", lambda: "k2")  # the suite or its environment changed
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) is None
+    monkeypatch.setattr(run, "suite_key", lambda: "k1")
+    monkeypatch.setenv("CI", "true")
+    run.verify(port_file, "ci", reports, 1)
+    assert reused_nodeids(properties_commands[-1]) is None
+
+
+def test_a_property_that_read_a_name_the_port_defines_is_never_reused(port_file, passing):
+    from ncm_verify import run
+    from ncm_verify.protocol import load_implementation
+
+    read = {
+        "calls only inherited": ({"verify_chain": {"calls": 2, "own": True}}, ["verify_chain"]),
+        "calls its own": ({"verify_greedy": {"calls": 2, "own": True}}, ["verify_greedy"]),
+        "reads its own without calling": (
+            {"verify_chain": {"calls": 2, "own": True}},
+            ["verify_chain", "verify_greedy"],
+        ),
+        "reads nothing": ({}, []),
+    }
+    kept = {"properties": [node(name, ["C5"], calls=calls, looked_up=names) for name, (calls, names) in read.items()]}
+    kept["properties"].append(node("failed", ["C5"], outcome="failed", calls={}, looked_up=[]))
+    kept["properties"].append(node("older evidence without reads", ["C5"], calls={}))
+    carried = {e["nodeid"]: e for e in run.reusable_properties(kept, load_implementation(port_file))}
+    assert sorted(carried) == ["calls only inherited", "reads nothing"]
+    assert carried["calls only inherited"]["calls"]["verify_chain"]["own"] is False  # judged as the port's
+
+
+REUSED_SUITE = """
+import pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=2)
+@settings(max_examples=3, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+def test_reused(x, impl):
+    raise AssertionError("a reused property must not run")
+
+@pytest.mark.claim("C5")
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=4, derandomize=True, database=None)
+@given(x=st.integers(0, 10))
+def test_runs(x, impl):
+    impl.verify_greedy(None, None)
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path, workers, run_pytest, port_file):
+    (tmp_path / "test_suite.py").write_text(REUSED_SUITE)
+    carried = node("test_suite.py::test_reused", ["C5"], stats=[chi_square_record("test_suite.py::test_reused", 0.4)])
+    carried["calls"] = {"verify_chain": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}}
+    source = {"run_id": "ref123", "ran": "2026-11-30T22:00:00+00:00", "key": "k1-ci-derandomized"}
+    reuse = {"source": source, "policy": {**POLICY, "planned_tests": 10}, "properties": [carried]}
+    (tmp_path / "reuse.json").write_text(json.dumps(reuse))
+    arguments = [f"--impl={port_file}", f"--ncm-report-dir={tmp_path / 'r'}", f"--ncm-reuse={tmp_path / 'reuse.json'}"]
+    result = run_pytest(tmp_path, *workers, *arguments)
+    assert result.returncode == 0, result.stdout + result.stderr  # test_reused would have failed, had it run
+    assert "1 properties reused from reference run ref123" in result.stdout
+    evidence = json.loads((tmp_path / "r" / "evidence.json").read_text())
+    nodes = {n["property"]: n for n in evidence["properties"]}
+    assert nodes["test_suite.py::test_reused"]["reused"] == source and "reused" not in nodes["test_suite.py::test_runs"]
+    # alpha and n are those of a full run (2 x 3 + 1 x 4 planned), and the reused tests count against the budget
+    assert evidence["policy"]["planned_tests"] == 10 and evidence["budget"]["chi_square_tests_run"] == 1
+    summary = claim_status.property_summary(nodes["test_suite.py::test_reused"], {"impl": "greedy_port"}, "C5")
+    assert summary["reused"] == "reused from reference run ref123 (2026-11-30T22:00:00+00:00)"
+    assert summary["implementation_use_reason"].startswith("not provided by greedy_port")
+    reuse["policy"]["planned_tests"] = 12  # a reference run that planned otherwise is not this run's evidence
+    (tmp_path / "reuse.json").write_text(json.dumps(reuse))
+    result = run_pytest(tmp_path, *workers, *arguments)
+    assert result.returncode == 1 and "reused reference run planned 12" in result.stdout, result.stdout
