@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic import POLICY, REPRODUCE, chi_square_record, node
+from synthetic import POLICY, REPRODUCE, chi_square_record, greedy_and_uncheckable_claims, node
 
 pytest_plugins = ["pytester"]
 """The plugin's tests run pytest in-process on suites of their own (tests/test_plugin.py)."""
@@ -57,20 +57,7 @@ def ledger() -> dict:
                 **claim,
                 "properties": ["properties/test_chain.py::test_samples"],
             },
-            {
-                "id": "C7",
-                "statement": "greedy exact",
-                **claim,
-                "properties": ["properties/test_greedy.py::test_greedy"],
-            },
-            {
-                "id": "C10",
-                "statement": "a hypothesis",
-                "sources": [],
-                "paths": [],
-                "properties": [],
-                "not_checkable": "literature only",
-            },
+            *greedy_and_uncheckable_claims(claim),
         ],
     }
 

@@ -68,6 +68,21 @@ def node(nodeid: str, claims: list[str], outcome: str = "passed", **extra) -> di
     return entry
 
 
+def greedy_and_uncheckable_claims(claim: dict) -> list[dict]:
+    """C7 (one greedy property, under `claim`'s sources and paths) and C10 (not checkable), as in each test ledger."""
+    return [
+        {"id": "C7", "statement": "greedy exact", **claim, "properties": ["properties/test_greedy.py::test_greedy"]},
+        {
+            "id": "C10",
+            "statement": "a hypothesis",
+            "sources": [],
+            "paths": [],
+            "properties": [],
+            "not_checkable": "literature only",
+        },
+    ]
+
+
 def claims_by_id(report: dict) -> dict:
     return {claim["id"]: claim for claim in report["claims"]}
 

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from synthetic import node  # one shape of evidence entry for every report test file
+from synthetic import POLICY, greedy_and_uncheckable_claims, node  # one shape of evidence for every report test
 
 from ncm_verify.report import document as doc
 from ncm_verify.report.html import (
@@ -86,20 +86,7 @@ def make_ledger() -> dict:
         "claims": [
             {"id": "C1", "statement": "prefix isolated " * 10, **claim, "properties": [LONG_ID.split("[", 1)[0]]},
             {"id": "C5", "statement": "chain preserves the target", **claim, "properties": [failing]},
-            {
-                "id": "C7",
-                "statement": "greedy exact",
-                **claim,
-                "properties": ["properties/test_greedy.py::test_greedy"],
-            },
-            {
-                "id": "C10",
-                "statement": "a hypothesis",
-                "sources": [],
-                "paths": [],
-                "properties": [],
-                "not_checkable": "literature only",
-            },
+            *greedy_and_uncheckable_claims(claim),
         ],
     }
 
@@ -121,17 +108,7 @@ def make_evidence(device: str = "Device(cpu, 0)") -> dict:
         "profile": "ci",
         "exit_status": 1,
         "environment": {"mlx": "0.32.4", "mlx_default_device": device, "platform": "Linux-" + "6.18.44-fc-" * 12},
-        "policy": {
-            "family_budget": 1e-3,
-            "planned_tests": 60,
-            "per_test_share": 1.67e-5,
-            "alpha": 8.3e-6,
-            "alpha_fraction": 0.5,
-            "min_expected": 20,
-            "power": 0.99,
-            "power_safety": 1.75,
-            "target_tv": 0.02,
-        },
+        "policy": {**POLICY},
         "budget": {
             "planned_tests": 60,
             "chi_square_tests_run": 3,
