@@ -99,6 +99,11 @@ def valid_ledger() -> dict:
         (lambda d: d["sources"].append(dict(d["sources"][0])), "appears more than once"),
         (lambda d: d["sources"][0].update(url="example.org"), "not an http(s) URL"),
         (lambda d: d.update(schema="other"), "ledger.schema"),
+        (lambda d: d["claims"][0].update(kernels=["verify_chian"]), "kernel 'verify_chian' is not a protocol name"),
+        (
+            lambda d: [claim.update(kernels=["verify_chain"]) for claim in d["claims"]],
+            "kernel 'verify_chain' is listed under more than one claim",
+        ),
     ],
 )
 def test_schema_check_names_what_is_wrong(break_it, expected):

@@ -33,9 +33,10 @@ callables with the signatures of the reference in :mod:`ncm_verify.reference.spe
 
 ``verify_*`` take ``validate=False`` to skip input checks so that ``mx.compile`` can trace them.
 
-All must raise ``ValueError`` naming the argument on invalid input. An
-implementation may also provide the NCM model and cache names listed in
-``NCM_NAMES`` and the decoding names in ``MLX_LM_NAMES``; a property that needs a name
+All must raise ``ValueError`` naming the argument on invalid input. The protocol is
+written once, as the Protocol classes below (one per family: ``SpeculativeKernels``,
+``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``); every name list is derived
+from them. An implementation may provide any of the families; a property that needs a name
 the module lacks is reported "not provided", and so is one whose calls reached only
 names the module re-exports from the reference (``from ncm_verify.reference import *``).
 """
@@ -51,71 +52,161 @@ import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Protocol
 
 DEFAULT_IMPLEMENTATION = "ncm_verify.reference"
 
-SPECULATIVE_NAMES = (
-    "verify_chain",
-    "verify_greedy",
-    "verify_factorized",
-    "verify_latent_chain",
-    "residual_distribution",
-    "apply_chain",
-    "apply_factorized",
-    "apply_latent_chain",
-    "draw_uniforms",  # (key, batch, shape) -> the uniforms [B, *shape] verify_* hands apply_* (C11)
-)
-NCM_NAMES: tuple[str, ...] = (
-    "NCMConfig",  # the config dataclass: fields as in ncm_verify.reference.ncm.config
-    "make_model",  # (config) -> model in eval mode, deterministic from config.seed
-    "save_model",  # (model, path) -> None: safetensors
-    "load_model",  # (path) -> model
-    "fingerprint",  # (model) -> str: hash of config and weights
-    "layer_states",  # (model, tokens [B, T]) -> per-layer hidden states [B, T, d]
-    # Generation: tokens, latents, latent_logits, token_logits (per level), positions (per layer),
+
+class SpeculativeKernels(Protocol):
+    """The speculative-decoding kernels (claims C5, C6, C7, C11); shapes and rules as in the module docstring."""
+
+    def verify_chain(self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True) -> Any:
+        """Chain verification with residual correction -> ChainOutcome(tokens [B, G+1], num_accepted [B])."""
+
+    def verify_greedy(self, target, draft_tokens, *, num_draft=None, validate=True) -> Any:
+        """Greedy verification: the target's argmax decoding exactly -> ChainOutcome (no key)."""
+
+    def verify_factorized(self, target_probs, draft_probs, draft_tokens, *, key, validate=True) -> Any:
+        """Each position accepted or corrected on its own -> FactorizedOutcome(tokens [B, N], accepted [B, N])."""
+
+    def verify_latent_chain(
+        self,
+        target_latent_probs,
+        draft_latent_probs,
+        draft_latent,
+        target_token_probs,
+        draft_token_probs,
+        draft_tokens,
+        *,
+        key,
+        validate=True,
+    ) -> Any:
+        """The latent first, then its tokens given the accepted latent -> LatentChainOutcome."""
+
+    def residual_distribution(self, p, q) -> Any:
+        """Normalised max(p - q, 0) over the last axis; p where the residual is zero."""
+
+    def apply_chain(self, target_probs, draft_probs, draft_tokens, num_draft, uniforms) -> Any:
+        """verify_chain given its uniforms [B, 2, G+1]: unvalidated, traceable by mx.compile."""
+
+    def apply_factorized(self, target_probs, draft_probs, draft_tokens, uniforms) -> Any:
+        """verify_factorized given its uniforms [B, 2, N]: unvalidated, traceable by mx.compile."""
+
+    def apply_latent_chain(
+        self,
+        target_latent_probs,
+        draft_latent_probs,
+        draft_latent,
+        target_token_probs,
+        draft_token_probs,
+        draft_tokens,
+        uniforms,
+    ) -> Any:
+        """verify_latent_chain given its uniforms [B, 2, N+1]: unvalidated, traceable by mx.compile."""
+
+    def draw_uniforms(self, key, batch, shape) -> Any:
+        """The uniforms [B, *shape] a verify_* call with `key` hands its apply_* (C11; optional)."""
+
+
+class NCMModelAndCache(Protocol):
+    """The NCM model and its prefix cache (claims C1-C4)."""
+
+    @property
+    def NCMConfig(self) -> type:
+        """The config dataclass: fields as in ncm_verify.reference.ncm.config."""
+
+    def make_model(self, config) -> Any:
+        """(config) -> model in eval mode, deterministic from config.seed."""
+
+    def save_model(self, model, path) -> None:
+        """(model, path) -> None: the weights as safetensors."""
+
+    def load_model(self, path) -> Any:
+        """(path) -> the model save_model wrote."""
+
+    def fingerprint(self, model) -> str:
+        """(model) -> str: a hash of config and weights."""
+
+    def layer_states(self, model, tokens) -> Any:
+        """(model, tokens [B, T]) -> per-layer hidden states [B, T, d]."""
+
+    # A Generation holds tokens, latents, latent_logits, token_logits (per level), positions (per layer),
     # margin (smallest Gumbel top-2 gap: a near tie excuses a token flip), cache_hits (rows served)
-    "generate_uncached",  # (model, prefix [B, P], key: one key, split per row, or [B, 2]) -> Generation
-    "generate_cached",  # (model, prefix, key, cache=None, namespace="") -> Generation
-    "PrefixCache",  # (max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes
-)
-MLX_LM_NAMES: tuple[str, ...] = (
-    # Autoregressive decoding with a causal-mask model: mlx-lm conventions (claim C8), the project's stricter
-    # contract (C11); a cache is one per layer, and the model attends to what update_and_fetch returns.
-    # () with update_and_fetch(keys, values) -> attended K/V, offset, size(), is_trimmable(), trim(n) -> count
-    "KVCache",
-    "RotatingKVCache",  # (max_size, keep=0): mlx-lm's window; a trim either exact or a ValueError naming n
-    "make_prompt_cache",  # (model, max_kv_size=None) -> list of per-layer caches
-    "can_trim_prompt_cache",  # (cache) -> bool
-    "trim_prompt_cache",  # (cache, num_tokens) -> number trimmed (0 when some layer cannot be)
-    "apply_model",  # (model, tokens [B, T], cache) -> next-token logits [B, T, V]; updates cache
-    "apply_prefill",  # (model, prompt [B, T], cache, prefill_step_size=512) -> prompt[:, -1:]; caches the rest
-    "rewind_caches",  # (target_cache, draft_cache, num_draft, num_accepted): drop rejected drafts' K/V
-    "speculative_generate",  # (target, draft, prompt, max_tokens >= 0, *, num_draft, key=None, kernels) -> ids
-)
+    def generate_uncached(self, model, prefix, key) -> Any:
+        """(model, prefix [B, P], key: one key, split per row, or [B, 2]) -> Generation."""
 
-LEVEL_DRAFT_NAMES: tuple[str, ...] = (
-    # (target, draft, prefix [B, P], key or None (greedy), *, num_draft, cache, namespace, recompute, kernels)
-    #   -> LevelDraftGeneration
-    "generate_level_speculative",
-    # (target, kv, covered, tokens [B, start(level)], drafted [per level [B, n]], level, bonus)
-    #   -> per-level latent logits [B, K], per-level token logits for every code [B, K, n, V], K/V
-    "verify_drafted_levels",
-)
+    def generate_cached(self, model, prefix, key, cache=None, namespace="") -> Any:
+        """As generate_uncached, serving prefix states from `cache` -> Generation."""
+
+    @property
+    def PrefixCache(self) -> type:
+        """(max_bytes) with keys_for/lookup/store/save/load, hits/misses/evictions, nbytes."""
 
 
-PROTOCOL_NAMES = SPECULATIVE_NAMES + NCM_NAMES + MLX_LM_NAMES
-KERNEL_CLAIMS = {
-    "verify_chain": "C5",
-    "apply_chain": "C5",
-    "residual_distribution": "C5",
-    "verify_greedy": "C7",
-    "verify_factorized": "C6",
-    "apply_factorized": "C6",
-    "verify_latent_chain": "C6",
-    "apply_latent_chain": "C6",
-    **{name: "C8" for name in MLX_LM_NAMES},
-}
-"""The distribution claim each kernel's output bears on: a failure on that kernel counts against it."""
+class Decoding(Protocol):
+    """Autoregressive decoding with a causal-mask model: mlx-lm conventions (C8), the stricter contract (C11).
+
+    A cache is one per layer, and the model attends to what update_and_fetch returns.
+    """
+
+    @property
+    def KVCache(self) -> type:
+        """() with update_and_fetch(keys, values) -> attended K/V, offset, size(), is_trimmable(), trim(n)."""
+
+    @property
+    def RotatingKVCache(self) -> type:
+        """(max_size, keep=0): mlx-lm's window; a trim either exact or a ValueError naming n."""
+
+    def make_prompt_cache(self, model, max_kv_size=None) -> list:
+        """(model, max_kv_size=None) -> list of per-layer caches."""
+
+    def can_trim_prompt_cache(self, cache) -> bool:
+        """(cache) -> whether every layer's cache can be trimmed."""
+
+    def trim_prompt_cache(self, cache, num_tokens) -> int:
+        """(cache, num_tokens) -> number trimmed (0 when some layer cannot be)."""
+
+    def apply_model(self, model, tokens, cache) -> Any:
+        """(model, tokens [B, T], cache) -> next-token logits [B, T, V]; updates cache."""
+
+    def apply_prefill(self, model, prompt, cache, prefill_step_size=512) -> Any:
+        """(model, prompt [B, T], cache) -> prompt[:, -1:]; caches the rest."""
+
+    def rewind_caches(self, target_cache, draft_cache, num_draft, num_accepted) -> Any:
+        """Drop the rejected drafts' K/V from both caches."""
+
+    def speculative_generate(self, target, draft, prompt, max_tokens, *, num_draft, key=None, kernels=None) -> Any:
+        """(target, draft, prompt, max_tokens >= 0, *, num_draft, key=None, kernels) -> token ids."""
+
+
+class LevelDrafting(Protocol):
+    """Drafting whole NCM levels with a draft NCM, verified in one target pass (claims C6, C11)."""
+
+    def generate_level_speculative(
+        self, target, draft, prefix, key, *, num_draft, cache=None, namespace="", recompute=False, kernels=None
+    ) -> Any:
+        """(target, draft, prefix [B, P], key or None (greedy), ...) -> LevelDraftGeneration."""
+
+    def verify_drafted_levels(self, target, kv, covered, tokens, drafted, level, bonus) -> Any:
+        """One target pass over drafted levels -> per-level latent logits, token logits for every code, K/V."""
+
+
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The names a Protocol class asks a module for, in the order it declares them."""
+    return tuple(
+        name
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    )
+
+
+SPECULATIVE_NAMES = protocol_members(SpeculativeKernels)
+NCM_NAMES = protocol_members(NCMModelAndCache)
+MLX_LM_NAMES = protocol_members(Decoding)
+LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
+PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, LevelDrafting)
+"""Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
+PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 NOT_PROVIDED = "not provided by"
 """How a skip for a protocol name the module lacks begins; the report reads it as 'not provided'."""
 

@@ -21,13 +21,13 @@ from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
-    KERNEL_CLAIMS,
     NOT_PROVIDED,
     ImplementationError,
     RecordingImplementation,
     describe_implementation,
     load_implementation,
 )
+from ncm_verify.report.ledger import ledger_kernel_claims
 
 EVIDENCE_FILE = "evidence.json"
 EVIDENCE_SCHEMA = "ncm-verify/evidence/1"
@@ -342,7 +342,8 @@ def group_message(error: BaseException) -> str | None:
 
 def attributed_claims(claims: list[str], names) -> list[str] | None:
     """The item's claims that the kernels of the failing example bear on (None: all of its claims)."""
-    touched = sorted({KERNEL_CLAIMS[name] for name in names if name in KERNEL_CLAIMS} & set(claims))
+    kernel_claims = ledger_kernel_claims()
+    touched = sorted({kernel_claims[name] for name in names if name in kernel_claims} & set(claims))
     return touched or None
 
 

@@ -1,19 +1,23 @@
 """ledger.json: load it, check it against its schema, and check it against pytest's collection.
 
 The ledger ties each claim (C1..C10 of DESIGN.md) to its sources, the code it
-concerns and the properties that check it, or says why nothing can. It holds
-no status: the report derives one from evidence. The schema is small enough
-to check by hand, so no jsonschema dependency.
+concerns, the properties that check it (or why nothing can) and the protocol
+kernels whose failures count against it (`kernels`). It holds no status: the
+report derives one from evidence. The schema is small enough to check by hand,
+so no jsonschema dependency.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ncm_verify.protocol import PROTOCOL_NAMES
 
 LEDGER_FILE = "ledger.json"
 PACKAGED_LEDGER = Path(__file__).parents[1] / "data" / LEDGER_FILE
@@ -48,6 +52,7 @@ CLAIM_FIELDS = {
     "basis": str,
     "paths": list,
     "properties": list,
+    "kernels": list,
     "benchmarks": list,
     "not_checkable": str,
 }
@@ -129,7 +134,12 @@ def schema_problems(ledger) -> list[str]:
             problems.append(f"{where}: no property checks it and no not_checkable reason says why")
         if has_properties and claim.get("not_checkable"):
             problems.append(f"{where}: lists properties and a not_checkable reason; keep one")
+        for kernel in claim.get("kernels") or []:
+            if kernel not in PROTOCOL_NAMES:
+                problems.append(f"{where}: kernel {kernel!r} is not a protocol name (ncm_verify.protocol)")
     problems += [f"claims: id {i!r} appears more than once" for i in sorted(duplicated(claim_ids))]
+    kernels = [k for claim in ledger.get("claims") or [] if isinstance(claim, dict) for k in claim.get("kernels") or []]
+    problems += [f"claims: kernel {k!r} is listed under more than one claim" for k in sorted(duplicated(kernels))]
     return problems
 
 
@@ -167,6 +177,17 @@ def load_ledger(path: Path | None = None) -> dict:
     if problems:
         raise LedgerError(f"ledger: {path or default_ledger_path()} breaks its schema:\n  " + "\n  ".join(problems))
     return ledger
+
+
+def kernel_claims(ledger: dict) -> dict[str, str]:
+    """Kernel name -> the claim whose output it bears on (a failure on that kernel counts against it)."""
+    return {kernel: claim["id"] for claim in ledger["claims"] for kernel in claim.get("kernels") or []}
+
+
+@functools.lru_cache(maxsize=4)
+def ledger_kernel_claims(path: Path | None = None) -> dict[str, str]:
+    """`kernel_claims` of the ledger at `path` (default: the project's, else the installed one), read once."""
+    return kernel_claims(read_ledger(path)[0])
 
 
 def listed_properties(ledger: dict) -> dict[str, list[str]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from ncm_verify.harness import stats
-from ncm_verify.protocol import KERNEL_CLAIMS
+from ncm_verify.report.ledger import ledger_kernel_claims
 
 SHOWN = "shown"
 NOT_SHOWN = "not shown"
@@ -167,7 +167,7 @@ def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tu
         return "unknown", ""
     if not calls:
         return "suite", "made no call into the implementation: the suite's own check"
-    relevant = {name: record for name, record in calls.items() if KERNEL_CLAIMS.get(name) == claim_id} or calls
+    relevant = {name: record for name, record in calls.items() if ledger_kernel_claims().get(name) == claim_id} or calls
     own = sorted(name for name, record in relevant.items() if record.get("own"))
     if not own:
         names = ", ".join(sorted(relevant))
