@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 
 from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.harness.run_state import RECORDS_FILE
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
@@ -263,7 +264,7 @@ def clear_previous_report(reports: Path) -> None:
         doc.MUTANTS_FILE,
         doc.CALIBRATION_FILE,
         doc.RUN_FILE,
-        "stats.jsonl",
+        RECORDS_FILE,
         REUSE_FILE,
     ):
         (reports / name).unlink(missing_ok=True)
