@@ -16,79 +16,63 @@ from hypothesis import event, given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
+from ncm_verify.harness.kernels import CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS
 from ncm_verify.harness.strategies import seeds, step_cases
 from ncm_verify.oracles import exact
 from ncm_verify.tolerances import normalisation_for
 
-KERNELS = ("chain", "factorized", "latent_chain")
-OUTCOME_SHAPES = {
-    "chain": lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
-    "factorized": lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
-    "latent_chain": lambda b, c: {
-        "latent": (b,),
-        "latent_accepted": (b,),
-        "tokens": (b, c - 1),
-        "accepted": (b, c - 1),
-    },
-}
-"""Each outcome field's shape for a batch b and c uniform columns."""
 
-
-def outcome_arrays(kernel: str, outcome, uniforms: np.ndarray, call: str) -> tuple[np.ndarray, ...]:
+def outcome_arrays(kernel, outcome, uniforms: np.ndarray, call: str) -> tuple[np.ndarray, ...]:
     """The outcome's fields as NumPy arrays, after checking each one's shape."""
     batch, _, columns = uniforms.shape
     arrays = []
-    for field, shape in OUTCOME_SHAPES[kernel](batch, columns).items():
+    for field, shape in kernel.outcome_shapes(batch, columns).items():
         array = np.array(getattr(outcome, field))
         assert array.shape == shape, f"{field}: shape {array.shape}, expected {shape}\n  call: {call}"
         arrays.append(array)
     return tuple(arrays)
 
 
-def compare_step(kernel: str, step, outcome) -> exact.StepComparison:
-    """The kernel's outcome against the float64 step on the same inputs and uniforms."""
+def compare_step(step, outcome) -> exact.StepComparison:
+    """The kernel's outcome against its float64 step on the same inputs and uniforms."""
+    kernel = step.case.spec
     fields = outcome_arrays(kernel, outcome, step.uniforms, step.describe())
-    uniforms = step.uniforms.astype(np.float64)
-    if kernel == "chain":
-        return exact.compare_chain_step(*step.exact_args, uniforms, *fields)
-    if kernel == "factorized":
-        return exact.compare_factorized_step(*step.exact_args, uniforms, *fields)
-    return exact.compare_latent_chain_step(*step.exact_args, uniforms, fields)
+    return kernel.compare_step(*step.exact_args, step.uniforms.astype(np.float64), *fields)
 
 
 def vocabulary_band(vocab: int) -> str:
     return "V > 2^16" if vocab > 2**16 else "V = 2^16" if vocab == 2**16 else "V <= 8" if vocab <= 8 else "8 < V < 2^16"
 
 
-def check_apply_step(impl, kernel: str, step) -> None:
-    call = step.describe()
-    event("vocabulary", vocabulary_band(step.case.args[0].shape[-1]))
+def check_apply_step(impl, step) -> None:
+    call, apply = step.describe(), step.case.spec.apply
+    event("vocabulary", vocabulary_band(step.case.vocab))
     event("dtype", step.dtype)
-    note(f"apply_{kernel}: {step.dtype}, shapes {[tuple(a.shape) for a in step.case.args]}")
+    note(f"{apply}: {step.dtype}, shapes {[tuple(a.shape) for a in step.case.args]}")
     outcome = step.case.apply(impl, mx.array(step.uniforms))
-    checks.assert_step_matches(compare_step(kernel, step, outcome), label=f"apply_{kernel} vs float64 step", call=call)
+    checks.assert_step_matches(compare_step(step, outcome), label=f"{apply} vs float64 step", call=call)
 
 
 @pytest.mark.claim("C5")
-@given(step=step_cases("chain"))
+@given(step=step_cases(CHAIN))
 def test_apply_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
-    check_apply_step(impl, "chain", step)
+    check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C6")
-@given(step=step_cases("factorized"))
+@given(step=step_cases(FACTORIZED))
 def test_apply_factorized_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
-    check_apply_step(impl, "factorized", step)
+    check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C6")
-@given(step=step_cases("latent_chain"))
+@given(step=step_cases(LATENT_CHAIN))
 def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
-    check_apply_step(impl, "latent_chain", step)
+    check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C5", "C6")
-@given(step=step_cases(kernel="factorized"), swapped=st.booleans())
+@given(step=step_cases(FACTORIZED), swapped=st.booleans())
 def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_rows(impl, step, swapped):
     """Half, one-hot, nearly equal (mass down to 1e-6) and equal rows, vocabularies past 2^16."""
     target, draft = step.case.args[:2]
@@ -107,14 +91,14 @@ def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_r
 
 
 @pytest.mark.claim("C11")
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", STEP_KERNELS, ids=lambda kernel: kernel.name)
 @given(data=st.data(), seed=seeds)
 def test_verify_equals_apply_on_the_uniforms_it_draws(impl, kernel, data, seed):
     """A bug in one entry point alone shows: verify_*(key) == apply_*(draw_uniforms(key))."""
     step = data.draw(step_cases(kernel), label="step")
     key = mx.random.key(seed)
     uniforms = impl.draw_uniforms(key, step.case.batch, step.uniforms.shape[1:])
-    call = f"verify_{kernel}(key=mx.random.key({seed})) vs apply_{kernel}(draw_uniforms(key, ...)) on {step.describe()}"
+    call = f"{kernel.verify}(key=mx.random.key({seed})) vs {kernel.apply}(draw_uniforms(key, ...)) on {step.describe()}"
     note(call)
     # Half and near-equal rows need not pass float32's input checks: this property is about the uniforms.
     verified = step.case.call(impl, key, validate=False)

@@ -12,36 +12,14 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
+from ncm_verify.harness.kernels import KERNEL_SPECS
 from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases
 
 pytestmark = pytest.mark.claim("C5", "C6", "C7")
 
-SIGNATURES = {
-    "chain": ("target_probs", "draft_probs", "draft_tokens", "num_draft", "key"),
-    "greedy": ("target", "draft_tokens", "num_draft"),
-    "factorized": ("target_probs", "draft_probs", "draft_tokens", "key"),
-    "latent_chain": (
-        "target_latent_probs",
-        "draft_latent_probs",
-        "draft_latent",
-        "target_token_probs",
-        "draft_token_probs",
-        "draft_tokens",
-        "key",
-    ),
-    "residual_distribution": ("p", "q"),
-}
-KEYWORDS = ("key", "num_draft")
-ROLES = {"target": "scores", "draft_tokens": "ids", "draft_latent": "ids", "num_draft": "lengths", "key": "key"}
-"""What each argument holds; every other argument holds probability rows."""
-SHAPE_PARTNERS = {"target_token_probs": ("draft_token_probs",)}
-"""Beyond a kernel's first argument, arguments whose shape others are checked against."""
-DRAFTING = {"chain", "greedy"}
-"""Kernels with per-sequence draft lengths: ids beyond them are padding (-1) and not checked."""
 
-
-def role_of(name: str) -> str:
-    return ROLES.get(name, "probs")
+def role_of(kernel: str, name: str) -> str:
+    return KERNEL_SPECS[kernel].argument(name).role
 
 
 def editable(array: mx.array) -> np.ndarray:
@@ -158,62 +136,58 @@ def accepted_names(kernel: str, name: str, corruption: str) -> list[str]:
     """
     if corruption not in RELATIONAL:
         return [name]
-    if name == SIGNATURES[kernel][0]:
-        return list(SIGNATURES[kernel])
-    return [name, *SHAPE_PARTNERS.get(name, ())]
+    spec = KERNEL_SPECS[kernel]
+    if name == spec.names[0]:
+        return list(spec.names)
+    return [name, *spec.argument(name).partners]
 
 
 def applicable(kernel: str, corruption: str) -> list[str]:
     """The kernel's arguments that `corruption` can reach."""
-    return [name for name in SIGNATURES[kernel] if role_of(name) in CORRUPTIONS[corruption]]
+    return [name for name in KERNEL_SPECS[kernel].names if role_of(kernel, name) in CORRUPTIONS[corruption]]
 
 
 KERNEL_CORRUPTIONS = [
-    (kernel, corruption) for kernel in SIGNATURES for corruption in CORRUPTIONS if applicable(kernel, corruption)
+    (kernel, corruption) for kernel in KERNEL_SPECS for corruption in CORRUPTIONS if applicable(kernel, corruption)
 ]
 
 
-def valid_arguments(kernel: str, case) -> dict:
-    """The named arguments of a valid call to `kernel`, taken from a sampling kernel's case."""
-    if kernel == "greedy":
-        values = [case.args[0], case.args[2], case.num_draft]
-    elif kernel == "residual_distribution":
-        values = [case.args[0], case.args[1]]
-    else:
-        values = list(case.args) + ([case.num_draft] if case.num_draft is not None else [])
-    arguments = dict(zip([n for n in SIGNATURES[kernel] if n != "key"], values))
-    if "key" in SIGNATURES[kernel]:
+def valid_arguments(spec, case) -> dict:
+    """The named arguments of a valid call to `spec`'s kernel, from a case of its own or the one it borrows."""
+    values = spec.valid_arguments(case) if spec.valid_arguments else (*case.args, case.num_draft)
+    arguments = dict(zip([a.name for a in spec.arguments if a.role != "key"], values))
+    if spec.samples:
         arguments["key"] = mx.random.key(0)
     return arguments
 
 
-def corruption_context(kernel: str, name: str, case) -> dict:
-    """What a corruption needs: the vocabulary the ids index, G, the batch and a drafted sequence."""
-    vocab = case.args[0].shape[-1] if name == "draft_latent" else case.vocab
+def corruption_context(spec, name: str, case) -> dict:
+    """What a corruption needs: the size of what the ids index, G, the batch and a drafted sequence."""
+    indexed = case.args[case.spec.positions("probs", over=spec.argument(name).over)[0]]
     drafted = 0 if case.num_draft is None else int(np.argmax(np.array(case.num_draft)))
-    max_draft = case.args[2].shape[1] if kernel in DRAFTING else 0
-    return {"vocab": vocab, "drafted_row": drafted, "max_draft": max_draft, "batch": case.batch}
+    max_draft = case.args[case.spec.positions("ids")[0]].shape[-1] if spec.lengths else 0
+    return {"vocab": indexed.shape[-1], "drafted_row": drafted, "max_draft": max_draft, "batch": case.batch}
 
 
-def call_kernel(impl, kernel: str, arguments: dict):
-    function_name = kernel if kernel == "residual_distribution" else f"verify_{kernel}"
-    positional = [arguments[n] for n in SIGNATURES[kernel] if n not in KEYWORDS]
-    keywords = {n: arguments[n] for n in KEYWORDS if n in SIGNATURES[kernel]}
-    return getattr(impl, function_name)(*positional, **keywords)
+def call_kernel(impl, spec, arguments: dict):
+    keywords = {a.name: arguments[a.name] for a in spec.arguments if a.role in ("lengths", "key")}
+    positional = [arguments[a.name] for a in spec.arguments if a.name not in keywords]
+    return getattr(impl, spec.verify)(*positional, **keywords)
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
 @pytest.mark.parametrize("kernel, corruption", KERNEL_CORRUPTIONS)
 @given(data=st.data())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel, corruption, data):
-    source = {"greedy": "chain", "residual_distribution": "factorized"}.get(kernel, kernel)
-    case = data.draw(kernel_cases(batch=4, kernels=(source,), dtypes=FLOAT_DTYPES, drafting=True), label="valid call")
+    spec = KERNEL_SPECS[kernel]
+    source = KERNEL_SPECS[spec.cases_from or kernel]
+    case = data.draw(kernel_cases((source,), batch=4, dtypes=FLOAT_DTYPES, drafting=True), label="valid call")
     name = data.draw(st.sampled_from(applicable(kernel, corruption)), label="argument")
-    variants = CORRUPTIONS[corruption][role_of(name)]
+    variants = CORRUPTIONS[corruption][role_of(kernel, name)]
     how = data.draw(st.sampled_from(sorted(variants)), label="variant")
-    arguments = valid_arguments(kernel, case)
-    arguments[name] = variants[how](arguments[name], corruption_context(kernel, name, case))
+    arguments = valid_arguments(spec, case)
+    arguments[name] = variants[how](arguments[name], corruption_context(spec, name, case))
     named = accepted_names(kernel, name, corruption)
-    description = f"{kernel} with {name} corrupted ({corruption}: {how}), V={case.vocab}, {case.args[0].dtype}"
+    description = f"{spec.verify} with {name} corrupted ({corruption}: {how}), V={case.vocab}, {case.args[0].dtype}"
     note(description)
-    checks.assert_raises_naming(lambda: call_kernel(impl, kernel, arguments), named, description=description)
+    checks.assert_raises_naming(lambda: call_kernel(impl, spec, arguments), named, description=description)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, note
 
 from ncm_verify.harness import checks
+from ncm_verify.harness.kernels import SAMPLING_KERNELS
 from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases, seeds
 
 pytestmark = pytest.mark.claim("C5", "C6")
@@ -17,19 +18,19 @@ def assert_same_outcome(first, second, *, label: str, call: str) -> None:
         checks.assert_equal(getattr(first, field), getattr(second, field), label=f"{label}: {field}", call=call)
 
 
-@given(case=kernel_cases(dtypes=FLOAT_DTYPES), seed=seeds)
+@given(case=kernel_cases(SAMPLING_KERNELS, dtypes=FLOAT_DTYPES), seed=seeds)
 def test_the_same_key_gives_the_same_output(impl, case, seed):
-    call = f"verify_{case.kernel}(B={case.batch}, key=mx.random.key({seed}))"
+    call = f"{case.spec.verify}(B={case.batch}, key=mx.random.key({seed}))"
     note(call)
     assert_same_outcome(
         case.call(impl, mx.random.key(seed)), case.call(impl, mx.random.key(seed)), label="two calls", call=call
     )
 
 
-@given(case=kernel_cases(batch=6, dtypes=FLOAT_DTYPES), seed=seeds)
+@given(case=kernel_cases(SAMPLING_KERNELS, batch=6, dtypes=FLOAT_DTYPES), seed=seeds)
 def test_a_batch_gives_the_outputs_of_its_rows_one_at_a_time(impl, case, seed):
     keys = mx.random.split(mx.random.key(seed), case.batch)
-    call = f"verify_{case.kernel}(B={case.batch}, key=split(key({seed}), B))"
+    call = f"{case.spec.verify}(B={case.batch}, key=split(key({seed}), B))"
     note(call)
     batched = case.call(impl, keys)
     for row in range(case.batch):
@@ -40,9 +41,9 @@ def test_a_batch_gives_the_outputs_of_its_rows_one_at_a_time(impl, case, seed):
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
-@given(case=kernel_cases(dtypes=FLOAT_DTYPES), seed=seeds)
+@given(case=kernel_cases(SAMPLING_KERNELS, dtypes=FLOAT_DTYPES), seed=seeds)
 def test_the_compiled_kernel_equals_the_eager_kernel(impl, case, seed):
-    call = f"mx.compile(verify_{case.kernel}, validate=False)(B={case.batch}, key({seed}))"
+    call = f"mx.compile({case.spec.verify}, validate=False)(B={case.batch}, key({seed}))"
     note(call)
     compiled = mx.compile(partial(case.call, impl, validate=False))
     assert_same_outcome(

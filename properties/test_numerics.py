@@ -7,6 +7,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks, drivers
+from ncm_verify.harness.kernels import CHAIN, SAMPLING_KERNELS, SINGLE_ROW_KERNELS
 from ncm_verify.harness.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
 from ncm_verify.oracles import exact
 
@@ -19,11 +20,11 @@ EXTREME_UNIFORMS = (0.0, 2.0**-24, 0.5, LARGEST_UNIFORM)
 """Zero is outside the generator's range, but float32 generators have produced it (vLLM)."""
 
 
-@given(case=kernel_cases(), dtype=HALF_DTYPES, seed=seeds)
+@given(case=kernel_cases(SAMPLING_KERNELS), dtype=HALF_DTYPES, seed=seeds)
 def test_half_precision_inputs_give_the_result_of_their_float32_values(impl, case, dtype, seed):
     half = case.cast(dtype)
     widened = half.cast(mx.float32)  # the same numbers, exactly, in float32
-    call = f"verify_{case.kernel}({dtype}) vs float32 of the same values, key({seed})"
+    call = f"{case.spec.verify}({dtype}) vs float32 of the same values, key({seed})"
     note(call)
     # Widened half rows sum to 1 only within half precision: skip float32's stricter input check.
     first, second = half.call(impl, mx.random.key(seed)), widened.call(impl, mx.random.key(seed), validate=False)
@@ -38,11 +39,11 @@ VOCABULARIES = {"small": st.just(False), "above 65 536": st.just(True)}
 @pytest.mark.parametrize("vocabulary", sorted(VOCABULARIES))
 @given(data=st.data(), dtype=st.sampled_from([mx.float32, mx.float16, mx.bfloat16]), seed=seeds)
 def test_a_token_the_target_rules_out_is_never_emitted(impl, vocabulary, data, dtype, seed):
-    case = data.draw(kernel_cases(batch=2048, large_vocab=VOCABULARIES[vocabulary]), label="case")
+    case = data.draw(kernel_cases(SAMPLING_KERNELS, batch=2048, large_vocab=VOCABULARIES[vocabulary]), label="case")
     cased = case.cast(dtype)
     outcome = cased.call(impl, mx.random.key(seed))
     probability = cased.emitted_target_probability(outcome)
-    note(f"verify_{case.kernel}({dtype}, key({seed}))")
+    note(f"{case.spec.verify}({dtype}, key({seed}))")
     assert (probability > 0).all(), f"{int((probability <= 0).sum())} emitted ids have target probability 0"
 
 
@@ -51,14 +52,14 @@ def test_a_token_the_target_rules_out_is_never_emitted(impl, vocabulary, data, d
 @given(data=st.data(), uniform=st.sampled_from(EXTREME_UNIFORMS))
 def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary, data, uniform):
     """Drafts with p(x) = 0 are rejected and drafts with p(x) >= q(x) accepted, whatever u."""
-    case = data.draw(kernel_cases(large_vocab=VOCABULARIES[vocabulary]), label="case")
+    case = data.draw(kernel_cases(SAMPLING_KERNELS, large_vocab=VOCABULARIES[vocabulary]), label="case")
     uniforms = mx.full(case.uniform_shape(), uniform, dtype=mx.float32)
     outcome = case.apply(impl, uniforms)
-    call = f"apply_{case.kernel}(uniforms = {uniform!r})"
+    call = f"{case.spec.apply}(uniforms = {uniform!r})"
     note(call)
-    if case.kernel == "chain":
-        checks.assert_chain_outcome_well_formed(outcome, np.array(case.args[2]), np.array(case.num_draft), case.vocab)
-    p_x, q_x, eligible, accepted = acceptance_view(case, outcome)
+    if case.spec.well_formed is not None:
+        case.spec.well_formed(case, outcome)
+    p_x, q_x, eligible, accepted = case.spec.acceptance_view(case, outcome)
     must_reject = eligible & (p_x <= 0)
     must_accept = eligible & (p_x > 0) & (p_x >= q_x)
     assert not (accepted & must_reject).any(), f"{call}: accepted a draft with p(x) = 0"
@@ -66,7 +67,7 @@ def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary,
 
 
 @given(
-    kernel=st.sampled_from(["chain", "factorized"]),
+    kernel=st.sampled_from(SINGLE_ROW_KERNELS),
     batch=st.integers(1, 8),
     positions=st.integers(1, 4),
     vocab=st.sampled_from([2, 3, 8, 1000, 2**16 + 5]),
@@ -89,36 +90,22 @@ def test_a_rejected_draft_is_corrected_from_the_residual_even_when_its_mass_is_t
     uniforms = np.full(shape, LARGEST_UNIFORM, dtype=np.float32)
     uniforms[:, 1] = (np.array(corrections, dtype=np.float32).reshape(batch, shape[2]) + 0.5) / 2**23
     outcome = case.apply(impl, mx.array(uniforms))
-    call = f"apply_{kernel}(B={batch}, N={positions}, V={vocab}, residual mass {mass}, seed={seed})"
+    call = f"{kernel.apply}(B={batch}, N={positions}, V={vocab}, residual mass {mass}, seed={seed})"
     note(call)
-    if kernel == "chain":
-        checks.assert_equal(outcome.num_accepted, np.zeros(batch), label="accepted drafts at u = 1 - 2^-24", call=call)
-        checks.assert_equal(outcome.tokens[:, 0], source[:, 0], label="correction vs the residual's only id", call=call)
-    else:
-        checks.assert_equal(outcome.tokens, source, label="corrections vs the residual's only id", call=call)
-
-
-def acceptance_view(case, outcome):
-    """Per judged draft: p(x), q(x), whether it was judged, and whether it stood."""
-    as_np = lambda a: np.array(a.astype(mx.float32)) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
-    pick = lambda rows, ids: np.take_along_axis(rows, np.maximum(ids, 0)[..., None], axis=-1)[..., 0]
-    if case.kernel == "chain":
-        target, draft, drafts = (as_np(a) for a in case.args)
-        position = np.arange(drafts.shape[1])[None]
-        count = np.array(outcome.num_accepted)[:, None]
-        judged = (position <= count) & (position < as_np(case.num_draft)[:, None])
-        return pick(target[:, :-1], drafts), pick(draft, drafts), judged, position < count
-    if case.kernel == "factorized":
-        target, draft, tokens = (as_np(a) for a in case.args)
-        return pick(target, tokens), pick(draft, tokens), np.ones(tokens.shape, bool), np.array(outcome.accepted)
-    p_z, q_z, z = as_np(case.args[0]), as_np(case.args[1]), as_np(case.args[2])
-    return pick(p_z, z), pick(q_z, z), np.ones(len(z), bool), np.array(outcome.latent_accepted)
+    _, _, judged, accepted = kernel.acceptance_view(case, outcome)
+    checks.assert_equal(
+        accepted[judged], np.zeros(judged.sum(), bool), label="drafts accepted at u = 1 - 2^-24", call=call
+    )
+    corrected = kernel.corrections(case, outcome)
+    drawn = corrected >= 0
+    assert drawn.any(axis=1).all(), f"{call}: a sequence drew no correction after its drafts were rejected"
+    checks.assert_equal(corrected[drawn], source[drawn], label="corrections vs the residual's only id", call=call)
 
 
 @given(fixture=autoregressive_fixtures(min_length=2, max_outcomes=512), seed=seeds)
 def test_a_draft_equal_to_the_target_is_always_accepted_without_nan(impl, fixture, seed):
     equal = exact.AutoregressiveFixture(fixture.target, fixture.target.copy(), fixture.vocab, fixture.length)
-    case = drivers.make_kernel_case("chain", equal, batch=256, seed=seed, max_draft=fixture.length - 1)
+    case = drivers.make_kernel_case(CHAIN, equal, batch=256, seed=seed, max_draft=fixture.length - 1)
     outcome = case.call(impl, mx.random.key(seed))
     checks.assert_equal(outcome.num_accepted, case.num_draft, label="accepted drafts when p == q", call=f"seed {seed}")
     residual = np.array(impl.residual_distribution(case.args[0][:, 0], case.args[0][:, 0]))

@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from ncm_verify.harness.checks import assert_chain_outcome_well_formed
+from ncm_verify.harness.kernel_spec import KernelSpec
 from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_rows
 
 
@@ -233,8 +234,6 @@ def run_factorized(impl, fixture: LatentFixture, *, batch: int, seed: int, dtype
     return LatentRun(latent.astype(np.int64), tokens)
 
 
-TOKEN_ARGUMENTS = {"chain": ((0, 1), (2,)), "factorized": ((0, 1), (2,)), "latent_chain": ((3, 4), (5,))}
-"""Per kernel: the positions of its token probability arguments and of its token id arguments."""
 SIXTEEN_BITS = 2**16
 
 
@@ -250,9 +249,9 @@ def make_wide_columns(narrow: int, vocab: int, *, seed: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class KernelCase:
-    """One batch of inputs for a named kernel (chain, factorized or latent_chain)."""
+    """One batch of inputs for a kernel: its spec, the arguments it holds in order and the draft lengths."""
 
-    kernel: str
+    spec: KernelSpec
     args: tuple
     num_draft: mx.array | None = None
 
@@ -261,35 +260,33 @@ class KernelCase:
         return self.args[0].shape[0]
 
     def call(self, impl, key, **options):
-        """``impl.verify_<kernel>`` on these inputs."""
-        extra = {} if self.num_draft is None else {"num_draft": self.num_draft}
-        return getattr(impl, f"verify_{self.kernel}")(*self.args, key=key, **extra, **options)
+        """The implementation's ``verify_*`` on these inputs."""
+        return self.spec.call(impl, self.args, self.num_draft, key, **options)
 
     def apply(self, impl, uniforms):
-        """``impl.apply_<kernel>`` on these inputs, given its uniforms."""
-        extra = () if self.num_draft is None else (self.num_draft,)
-        return getattr(impl, f"apply_{self.kernel}")(*self.args, *extra, uniforms)
+        """The implementation's ``apply_*`` on these inputs, given its uniforms."""
+        return self.spec.call_apply(impl, self.args, self.num_draft, uniforms)
 
     def uniform_shape(self) -> tuple[int, ...]:
         """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
-        columns = {"chain": self.args[0].shape[1], "factorized": self.args[0].shape[1]}
-        return (self.batch, 2, columns.get(self.kernel, self.args[-1].shape[1] + 1))
+        if self.spec.uniform_columns is None:
+            raise ValueError(f"kernel: {self.spec.name} takes no uniforms")
+        return (self.batch, 2, self.spec.uniform_columns(self.args))
 
     @property
     def vocab(self) -> int:
         """The token vocabulary V (latent codes are not tokens)."""
-        return self.args[TOKEN_ARGUMENTS[self.kernel][0][0]].shape[-1]
+        return self.args[self.spec.positions("probs")[0]].shape[-1]
 
     def widen(self, columns: np.ndarray, vocab: int) -> KernelCase:
         """The same case over `vocab` ids: token column j becomes id ``columns[j]``, the rest have mass 0."""
-        probabilities, ids = TOKEN_ARGUMENTS[self.kernel]
         args = list(self.args)
-        for i in probabilities:
+        for i in self.spec.positions("probs"):
             narrow = np.array(args[i].astype(mx.float32))
             wide = np.zeros(narrow.shape[:-1] + (vocab,), dtype=np.float32)
             wide[..., columns] = narrow
             args[i] = mx.array(wide, dtype=args[i].dtype)
-        for i in ids:
+        for i in self.spec.positions("ids"):
             narrow = np.array(args[i]).astype(np.int64)
             args[i] = mx.array(np.where(narrow >= 0, columns[np.maximum(narrow, 0)], narrow), dtype=args[i].dtype)
         return dataclasses.replace(self, args=tuple(args))
@@ -303,49 +300,44 @@ class KernelCase:
     def rows(self, start: int, stop: int) -> KernelCase:
         """Sequences start..stop of the batch."""
         num_draft = None if self.num_draft is None else self.num_draft[start:stop]
-        return KernelCase(self.kernel, tuple(a[start:stop] for a in self.args), num_draft)
+        return KernelCase(self.spec, tuple(a[start:stop] for a in self.args), num_draft)
 
     def emitted_target_probability(self, outcome) -> np.ndarray:
         """The target's probability of every emitted token (and latent)."""
-        if self.kernel == "latent_chain":
-            latent = np.array(outcome.latent)
-            rows = np.array(self.args[3].astype(mx.float32))[np.arange(self.batch), latent]
-            tokens = np.array(outcome.tokens)
-            p_tokens = np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0]
-            p_latent = np.array(self.args[0].astype(mx.float32))[np.arange(self.batch), latent]
-            return np.concatenate([p_latent[:, None], p_tokens], axis=1).ravel()
-        target = np.array(self.args[0].astype(mx.float32))
-        tokens = np.array(outcome.tokens)
-        emitted = tokens >= 0
-        p = np.take_along_axis(target, np.maximum(tokens, 0)[..., None], axis=-1)[..., 0]
-        return p[emitted]
+        if self.spec.emitted_target_probability is None:
+            raise ValueError(f"kernel: {self.spec.name} does not say what it emits")
+        return self.spec.emitted_target_probability(self, outcome)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The arguments as NumPy arrays (probabilities in float32)."""
+        return tuple(
+            np.array(a.astype(mx.float32)) if mx.issubdtype(a.dtype, mx.floating) else np.array(a) for a in self.args
+        )
 
 
-def make_kernel_case(kernel: str, fixture, *, batch: int, seed: int, max_draft: int = 2) -> KernelCase:
-    """Inputs for `kernel` from an autoregressive (chain) or latent (other kernels) fixture."""
+def make_kernel_case(spec: KernelSpec, fixture, *, batch: int, seed: int, max_draft: int = 2) -> KernelCase:
+    """Inputs for the kernel of `spec` from a fixture its cases are built from."""
+    if spec.make_arguments is None:
+        raise ValueError(f"kernel: {spec.name} has no cases of its own (it borrows {spec.cases_from}'s)")
     rng = np.random.default_rng(seed)
-    if kernel == "chain":
-        caps = draft_caps(batch, max_draft, mixed=True)
-        target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
-        return KernelCase("chain", (target, draft, drafts), num_draft)
-    if kernel == "factorized":
-        return KernelCase("factorized", factorized_draw(fixture, batch=batch, rng=rng)[1])
-    if kernel == "latent_chain":
-        return KernelCase("latent_chain", latent_chain_inputs(fixture, batch=batch, rng=rng))
-    raise ValueError(f"kernel: unknown kernel {kernel!r}")
+    arguments = spec.make_arguments(fixture, batch=batch, rng=rng, max_draft=max_draft)
+    if spec.lengths is None:
+        return KernelCase(spec, arguments)
+    return KernelCase(spec, arguments[:-1], arguments[-1])
 
 
 def make_nearly_equal_rejection(
-    kernel: str, *, batch: int, positions: int, vocab: int, mass: float, seed: int
+    spec: KernelSpec, *, batch: int, positions: int, vocab: int, mass: float, seed: int
 ) -> tuple[KernelCase, np.ndarray]:
     """Drafts q(x) = p(x) + `mass` at the drafted x, the mass taken from one other id `s`.
 
     Every draft has p(x) < q(x), so at a uniform just below 1 each is rejected, and
     the residual max(p - q, 0) is `mass` at `s` alone: the only correction allowed.
-    Returns the case (chain or factorized; chain sequences draft all `positions`) and ``s [B, positions]``.
+    For a kernel taking (target, draft, draft ids), such as chain and factorized (a kernel with draft
+    lengths drafts all `positions`). Returns the case and ``s [B, positions]``.
     """
     rng = np.random.default_rng(seed)
-    rows = positions + (kernel == "chain")
+    rows = positions + spec.bonus_row
     target = 0.5 * rng.dirichlet(np.ones(vocab), size=(batch, rows)) + 0.5 / vocab  # every id above mass
     drafts = rng.integers(0, vocab, size=(batch, positions))
     source = (drafts + rng.integers(1, vocab, size=drafts.shape)) % vocab
@@ -353,16 +345,16 @@ def make_nearly_equal_rejection(
     np.put_along_axis(draft, drafts[..., None], np.take_along_axis(draft, drafts[..., None], -1) + mass, -1)
     np.put_along_axis(draft, source[..., None], np.take_along_axis(draft, source[..., None], -1) - mass, -1)
     args = (mx.array(target, dtype=mx.float32), mx.array(draft, dtype=mx.float32), mx.array(drafts, dtype=mx.int32))
-    num_draft = mx.full((batch,), positions, dtype=mx.int32) if kernel == "chain" else None
-    return KernelCase(kernel, args, num_draft), source
+    num_draft = None if spec.lengths is None else mx.full((batch,), positions, dtype=mx.int32)
+    return KernelCase(spec, args, num_draft), source
 
 
 @dataclasses.dataclass
 class StepCase:
     """One step of a kernel: its inputs in their dtype, the same values in float64, and uniforms.
 
-    ``exact_args`` hold exactly the numbers the kernel reads (half rows widened), the
-    chain's with ``num_draft`` last; ``uniforms`` are float32 ``[B, 2, columns]``.
+    ``exact_args`` hold exactly the numbers the kernel reads (half rows widened), draft
+    lengths last where the kernel takes them; ``uniforms`` are float32 ``[B, 2, columns]``.
     """
 
     case: KernelCase
@@ -374,7 +366,7 @@ class StepCase:
         """A short account of the inputs for failure messages."""
         shapes = ", ".join(str(tuple(a.shape)) for a in self.case.args)
         lengths = "" if self.case.num_draft is None else f", num_draft={np.array(self.case.num_draft).tolist()}"
-        return f"apply_{self.case.kernel}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
+        return f"{self.case.spec.apply}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
 
 
 def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
@@ -394,8 +386,8 @@ def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
     return rounded(flat.reshape(rows.shape))
 
 
-def make_step_case(kernel: str, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
-    """A `StepCase` from float64 probabilities and integer ids (the chain's `num_draft` last), rounded to `dtype`."""
+def make_step_case(spec: KernelSpec, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
+    """A `StepCase` from float64 probabilities and integer ids (draft lengths last), rounded to `dtype`."""
     rounded = []
     for array in arrays:
         if np.issubdtype(array.dtype, np.floating):
@@ -406,5 +398,5 @@ def make_step_case(kernel: str, arrays: tuple, dtype: str, uniforms: np.ndarray 
         np.array(a.astype(mx.float32)).astype(np.float64) if mx.issubdtype(a.dtype, mx.floating) else np.array(a)
         for a in rounded
     )
-    num_draft = rounded.pop() if kernel == "chain" else None
-    return StepCase(KernelCase(kernel, tuple(rounded), num_draft), exact_args, uniforms, dtype)
+    num_draft = None if spec.lengths is None else rounded.pop()
+    return StepCase(KernelCase(spec, tuple(rounded), num_draft), exact_args, uniforms, dtype)

@@ -247,7 +247,6 @@ drafting_lengths = st.integers(min_value=1, max_value=4)
 """G for examples that judge acceptance: at least one draft in every example."""
 
 
-KERNELS = ("chain", "factorized", "latent_chain")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 LARGE_VOCABULARIES = st.integers(2**16 + 1, 2**17 + 7)
 """Vocabularies past 16-bit ids (65 536): real tokenizers (128 256) have them."""
@@ -256,7 +255,7 @@ LARGE_VOCAB_BATCH = 8
 
 
 def make_case(
-    kernel: str,
+    kernel,
     fixture,
     *,
     batch: int,
@@ -266,7 +265,10 @@ def make_case(
     column_seed: int = 0,
     dtype: str = "float32",
 ):
-    """A kernel case from a fixture, widened to `wide_vocab` ids and cast; the call Hypothesis prints to rebuild it."""
+    """A case of `kernel` (a `KernelSpec`) from a fixture, widened to `wide_vocab` ids and cast.
+
+    The call Hypothesis prints to rebuild it.
+    """
     from ncm_verify.harness.drivers import make_kernel_case, make_wide_columns
 
     case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
@@ -276,26 +278,20 @@ def make_case(
 
 
 @st.composite
-def kernel_cases(
-    draw, batch: int = 64, kernels=KERNELS, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
-):
-    """A batch of valid inputs for one of the sampling kernels, drafts sampled from q.
+def kernel_cases(draw, kernels, batch: int = 64, dtypes=("float32",), large_vocab=st.booleans(), drafting=False):
+    """A batch of valid inputs for one of `kernels` (specs of sampling kernels), drafts sampled from q.
 
     A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
     id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
-    With `drafting`, a chain case drafts at least one token in some sequence.
+    With `drafting`, a case with draft lengths drafts at least one token in some sequence.
     """
     kernel = draw(st.sampled_from(kernels), label="kernel")
-    if kernel == "chain":
-        fixtures = autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1)
-    else:
-        fixtures = latent_fixtures()
     wide = draw(large_vocab, label="vocabulary above 65 536")
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
     built = st.builds(
         make_case,
         kernel=st.just(kernel),
-        fixture=fixtures,
+        fixture=kernel.fixtures(drafting=drafting),
         batch=st.just(rows),
         max_draft=drafting_lengths if drafting else draft_lengths,
         draft_seed=seeds,
@@ -468,16 +464,17 @@ def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarra
     return np.clip(u, np.float32(1e-45), np.float32(1.0 - 2.0**-24))
 
 
-def uniform_boundaries(kernel: str, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
-    """Where the exact step's decision for ``uniforms[b, row, column]`` flips: p/q, or the cumulative weights."""
-    from ncm_verify.oracles.exact import drawn_weights, judged_pair
+def uniform_boundaries(kernel, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
+    """Where the exact step of `kernel` (a spec) flips its decision for ``uniforms[b, row, column]``.
 
+    At p/q for an acceptance, at the cumulative weights for a draw.
+    """
     if row == 0:
-        pair = judged_pair(kernel, args, b, column)
+        pair = kernel.judged_pair(args, b, column)
         if pair is None or not 0 < pair[0] < pair[1]:
             return np.zeros(0)
         return np.array([pair[0] / pair[1]])
-    weights = drawn_weights(kernel, args, uniforms, b, column)
+    weights = kernel.drawn_weights(args, uniforms, b, column)
     if weights is None:
         return np.zeros(0)
     cumulative = np.cumsum(weights) / weights.sum()
@@ -485,8 +482,8 @@ def uniform_boundaries(kernel: str, args: tuple, uniforms: np.ndarray, b: int, r
 
 
 @st.composite
-def step_uniforms(draw, kernel: str, args: tuple, shape: tuple[int, int, int]):
-    """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` on float64 `args`, many near their boundaries.
+def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int]):
+    """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` (a spec) on float64 `args`, many near their boundaries.
 
     Row 0 first, then row 1 column by column: a correction's boundaries depend on the decisions before it.
     """
@@ -504,9 +501,9 @@ def step_uniforms(draw, kernel: str, args: tuple, shape: tuple[int, int, int]):
 
 
 @st.composite
-def step_cases(draw, kernel: str):
-    """One step of `kernel` (chain, factorized, latent_chain): inputs, their float64 values and drawn uniforms."""
-    from ncm_verify.harness.drivers import make_step_case, sample_categorical
+def step_cases(draw, kernel):
+    """One step of `kernel` (a spec with an apply step): inputs, their float64 values and drawn uniforms."""
+    from ncm_verify.harness.drivers import make_step_case
 
     vocab = draw(step_vocabs, label="vocab")
     small = vocab <= LARGE_VOCAB
@@ -522,31 +519,9 @@ def step_cases(draw, kernel: str):
         draft = make_step_draft_rows(rng, target, relation)
         return target.reshape(shape), draft.reshape(shape)
 
-    if kernel == "chain":
-        max_draft = draw(st.integers(0, 4), label="max drafts")
-        lengths = draw(st.lists(st.integers(0, max_draft), min_size=batch, max_size=batch), label="draft lengths")
-        target, draft = tables((batch, max_draft + 1, vocab))
-        draft = draft[:, :max_draft]
-        drafting = make_drafting_rows(target[:, :max_draft], draft, over_drafted)
-        drafts = sample_categorical(rng, drafting) if max_draft else np.zeros((batch, 0), np.int64)
-        num_draft = np.array(lengths, dtype=np.int64)
-        drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
-        arrays, columns = (target, draft, drafts, num_draft), max_draft + 1
-    elif kernel == "factorized":
-        positions = draw(st.integers(1, 3 if small else 2), label="positions")
-        target, draft = tables((batch, positions, vocab))
-        drafts = sample_categorical(rng, make_drafting_rows(target, draft, over_drafted))
-        arrays, columns = (target, draft, drafts), positions
-    else:
-        codes = draw(st.integers(1, 4 if small else 2), label="codebook size")
-        positions = draw(st.integers(1, 3 if small else 2), label="positions")
-        target_latent, draft_latent = tables((batch, codes))
-        drafted_latent = sample_categorical(rng, make_drafting_rows(target_latent, draft_latent, over_drafted))
-        target_tokens, draft_tokens = tables((batch, codes, positions, vocab))
-        under = (np.arange(batch), drafted_latent)
-        drafts = sample_categorical(rng, make_drafting_rows(target_tokens[under], draft_tokens[under], over_drafted))
-        arrays = (target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts)
-        columns = positions + 1
+    arrays, columns = kernel.step_arrays(
+        draw, tables, rng, batch=batch, vocab=vocab, small=small, over_drafted=over_drafted
+    )
     step = make_step_case(kernel, arrays, dtype)
     step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns)), label="uniforms")
     return step

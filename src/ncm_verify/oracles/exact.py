@@ -393,7 +393,7 @@ def compare_factorized_step(target, draft, drafts, uniforms, tokens, accepted) -
 
 
 def compare_latent_chain_step(
-    target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts, uniforms, outcome
+    target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts, uniforms, *outcome
 ) -> StepComparison:
     """`apply_latent_chain`'s outcome (latent, latent_accepted, tokens, accepted) against float64.
 
@@ -437,21 +437,26 @@ def compare_latent_chain_step(
     return comparison
 
 
-def judged_pair(kernel: str, args: tuple, b: int, column: int) -> tuple[float, float] | None:
-    """``(p(x), q(x))`` of the draft that column `column` of row 0 judges in sequence `b`; None if unused.
+def chain_judged_pair(args: tuple, b: int, column: int) -> tuple[float, float] | None:
+    """``(p(x), q(x))`` of the draft that column `column` of uniform row 0 judges in sequence `b`; None if unused.
 
-    `args` are the kernel's float64 arguments (the chain's with ``num_draft`` last).
+    `args` are the kernel's float64 arguments (``num_draft`` last); the same holds for the other kernels.
     """
-    if kernel == "chain":
-        target, draft, drafts, num_draft = args
-        if column >= num_draft[b]:
-            return None
-        x = drafts[b, column]
-        return target[b, column, x], draft[b, column, x]
-    if kernel == "factorized":
-        target, draft, drafts = args
-        x = drafts[b, column]
-        return target[b, column, x], draft[b, column, x]
+    target, draft, drafts, num_draft = args
+    if column >= num_draft[b]:
+        return None
+    x = drafts[b, column]
+    return target[b, column, x], draft[b, column, x]
+
+
+def factorized_judged_pair(args: tuple, b: int, column: int) -> tuple[float, float] | None:
+    target, draft, drafts = args
+    x = drafts[b, column]
+    return target[b, column, x], draft[b, column, x]
+
+
+def latent_chain_judged_pair(args: tuple, b: int, column: int) -> tuple[float, float] | None:
+    """Column 0 judges the latent, column i + 1 token i under it."""
     target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts = args
     z = drafted_latent[b]
     if column == 0:
@@ -460,28 +465,32 @@ def judged_pair(kernel: str, args: tuple, b: int, column: int) -> tuple[float, f
     return target_tokens[b, z, column - 1, x], draft_tokens[b, z, column - 1, x]
 
 
-def drawn_weights(kernel: str, args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
-    """The weights column `column` of row 1 draws from in the exact step given `uniforms`; None if unused."""
+def _accepted(judged_pair, args: tuple, uniforms: np.ndarray, b: int, column: int) -> bool:
+    p_x, q_x = judged_pair(args, b, column)
+    return uniforms[b, 0, column] * q_x < p_x
 
-    def accepted(column: int) -> bool:
-        p_x, q_x = judged_pair(kernel, args, b, column)
-        return uniforms[b, 0, column] * q_x < p_x
 
-    if kernel == "chain":
-        target, draft, _, num_draft = args
-        if column:
-            return None
-        k = 0
-        while k < num_draft[b] and accepted(k):
-            k += 1
-        return residual_rows(target[b, k], draft[b, k]) if k < num_draft[b] else target[b, k]
-    if kernel == "factorized":
-        return residual_rows(args[0][b, column], args[1][b, column])
+def chain_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
+    """The weights column `column` of uniform row 1 draws from in the exact step given `uniforms`; None if unused."""
+    target, draft, _, num_draft = args
+    if column:
+        return None
+    k = 0
+    while k < num_draft[b] and _accepted(chain_judged_pair, args, uniforms, b, k):
+        k += 1
+    return residual_rows(target[b, k], draft[b, k]) if k < num_draft[b] else target[b, k]
+
+
+def factorized_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
+    return residual_rows(args[0][b, column], args[1][b, column])
+
+
+def latent_chain_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
     target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, _ = args
     latent_row = residual_rows(target_latent[b], draft_latent[b])
     if column == 0:
         return latent_row
-    if accepted(0):
+    if _accepted(latent_chain_judged_pair, args, uniforms, b, 0):
         z = drafted_latent[b]
         return residual_rows(target_tokens[b, z, column - 1], draft_tokens[b, z, column - 1])
     return target_tokens[b, inverse_cdf(latent_row, uniforms[b, 1, 0]), column - 1]

@@ -1,0 +1,131 @@
+"""What the harness knows about one kernel, written once: `KernelSpec`.
+
+A spec names the kernel's entry points and arguments (in call order, with their roles),
+the shape of its uniforms and outcome, how to build valid inputs from a fixture or from
+drawn rows, and its float64 oracle. Drivers, strategies and properties read specs; none
+branches on a kernel's name. The registry of specs is :mod:`ncm_verify.harness.kernels`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+ROLES = ("probs", "scores", "ids", "lengths", "key")
+"""What an argument holds: probability rows, score (logit) rows, ids, per-sequence draft lengths, a key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One argument of a kernel's ``verify_*`` entry point."""
+
+    name: str
+    role: str = "probs"
+    over: str = "tokens"
+    """What the last axis of a row (or an id) indexes: ``tokens``, or ``latents`` (codebook entries)."""
+    partners: tuple[str, ...] = ()
+    """Arguments whose shape this one is checked against, beyond the first argument (a mismatch may name them)."""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role: {self.role!r} is not one of {ROLES}")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class KernelSpec:
+    """One kernel of the protocol, as the harness drives and judges it.
+
+    ``arguments`` are ``verify_*``'s in call order; the ``lengths`` and ``key`` arguments are
+    keywords there, and ``apply_*`` takes the lengths positionally before its uniforms.
+    Callables take the spec's own case objects (`ncm_verify.harness.drivers.KernelCase`).
+    """
+
+    name: str
+    arguments: tuple[Argument, ...]
+    verify: str
+    """The entry point's name in an implementation module."""
+    apply: str | None = None
+    bonus_row: bool = False
+    """The target holds one row past the drafted positions, for the bonus token."""
+    """The same step given its uniforms ``[B, 2, columns]``; None for a deterministic kernel without one."""
+    uniform_columns: Callable[[tuple], int] | None = None
+    """Columns of the uniforms ``apply`` takes, from the case's arguments."""
+    outcome_shapes: Callable[[int, int], dict[str, tuple[int, ...]]] | None = None
+    """Each outcome field's shape for a batch and a number of uniform columns."""
+    fixtures: Callable[..., Any] | None = None
+    """``fixtures(drafting=bool)``: a strategy of fixtures this kernel's cases are built from."""
+    make_arguments: Callable[..., tuple] | None = None
+    """``make_arguments(fixture, batch=, rng=, max_draft=)``: verify's arguments without the key, as MLX arrays."""
+    step_arrays: Callable[..., tuple[tuple, int]] | None = None
+    """``step_arrays(draw, tables, rng, batch=, vocab=, small=, over_drafted=)``: float64 arguments of one step
+    and its uniform columns; ``tables(shape)`` draws target and draft rows of a shape."""
+    compare_step: Callable[..., Any] | None = None
+    """Oracle: ``compare_step(*float64 arguments, uniforms, *outcome fields) -> StepComparison``."""
+    judged_pair: Callable[[tuple, int, int], tuple[float, float] | None] | None = None
+    """Oracle: ``(p(x), q(x))`` judged by uniform ``[b, 0, column]``; None where unused."""
+    drawn_weights: Callable[..., Any] | None = None
+    """Oracle: the weights uniform ``[b, 1, column]`` draws from, given the uniforms before it."""
+    acceptance_view: Callable[[Any, Any], tuple] | None = None
+    """``(p(x), q(x), judged, accepted)`` per draft of a case's outcome."""
+    corrections: Callable[[Any, Any], Any] | None = None
+    """Per drafted position, the correction the outcome drew there (-1 where it drew none)."""
+    emitted_target_probability: Callable[[Any, Any], Any] | None = None
+    """The target's probability of every id (and latent) the outcome emitted."""
+    well_formed: Callable[[Any, Any], None] | None = None
+    """Raises AssertionError, saying what is wrong, on an outcome no valid step gives."""
+    cases_from: str | None = None
+    """A kernel without cases of its own borrows those of this kernel (``valid_arguments`` maps them)."""
+    valid_arguments: Callable[[Any], tuple] | None = None
+    """Arguments (without the key) of a valid call, from a case of ``cases_from``."""
+
+    def __repr__(self) -> str:
+        """How Hypothesis prints a case's kernel: the registry entry that rebuilds it."""
+        return f"KERNEL_SPECS[{self.name!r}]"
+
+    def __post_init__(self) -> None:
+        names = [argument.name for argument in self.arguments]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arguments: {self.name} names an argument twice: {names}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(argument.name for argument in self.arguments)
+
+    def argument(self, name: str) -> Argument:
+        return next(argument for argument in self.arguments if argument.name == name)
+
+    @property
+    def positional(self) -> tuple[Argument, ...]:
+        """The arguments a case holds in order (every one but the lengths and the key)."""
+        return tuple(a for a in self.arguments if a.role not in ("lengths", "key"))
+
+    @property
+    def lengths(self) -> Argument | None:
+        """The per-sequence draft lengths argument, if the kernel takes one."""
+        return next((a for a in self.arguments if a.role == "lengths"), None)
+
+    @property
+    def samples(self) -> bool:
+        """Whether the kernel draws (takes a key) rather than deciding deterministically."""
+        return any(a.role == "key" for a in self.arguments)
+
+    def positions(self, role: str, over: str = "tokens") -> tuple[int, ...]:
+        """Positions in a case's arguments of those with `role` over `over`."""
+        return tuple(i for i, a in enumerate(self.positional) if a.role == role and a.over == over)
+
+    def call(self, impl, args: tuple, lengths=None, key=None, **options):
+        """``impl.<verify>`` on `args`, with the lengths and the key as keywords where the kernel takes them."""
+        keywords = dict(options)
+        if self.lengths is not None and lengths is not None:
+            keywords[self.lengths.name] = lengths
+        if self.samples:
+            keywords["key"] = key
+        return getattr(impl, self.verify)(*args, **keywords)
+
+    def call_apply(self, impl, args: tuple, lengths, uniforms):
+        """``impl.<apply>`` on `args`, then the lengths (where taken), then the uniforms."""
+        if self.apply is None:
+            raise ValueError(f"kernel: {self.name} has no apply step")
+        extra = () if self.lengths is None else (lengths,)
+        return getattr(impl, self.apply)(*args, *extra, uniforms)

@@ -1,0 +1,248 @@
+"""The kernel registry: one `KernelSpec` per kernel of the protocol, read by drivers, strategies and properties.
+
+Adding a kernel is its spec here (arguments, uniforms, outcome, how to build inputs, its oracle),
+its kernel in the reference and its oracle in `ncm_verify.oracles`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ncm_verify.harness.checks import assert_chain_outcome_well_formed
+from ncm_verify.harness.drivers import (
+    draft_caps,
+    factorized_draw,
+    first_round_inputs,
+    latent_chain_inputs,
+    sample_categorical,
+)
+from ncm_verify.harness.kernel_spec import Argument, KernelSpec
+from ncm_verify.harness.strategies import autoregressive_fixtures, latent_fixtures, make_drafting_rows
+from ncm_verify.oracles import exact
+
+
+def _pick(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``rows[..., ids]`` per row (padding ids read column 0)."""
+    return np.take_along_axis(rows, np.maximum(ids, 0)[..., None], axis=-1)[..., 0]
+
+
+def _emitted_token_probability(case, outcome) -> np.ndarray:
+    """p of every emitted token, for kernels whose first argument holds the target rows of the tokens."""
+    target, tokens = case.arrays()[0], np.array(outcome.tokens)
+    return _pick(target[:, : tokens.shape[1]], tokens)[tokens >= 0]
+
+
+# --- chain: G drafts judged in order, then one corrected or bonus token (C5) ---
+
+
+def _chain_arguments(fixture, *, batch: int, rng, max_draft: int) -> tuple:
+    caps = draft_caps(batch, max_draft, mixed=True)
+    return first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
+
+
+def _chain_step_arrays(draw, tables, rng, *, batch: int, vocab: int, small: bool, over_drafted: bool):
+    max_draft = draw(st.integers(0, 4), label="max drafts")
+    lengths = draw(st.lists(st.integers(0, max_draft), min_size=batch, max_size=batch), label="draft lengths")
+    target, draft = tables((batch, max_draft + 1, vocab))
+    draft = draft[:, :max_draft]
+    drafting = make_drafting_rows(target[:, :max_draft], draft, over_drafted)
+    drafts = sample_categorical(rng, drafting) if max_draft else np.zeros((batch, 0), np.int64)
+    num_draft = np.array(lengths, dtype=np.int64)
+    drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
+    return (target, draft, drafts, num_draft), max_draft + 1
+
+
+def _chain_acceptance_view(case, outcome) -> tuple:
+    target, draft, drafts = case.arrays()
+    position = np.arange(drafts.shape[1])[None]
+    count = np.array(outcome.num_accepted)[:, None]
+    judged = (position <= count) & (position < np.array(case.num_draft)[:, None])
+    return _pick(target[:, :-1], drafts), _pick(draft, drafts), judged, position < count
+
+
+def _chain_corrections(case, outcome) -> np.ndarray:
+    """The token at the first rejected draft, where one was rejected."""
+    tokens, count = np.array(outcome.tokens), np.array(outcome.num_accepted)
+    drafts = case.args[2].shape[1]
+    position = np.arange(drafts)[None]
+    rejected = (position == count[:, None]) & (position < np.array(case.num_draft)[:, None])
+    return np.where(rejected, tokens[:, :drafts], -1)
+
+
+def _chain_well_formed(case, outcome) -> None:
+    assert_chain_outcome_well_formed(outcome, np.array(case.args[2]), np.array(case.num_draft), case.vocab)
+
+
+CHAIN = KernelSpec(
+    name="chain",
+    arguments=(
+        Argument("target_probs"),
+        Argument("draft_probs"),
+        Argument("draft_tokens", "ids"),
+        Argument("num_draft", "lengths"),
+        Argument("key", "key"),
+    ),
+    verify="verify_chain",
+    apply="apply_chain",
+    bonus_row=True,
+    uniform_columns=lambda args: args[0].shape[1],
+    outcome_shapes=lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
+    fixtures=lambda drafting: autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1),
+    make_arguments=_chain_arguments,
+    step_arrays=_chain_step_arrays,
+    compare_step=exact.compare_chain_step,
+    judged_pair=exact.chain_judged_pair,
+    drawn_weights=exact.chain_drawn_weights,
+    acceptance_view=_chain_acceptance_view,
+    corrections=_chain_corrections,
+    emitted_target_probability=_emitted_token_probability,
+    well_formed=_chain_well_formed,
+)
+
+
+# --- greedy: the chain's deterministic counterpart on scores (C7); cases borrowed from the chain ---
+
+GREEDY = KernelSpec(
+    name="greedy",
+    arguments=(Argument("target", "scores"), Argument("draft_tokens", "ids"), Argument("num_draft", "lengths")),
+    verify="verify_greedy",
+    bonus_row=True,
+    cases_from="chain",
+    valid_arguments=lambda case: (case.args[0], case.args[2], case.num_draft),
+)
+
+
+# --- factorised: each position accepted or corrected on its own (C6) ---
+
+
+def _factorized_arguments(fixture, *, batch: int, rng, max_draft: int) -> tuple:
+    return factorized_draw(fixture, batch=batch, rng=rng)[1]
+
+
+def _factorized_step_arrays(draw, tables, rng, *, batch: int, vocab: int, small: bool, over_drafted: bool):
+    positions = draw(st.integers(1, 3 if small else 2), label="positions")
+    target, draft = tables((batch, positions, vocab))
+    drafts = sample_categorical(rng, make_drafting_rows(target, draft, over_drafted))
+    return (target, draft, drafts), positions
+
+
+def _factorized_acceptance_view(case, outcome) -> tuple:
+    target, draft, tokens = case.arrays()
+    return _pick(target, tokens), _pick(draft, tokens), np.ones(tokens.shape, bool), np.array(outcome.accepted)
+
+
+FACTORIZED = KernelSpec(
+    name="factorized",
+    arguments=(
+        Argument("target_probs"),
+        Argument("draft_probs"),
+        Argument("draft_tokens", "ids"),
+        Argument("key", "key"),
+    ),
+    verify="verify_factorized",
+    apply="apply_factorized",
+    uniform_columns=lambda args: args[0].shape[1],
+    outcome_shapes=lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
+    fixtures=lambda drafting: latent_fixtures(),
+    make_arguments=_factorized_arguments,
+    step_arrays=_factorized_step_arrays,
+    compare_step=exact.compare_factorized_step,
+    judged_pair=exact.factorized_judged_pair,
+    drawn_weights=exact.factorized_drawn_weights,
+    acceptance_view=_factorized_acceptance_view,
+    corrections=lambda case, outcome: np.where(np.array(outcome.accepted), -1, np.array(outcome.tokens)),
+    emitted_target_probability=_emitted_token_probability,
+)
+
+
+# --- latent chain: a latent judged first, its tokens under it (C6) ---
+
+
+def _latent_chain_arguments(fixture, *, batch: int, rng, max_draft: int) -> tuple:
+    return latent_chain_inputs(fixture, batch=batch, rng=rng)
+
+
+def _latent_chain_step_arrays(draw, tables, rng, *, batch: int, vocab: int, small: bool, over_drafted: bool):
+    codes = draw(st.integers(1, 4 if small else 2), label="codebook size")
+    positions = draw(st.integers(1, 3 if small else 2), label="positions")
+    target_latent, draft_latent = tables((batch, codes))
+    drafted_latent = sample_categorical(rng, make_drafting_rows(target_latent, draft_latent, over_drafted))
+    target_tokens, draft_tokens = tables((batch, codes, positions, vocab))
+    under = (np.arange(batch), drafted_latent)
+    drafts = sample_categorical(rng, make_drafting_rows(target_tokens[under], draft_tokens[under], over_drafted))
+    return (target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, drafts), positions + 1
+
+
+def _latent_chain_acceptance_view(case, outcome) -> tuple:
+    p_z, q_z, z = case.arrays()[:3]
+    return _pick(p_z, z), _pick(q_z, z), np.ones(len(z), bool), np.array(outcome.latent_accepted)
+
+
+def _latent_chain_corrections(case, outcome) -> np.ndarray:
+    """The latent drawn where the drafted latent was rejected."""
+    return np.where(np.array(outcome.latent_accepted), -1, np.array(outcome.latent))[:, None]
+
+
+def _latent_chain_emitted_probability(case, outcome) -> np.ndarray:
+    p_latent, _, _, p_tokens = case.arrays()[:4]
+    latent, rows = np.array(outcome.latent), np.arange(case.batch)
+    p_emitted = _pick(p_tokens[rows, latent], np.array(outcome.tokens))
+    return np.concatenate([p_latent[rows, latent][:, None], p_emitted], axis=1).ravel()
+
+
+LATENT_CHAIN = KernelSpec(
+    name="latent_chain",
+    arguments=(
+        Argument("target_latent_probs", over="latents"),
+        Argument("draft_latent_probs", over="latents"),
+        Argument("draft_latent", "ids", over="latents"),
+        Argument("target_token_probs", partners=("draft_token_probs",)),
+        Argument("draft_token_probs"),
+        Argument("draft_tokens", "ids"),
+        Argument("key", "key"),
+    ),
+    verify="verify_latent_chain",
+    apply="apply_latent_chain",
+    uniform_columns=lambda args: args[-1].shape[1] + 1,
+    outcome_shapes=lambda b, c: {
+        "latent": (b,),
+        "latent_accepted": (b,),
+        "tokens": (b, c - 1),
+        "accepted": (b, c - 1),
+    },
+    fixtures=lambda drafting: latent_fixtures(),
+    make_arguments=_latent_chain_arguments,
+    step_arrays=_latent_chain_step_arrays,
+    compare_step=exact.compare_latent_chain_step,
+    judged_pair=exact.latent_chain_judged_pair,
+    drawn_weights=exact.latent_chain_drawn_weights,
+    acceptance_view=_latent_chain_acceptance_view,
+    corrections=_latent_chain_corrections,
+    emitted_target_probability=_latent_chain_emitted_probability,
+)
+
+
+# --- the residual itself: normalised max(p - q, 0), a protocol function; cases borrowed ---
+
+RESIDUAL_DISTRIBUTION = KernelSpec(
+    name="residual_distribution",
+    arguments=(Argument("p"), Argument("q")),
+    verify="residual_distribution",
+    cases_from="factorized",
+    valid_arguments=lambda case: case.args[:2],
+)
+
+
+KERNEL_SPECS = {spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION)}
+"""Every kernel the harness drives, by name."""
+SAMPLING_KERNELS = tuple(spec for spec in KERNEL_SPECS.values() if spec.samples and spec.make_arguments)
+"""Kernels that draw with a key and build cases of their own."""
+STEP_KERNELS = tuple(spec for spec in SAMPLING_KERNELS if spec.apply and spec.compare_step)
+"""Kernels with an apply step and a float64 oracle to compare it with."""
+SINGLE_ROW_KERNELS = tuple(
+    spec
+    for spec in SAMPLING_KERNELS
+    if [(a.role, a.over) for a in spec.positional] == [("probs", "tokens"), ("probs", "tokens"), ("ids", "tokens")]
+)
+"""Kernels taking (target rows, draft rows, draft ids) per position: one residual per rejected draft."""
