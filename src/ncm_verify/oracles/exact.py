@@ -75,11 +75,12 @@ class LatentFixture:
 # --- single-step branches ---------------------------------------------------------
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Normalised max(p - q, 0); p itself where that mass is zero (as the kernels do)."""
-    mass_row = np.maximum(p - q, 0.0)
-    mass = mass_row.sum()
-    return mass_row / mass if mass > RESIDUAL_FLOOR else p
+def residual(p, q) -> np.ndarray:
+    """Normalised max(p - q, 0) per row of ``[..., V]``, in float64; p where that mass is zero (as the kernels do)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    mass_rows = np.maximum(p - q, 0.0)
+    mass = mass_rows.sum(axis=-1, keepdims=True)
+    return np.where(mass > RESIDUAL_FLOOR, mass_rows / np.maximum(mass, RESIDUAL_FLOOR), p)
 
 
 def acceptance(p_x: float, q_x: float) -> float:
@@ -271,14 +272,6 @@ def as_vector(distribution: dict, shape: tuple[int, ...]) -> np.ndarray:
 # column i; the latent chain its latent with column 0 and token i with column i + 1.
 
 
-def residual_rows(p, q) -> np.ndarray:
-    """Normalised max(p - q, 0) per row of ``[..., V]``; p itself where that mass is zero."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    mass_rows = np.maximum(p - q, 0.0)
-    mass = mass_rows.sum(axis=-1, keepdims=True)
-    return np.where(mass > RESIDUAL_FLOOR, mass_rows / np.maximum(mass, RESIDUAL_FLOOR), p)
-
-
 def inverse_cdf(weights: np.ndarray, u: float) -> int:
     """The id an inverse-CDF draw with uniform `u` takes from unnormalised `weights`."""
     cumulative = np.cumsum(weights)
@@ -351,7 +344,7 @@ def compare_position(comparison: StepComparison, where: str, p, q, draft: int, u
     if accepted:
         comparison.same(f"{where} token", token, draft)
     else:
-        comparison.draw(f"{where} correction", token, residual_rows(p, q), u_draw)
+        comparison.draw(f"{where} correction", token, residual(p, q), u_draw)
 
 
 def compare_chain_step(target, draft, drafts, num_draft, uniforms, tokens, num_accepted) -> StepComparison:
@@ -368,7 +361,7 @@ def compare_chain_step(target, draft, drafts, num_draft, uniforms, tokens, num_a
             comparison.acceptance(where, i < k, target[b, i, x], draft[b, i, x], uniforms[b, 0, i])
         comparison.same(f"sequence {b} kept drafts", tokens[b, :k], drafts[b, :k])
         comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(len(tokens[b]) - k - 1, -1))
-        weights = residual_rows(target[b, k], draft[b, k]) if k < n else target[b, k]
+        weights = residual(target[b, k], draft[b, k]) if k < n else target[b, k]
         what = "correction" if k < n else "bonus"
         comparison.draw(f"sequence {b} {what} at position {k}", tokens[b, k], weights, uniforms[b, 1, 0])
     return comparison
@@ -478,19 +471,19 @@ def chain_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) 
     k = 0
     while k < num_draft[b] and _accepted(chain_judged_pair, args, uniforms, b, k):
         k += 1
-    return residual_rows(target[b, k], draft[b, k]) if k < num_draft[b] else target[b, k]
+    return residual(target[b, k], draft[b, k]) if k < num_draft[b] else target[b, k]
 
 
 def factorized_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
-    return residual_rows(args[0][b, column], args[1][b, column])
+    return residual(args[0][b, column], args[1][b, column])
 
 
 def latent_chain_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column: int) -> np.ndarray | None:
     target_latent, draft_latent, drafted_latent, target_tokens, draft_tokens, _ = args
-    latent_row = residual_rows(target_latent[b], draft_latent[b])
+    latent_row = residual(target_latent[b], draft_latent[b])
     if column == 0:
         return latent_row
     if _accepted(latent_chain_judged_pair, args, uniforms, b, 0):
         z = drafted_latent[b]
-        return residual_rows(target_tokens[b, z, column - 1], draft_tokens[b, z, column - 1])
+        return residual(target_tokens[b, z, column - 1], draft_tokens[b, z, column - 1])
     return target_tokens[b, inverse_cdf(latent_row, uniforms[b, 1, 0]), column - 1]
