@@ -16,7 +16,7 @@ from hypothesis import event, given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
-from ncm_verify.harness.kernels import CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS
+from ncm_verify.harness.kernels import CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
 from ncm_verify.harness.strategies import seeds, step_cases
 from ncm_verify.oracles import exact
 from ncm_verify.tolerances import normalisation_for
@@ -37,7 +37,7 @@ def compare_step(step, outcome) -> exact.StepComparison:
     """The kernel's outcome against its float64 step on the same inputs and uniforms."""
     kernel = step.case.spec
     fields = outcome_arrays(kernel, outcome, step.uniforms, step.describe())
-    return kernel.compare_step(*step.exact_args, step.uniforms.astype(np.float64), *fields)
+    return kernel.compare_step(*step.exact_args, step.uniforms.astype(np.float64), *fields, **step.case.options)
 
 
 def vocabulary_band(vocab: int) -> str:
@@ -68,6 +68,14 @@ def test_apply_factorized_takes_the_float64_steps_decisions_on_drawn_uniforms(im
 @pytest.mark.claim("C6")
 @given(step=step_cases(LATENT_CHAIN))
 def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    check_apply_step(impl, step)
+
+
+@pytest.mark.claim("C13")
+@given(step=step_cases(TREE))
+def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    """Each mode; excused near a boundary only within float32 rounding and the residual's drift before it."""
+    event("mode", step.case.options["mode"])
     check_apply_step(impl, step)
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
+from ncm_verify.harness.kernel_spec import KEYWORD_ROLES
 from ncm_verify.harness.kernels import KERNEL_SPECS
 from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases
 
@@ -88,6 +89,7 @@ CORRUPTIONS = {
             "missing column": lambda ids, c: ids[..., :-1] if ids.ndim > 1 else ids[:-1],
             "extra batch row": extra_batch_row,
         },
+        "nodes": {"missing column": lambda ids, c: ids[..., :-1], "extra batch row": extra_batch_row},
         "lengths": {"missing sequence": lambda n, c: n[:-1], "extra dimension": lambda n, c: n[None]},
     },
     "vocabulary mismatch": {
@@ -112,9 +114,11 @@ CORRUPTIONS = {
         "probs": {"integer dtype": lambda a, c: a.astype(mx.int32), "numpy array": lambda a, c: checks.as_numpy(a)},
         "scores": {"integer dtype": lambda a, c: a.astype(mx.int32), "numpy array": lambda a, c: checks.as_numpy(a)},
         "ids": {"float dtype": lambda ids, c: ids.astype(mx.float32), "numpy array": lambda ids, c: np.array(ids)},
+        "nodes": {"float dtype": lambda ids, c: ids.astype(mx.float32), "numpy array": lambda ids, c: np.array(ids)},
         "lengths": {"float dtype": lambda n, c: n.astype(mx.float32), "numpy array": lambda n, c: np.array(n)},
         "key": {"float key": lambda k, c: k.astype(mx.float32), "numpy key": lambda k, c: np.array(k)},
     },
+    "unknown option": {"option": {"a value it does not take": lambda value, c: f"not {value}"}},
     "bad key shape": {
         "key": {
             "one key too many": lambda k, c: mx.random.split(k, c["batch"] + 1),
@@ -155,10 +159,10 @@ KERNEL_CORRUPTIONS = [
 def valid_arguments(spec, case) -> dict:
     """The named arguments of a valid call to `spec`'s kernel, from a case of its own or the one it borrows."""
     values = spec.valid_arguments(case) if spec.valid_arguments else (*case.args, case.num_draft)
-    arguments = dict(zip([a.name for a in spec.arguments if a.role != "key"], values))
+    arguments = dict(zip([a.name for a in spec.arguments if a.role not in ("key", "option")], values))
     if spec.samples:
         arguments["key"] = mx.random.key(0)
-    return arguments
+    return arguments | {option.name: case.options[option.name] for option in spec.options}
 
 
 def corruption_context(spec, name: str, case) -> dict:
@@ -170,7 +174,7 @@ def corruption_context(spec, name: str, case) -> dict:
 
 
 def call_kernel(impl, spec, arguments: dict):
-    keywords = {a.name: arguments[a.name] for a in spec.arguments if a.role in ("lengths", "key")}
+    keywords = {a.name: arguments[a.name] for a in spec.arguments if a.role in KEYWORD_ROLES}
     positional = [arguments[a.name] for a in spec.arguments if a.name not in keywords]
     return getattr(impl, spec.verify)(*positional, **keywords)
 

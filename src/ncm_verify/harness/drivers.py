@@ -249,11 +249,12 @@ def make_wide_columns(narrow: int, vocab: int, *, seed: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class KernelCase:
-    """One batch of inputs for a kernel: its spec, the arguments it holds in order and the draft lengths."""
+    """One batch of inputs for a kernel: its spec, the arguments it holds in order, the draft lengths, options."""
 
     spec: KernelSpec
     args: tuple
     num_draft: mx.array | None = None
+    options: dict = dataclasses.field(default_factory=dict)
 
     @property
     def batch(self) -> int:
@@ -261,11 +262,11 @@ class KernelCase:
 
     def call(self, impl, key, **options):
         """The implementation's ``verify_*`` on these inputs."""
-        return self.spec.call(impl, self.args, self.num_draft, key, **options)
+        return self.spec.call(impl, self.args, self.num_draft, key, **self.options, **options)
 
     def apply(self, impl, uniforms):
         """The implementation's ``apply_*`` on these inputs, given its uniforms."""
-        return self.spec.call_apply(impl, self.args, self.num_draft, uniforms)
+        return self.spec.call_apply(impl, self.args, self.num_draft, uniforms, **self.options)
 
     def uniform_shape(self) -> tuple[int, ...]:
         """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
@@ -300,7 +301,7 @@ class KernelCase:
     def rows(self, start: int, stop: int) -> KernelCase:
         """Sequences start..stop of the batch."""
         num_draft = None if self.num_draft is None else self.num_draft[start:stop]
-        return KernelCase(self.spec, tuple(a[start:stop] for a in self.args), num_draft)
+        return dataclasses.replace(self, args=tuple(a[start:stop] for a in self.args), num_draft=num_draft)
 
     def emitted_target_probability(self, outcome) -> np.ndarray:
         """The target's probability of every emitted token (and latent)."""
@@ -315,15 +316,17 @@ class KernelCase:
         )
 
 
-def make_kernel_case(spec: KernelSpec, fixture, *, batch: int, seed: int, max_draft: int = 2) -> KernelCase:
-    """Inputs for the kernel of `spec` from a fixture its cases are built from."""
+def make_kernel_case(
+    spec: KernelSpec, fixture, *, batch: int, seed: int, max_draft: int = 2, options: dict | None = None
+) -> KernelCase:
+    """Inputs for the kernel of `spec` from a fixture its cases are built from, with its `options` fixed."""
     if spec.make_arguments is None:
         raise ValueError(f"kernel: {spec.name} has no cases of its own (it borrows {spec.cases_from}'s)")
-    rng = np.random.default_rng(seed)
-    arguments = spec.make_arguments(fixture, batch=batch, rng=rng, max_draft=max_draft)
+    rng, options = np.random.default_rng(seed), options or {}
+    arguments = spec.make_arguments(fixture, batch=batch, rng=rng, max_draft=max_draft, **options)
     if spec.lengths is None:
-        return KernelCase(spec, arguments)
-    return KernelCase(spec, arguments[:-1], arguments[-1])
+        return KernelCase(spec, arguments, options=options)
+    return KernelCase(spec, arguments[:-1], arguments[-1], options)
 
 
 def make_nearly_equal_rejection(
@@ -365,8 +368,19 @@ class StepCase:
     def describe(self) -> str:
         """A short account of the inputs for failure messages."""
         shapes = ", ".join(str(tuple(a.shape)) for a in self.case.args)
-        lengths = "" if self.case.num_draft is None else f", num_draft={np.array(self.case.num_draft).tolist()}"
-        return f"{self.case.spec.apply}({self.dtype} {shapes}{lengths}, uniforms={self.uniforms.tolist()})"
+        spec = self.case.spec
+        lengths = ""
+        if spec.lengths is not None and self.case.num_draft is not None:
+            lengths = f", {spec.lengths.name}={np.array(self.case.num_draft).tolist()}"
+        ids = "".join(f", {a.name}={np.array(self.case.args[i]).tolist()}" for i, a in self._node_arguments())
+        options = "".join(f", {name}={value!r}" for name, value in self.case.options.items())
+        return (
+            f"{self.case.spec.apply}({self.dtype} {shapes}{ids}{lengths}{options}, uniforms={self.uniforms.tolist()})"
+        )
+
+    def _node_arguments(self):
+        """Node-index arguments (a tree's parents): what a reader needs to redraw the tree."""
+        return [(i, a) for i, a in enumerate(self.case.spec.positional) if a.role == "nodes"]
 
 
 def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
@@ -386,7 +400,9 @@ def round_rows(rows: np.ndarray, dtype: str) -> mx.array:
     return rounded(flat.reshape(rows.shape))
 
 
-def make_step_case(spec: KernelSpec, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None) -> StepCase:
+def make_step_case(
+    spec: KernelSpec, arrays: tuple, dtype: str, uniforms: np.ndarray | None = None, options: dict | None = None
+) -> StepCase:
     """A `StepCase` from float64 probabilities and integer ids (draft lengths last), rounded to `dtype`."""
     rounded = []
     for array in arrays:
@@ -399,4 +415,4 @@ def make_step_case(spec: KernelSpec, arrays: tuple, dtype: str, uniforms: np.nda
         for a in rounded
     )
     num_draft = None if spec.lengths is None else rounded.pop()
-    return StepCase(KernelCase(spec, tuple(rounded), num_draft), exact_args, uniforms, dtype)
+    return StepCase(KernelCase(spec, tuple(rounded), num_draft, options or {}), exact_args, uniforms, dtype)

@@ -12,8 +12,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-ROLES = ("probs", "scores", "ids", "lengths", "key")
-"""What an argument holds: probability rows, score (logit) rows, ids, per-sequence draft lengths, a key."""
+ROLES = ("probs", "scores", "ids", "nodes", "lengths", "key", "option")
+"""What an argument holds: probability rows, score (logit) rows, ids, node indices within the same draft
+(a tree's parents), per-sequence draft lengths, a key, or a keyword option taking one of a few values."""
+KEYWORD_ROLES = ("lengths", "key", "option")
+"""Roles passed by keyword to ``verify_*``; a case holds the other arguments in order."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +29,14 @@ class Argument:
     """What the last axis of a row (or an id) indexes: ``tokens``, or ``latents`` (codebook entries)."""
     partners: tuple[str, ...] = ()
     """Arguments whose shape this one is checked against, beyond the first argument (a mismatch may name them)."""
+    values: tuple = ()
+    """The values an option may take (every one is drawn)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role: {self.role!r} is not one of {ROLES}")
+        if (self.role == "option") != bool(self.values):
+            raise ValueError(f"values: {self.name} is an option exactly when it lists the values it takes")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -66,6 +73,9 @@ class KernelSpec:
     """Oracle: ``(p(x), q(x))`` judged by uniform ``[b, 0, column]``; None where unused."""
     drawn_weights: Callable[..., Any] | None = None
     """Oracle: the weights uniform ``[b, 1, column]`` draws from, given the uniforms before it."""
+    boundaries: Callable[..., Any] | None = None
+    """Oracle, instead of the two above: ``boundaries(args, uniforms, b, row, column, **options)``, where the
+    float64 step's decision for that uniform flips, given the uniforms before it."""
     acceptance_view: Callable[[Any, Any], tuple] | None = None
     """``(p(x), q(x), judged, accepted)`` per draft of a case's outcome."""
     corrections: Callable[[Any, Any], Any] | None = None
@@ -97,8 +107,13 @@ class KernelSpec:
 
     @property
     def positional(self) -> tuple[Argument, ...]:
-        """The arguments a case holds in order (every one but the lengths and the key)."""
-        return tuple(a for a in self.arguments if a.role not in ("lengths", "key"))
+        """The arguments a case holds in order (every one but the keywords: lengths, key, options)."""
+        return tuple(a for a in self.arguments if a.role not in KEYWORD_ROLES)
+
+    @property
+    def options(self) -> tuple[Argument, ...]:
+        """Keyword options a case fixes (a tree's child-drawing mode)."""
+        return tuple(a for a in self.arguments if a.role == "option")
 
     @property
     def lengths(self) -> Argument | None:
@@ -114,18 +129,17 @@ class KernelSpec:
         """Positions in a case's arguments of those with `role` over `over`."""
         return tuple(i for i, a in enumerate(self.positional) if a.role == role and a.over == over)
 
-    def call(self, impl, args: tuple, lengths=None, key=None, **options):
-        """``impl.<verify>`` on `args`, with the lengths and the key as keywords where the kernel takes them."""
-        keywords = dict(options)
+    def call(self, impl, args: tuple, lengths=None, key=None, **keywords):
+        """``impl.<verify>`` on `args`; the lengths, the key and `keywords` (options, validate) as keywords."""
         if self.lengths is not None and lengths is not None:
             keywords[self.lengths.name] = lengths
         if self.samples:
             keywords["key"] = key
         return getattr(impl, self.verify)(*args, **keywords)
 
-    def call_apply(self, impl, args: tuple, lengths, uniforms):
-        """``impl.<apply>`` on `args`, then the lengths (where taken), then the uniforms."""
+    def call_apply(self, impl, args: tuple, lengths, uniforms, **options):
+        """``impl.<apply>`` on `args`, then the lengths (where taken), then the uniforms; options as keywords."""
         if self.apply is None:
             raise ValueError(f"kernel: {self.name} has no apply step")
         extra = () if self.lengths is None else (lengths,)
-        return getattr(impl, self.apply)(*args, *extra, uniforms)
+        return getattr(impl, self.apply)(*args, *extra, uniforms, **options)

@@ -19,7 +19,9 @@ from ncm_verify.harness.drivers import (
 )
 from ncm_verify.harness.kernel_spec import Argument, KernelSpec
 from ncm_verify.harness.strategies import autoregressive_fixtures, latent_fixtures, make_drafting_rows
-from ncm_verify.oracles import exact
+from ncm_verify.harness.tree_driver import TreeInputs, assert_tree_outcome_well_formed, fixture_rows, grow_trees
+from ncm_verify.harness.tree_strategies import node_count, shapes_up_to, small_tree_shapes, tree_shapes
+from ncm_verify.oracles import exact, exact_tree
 
 
 def _pick(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -234,7 +236,76 @@ RESIDUAL_DISTRIBUTION = KernelSpec(
 )
 
 
-KERNEL_SPECS = {spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION)}
+# --- tree: several drafted children per node, each mode exact (C13) ---
+
+
+def _tree_inputs(case) -> TreeInputs:
+    target, draft, tokens, parents = case.arrays()
+    return TreeInputs(target, draft, tokens, parents, np.array(case.num_draft))
+
+
+def _tree_arguments(fixture, *, batch: int, rng, max_draft: int, mode: str) -> tuple:
+    """Trees of up to 2 * `max_draft` nodes that fit the fixture's depth, sequences keeping 0..N of them."""
+    shapes = [s for s in shapes_up_to(2 * max(max_draft, 1)) if len(s) < fixture.length] or [(1,)]
+    shape = shapes[int(rng.integers(len(shapes)))]
+    caps = np.arange(batch) % (node_count(shape) + 1)
+    return grow_trees(rng, shape, mode, caps, fixture_rows(fixture)).kernel_args()
+
+
+def _tree_step_arrays(draw, tables, rng, *, batch: int, vocab: int, small: bool, over_drafted: bool, mode: str):
+    shape = draw(tree_shapes if small else small_tree_shapes, label="tree shape")
+    count = node_count(shape)
+    caps = np.array(draw(st.lists(st.integers(0, count), min_size=batch, max_size=batch), label="nodes kept"))
+    target, draft = tables((batch, count + 1, vocab))
+
+    def rows_of(node: int, context: np.ndarray):
+        p, q = target[:, node + 1], draft[:, node + 1]
+        return p, q, make_drafting_rows(p, q, over_drafted)
+
+    inputs = grow_trees(rng, shape, mode, caps, rows_of)
+    return (inputs.target, inputs.draft, inputs.tokens, inputs.parents, inputs.num_nodes), count + 1
+
+
+def _tree_boundaries(args: tuple, uniforms: np.ndarray, b: int, row: int, column: int, mode: str) -> np.ndarray:
+    target, draft, tokens, parents, num_nodes = args
+    return exact_tree.boundaries(target, draft, tokens, parents, num_nodes, uniforms, b, row, column, mode=mode)
+
+
+def _tree_emitted_probability(case, outcome) -> np.ndarray:
+    """p of every emitted token under the row it was emitted from: the root's, then each path node's."""
+    target, tokens = case.arrays()[0], np.array(outcome.tokens)
+    path = np.array(outcome.path)
+    rows = np.concatenate([np.zeros((case.batch, 1), dtype=np.int64), path + 1], axis=1)
+    p = _pick(target[np.arange(case.batch)[:, None], rows], tokens)
+    return p[tokens >= 0]
+
+
+TREE = KernelSpec(
+    name="tree",
+    arguments=(
+        Argument("target_probs"),
+        Argument("draft_probs"),
+        Argument("tree_tokens", "ids", partners=("parents",)),
+        Argument("parents", "nodes"),
+        Argument("num_nodes", "lengths"),
+        Argument("key", "key"),
+        Argument("mode", "option", values=exact_tree.MODES),
+    ),
+    verify="verify_tree",
+    apply="apply_tree",
+    uniform_columns=lambda args: args[2].shape[1] + 1,
+    outcome_shapes=lambda b, c: {"tokens": (b, c), "num_accepted": (b,), "path": (b, c - 1)},
+    fixtures=lambda drafting: autoregressive_fixtures(max_outcomes=512, min_length=2),
+    make_arguments=_tree_arguments,
+    step_arrays=_tree_step_arrays,
+    compare_step=exact_tree.compare_tree_step,
+    boundaries=_tree_boundaries,
+    emitted_target_probability=_tree_emitted_probability,
+    well_formed=lambda case, outcome: assert_tree_outcome_well_formed(outcome, _tree_inputs(case), case.vocab),
+)
+
+
+KERNEL_SPECS = {spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION, TREE)}
 """Every kernel the harness drives, by name."""
 SAMPLING_KERNELS = tuple(spec for spec in KERNEL_SPECS.values() if spec.samples and spec.make_arguments)
 """Kernels that draw with a key and build cases of their own."""

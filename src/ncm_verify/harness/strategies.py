@@ -264,14 +264,15 @@ def make_case(
     wide_vocab: int | None = None,
     column_seed: int = 0,
     dtype: str = "float32",
+    options: dict | None = None,
 ):
-    """A case of `kernel` (a `KernelSpec`) from a fixture, widened to `wide_vocab` ids and cast.
+    """A case of `kernel` (a `KernelSpec`) from a fixture with its `options`, widened to `wide_vocab` ids and cast.
 
     The call Hypothesis prints to rebuild it.
     """
     from ncm_verify.harness.drivers import make_kernel_case, make_wide_columns
 
-    case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft)
+    case = make_kernel_case(kernel, fixture, batch=batch, seed=draft_seed, max_draft=max_draft, options=options)
     if wide_vocab is not None:
         case = case.widen(make_wide_columns(case.vocab, wide_vocab, seed=column_seed), wide_vocab)
     return case.cast(getattr(mx, dtype))
@@ -298,8 +299,15 @@ def kernel_cases(draw, kernels, batch: int = 64, dtypes=("float32",), large_voca
         wide_vocab=LARGE_VOCABULARIES if wide else st.none(),
         column_seed=seeds if wide else st.just(0),
         dtype=st.sampled_from(dtypes),
+        options=kernel_options(kernel),
     )
     return draw(built, label="case")
+
+
+def kernel_options(kernel, fixed: dict | None = None):
+    """The keyword options of a case of `kernel` (a spec): each drawn from the values it takes, or `fixed`."""
+    drawn = {option.name: st.sampled_from(option.values) for option in kernel.options}
+    return st.fixed_dictionaries({**drawn, **{name: st.just(value) for name, value in (fixed or {}).items()}})
 
 
 # --- autoregressive decoding, mlx-lm conventions (claim C8) -----------------------
@@ -464,11 +472,15 @@ def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarra
     return np.clip(u, np.float32(1e-45), np.float32(1.0 - 2.0**-24))
 
 
-def uniform_boundaries(kernel, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
+def uniform_boundaries(
+    kernel, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int, options: dict
+) -> np.ndarray:
     """Where the exact step of `kernel` (a spec) flips its decision for ``uniforms[b, row, column]``.
 
     At p/q for an acceptance, at the cumulative weights for a draw.
     """
+    if kernel.boundaries is not None:
+        return kernel.boundaries(args, uniforms, b, row, column, **options)
     if row == 0:
         pair = kernel.judged_pair(args, b, column)
         if pair is None or not 0 < pair[0] < pair[1]:
@@ -482,7 +494,7 @@ def uniform_boundaries(kernel, args: tuple, uniforms: np.ndarray, b: int, row: i
 
 
 @st.composite
-def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int]):
+def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int], options: dict | None = None):
     """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` (a spec) on float64 `args`, many near their boundaries.
 
     Row 0 first, then row 1 column by column: a correction's boundaries depend on the decisions before it.
@@ -495,14 +507,19 @@ def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int]):
     )
     uniforms = np.full(shape, 0.5, dtype=np.float32)
     for index, (b, row, column) in enumerate(np.ndindex(*shape)):
-        boundaries = uniform_boundaries(kernel, args, uniforms, b, row, column) if kinds[index] == "boundary" else ()
+        boundaries = ()
+        if kinds[index] == "boundary":
+            boundaries = uniform_boundaries(kernel, args, uniforms, b, row, column, options or {})
         uniforms[b, row, column] = place_uniform(kinds[index], offsets[index], fractions[index], boundaries)
     return uniforms
 
 
 @st.composite
-def step_cases(draw, kernel):
-    """One step of `kernel` (a spec with an apply step): inputs, their float64 values and drawn uniforms."""
+def step_cases(draw, kernel, options: dict | None = None):
+    """One step of `kernel` (a spec with an apply step): inputs, their float64 values and drawn uniforms.
+
+    The kernel's keyword options are drawn, or fixed by `options`.
+    """
     from ncm_verify.harness.drivers import make_step_case
 
     vocab = draw(step_vocabs, label="vocab")
@@ -519,11 +536,12 @@ def step_cases(draw, kernel):
         draft = make_step_draft_rows(rng, target, relation)
         return target.reshape(shape), draft.reshape(shape)
 
+    fixed = draw(kernel_options(kernel, options), label="options")
     arrays, columns = kernel.step_arrays(
-        draw, tables, rng, batch=batch, vocab=vocab, small=small, over_drafted=over_drafted
+        draw, tables, rng, batch=batch, vocab=vocab, small=small, over_drafted=over_drafted, **fixed
     )
-    step = make_step_case(kernel, arrays, dtype)
-    step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns)), label="uniforms")
+    step = make_step_case(kernel, arrays, dtype, options=fixed)
+    step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns), fixed), label="uniforms")
     return step
 
 

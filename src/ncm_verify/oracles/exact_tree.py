@@ -486,9 +486,7 @@ def _judge_draw(comparison: StepComparison, where: str, kernel_id: int, weights,
     (comparison.excused if near else comparison.mismatches).append(line)
 
 
-def compare_tree_step(
-    target, draft, tree_tokens, parents, num_nodes, uniforms, outcome, *, mode: str
-) -> StepComparison:
+def compare_tree_step(target, draft, tree_tokens, parents, num_nodes, uniforms, *outcome, mode: str) -> StepComparison:
     """`apply_tree`'s outcome (tokens, num_accepted, path) against the float64 step, decision by decision.
 
     The walk follows the kernel's path; each acceptance and the last draw are judged in float64, a
