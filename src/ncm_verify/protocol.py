@@ -35,7 +35,7 @@ callables with the signatures of the reference in :mod:`ncm_verify.reference.spe
 
 All must raise ``ValueError`` naming the argument on invalid input. The protocol is
 written once, as the Protocol classes below (one per family: ``SpeculativeKernels``,
-``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``); every name list is derived
+``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``, ``TreeVerification``); every name list is derived
 from them. An implementation may provide any of the families; a property that needs a name
 the module lacks is reported "not provided", and so is one whose calls reached only
 names the module re-exports from the reference (``from ncm_verify.reference import *``).
@@ -191,6 +191,18 @@ class LevelDrafting(Protocol):
         """One target pass over drafted levels -> per-level latent logits, token logits for every code, K/V."""
 
 
+class TreeVerification(Protocol):
+    """Tree verification (claim C13): several drafted children per node; shapes in reference.tree."""
+
+    def verify_tree(
+        self, target_probs, draft_probs, tree_tokens, parents, *, key, num_nodes=None, mode=..., validate=True
+    ) -> Any:
+        """Tree verification (mode: how children were drawn) -> TreeOutcome(tokens, num_accepted, path)."""
+
+    def apply_tree(self, target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, mode=...) -> Any:
+        """verify_tree given its uniforms [B, 2, N+1]: unvalidated, traceable by mx.compile."""
+
+
 def protocol_members(protocol: type) -> tuple[str, ...]:
     """The names a Protocol class asks a module for, in the order it declares them."""
     return tuple(
@@ -204,7 +216,8 @@ SPECULATIVE_NAMES = protocol_members(SpeculativeKernels)
 NCM_NAMES = protocol_members(NCMModelAndCache)
 MLX_LM_NAMES = protocol_members(Decoding)
 LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
-PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, LevelDrafting)
+TREE_NAMES = protocol_members(TreeVerification)
+PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, LevelDrafting, TreeVerification)
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 NOT_PROVIDED = "not provided by"

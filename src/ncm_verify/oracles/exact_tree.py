@@ -89,6 +89,8 @@ def proposal(mode: str, draft: np.ndarray, tried: Sequence[int], x: int) -> np.n
     if mode == "with_replacement":
         return draft
     if mode == "without_replacement":
+        if not tried:  # q itself, undivided, as the kernels take it
+            return draft
         left = draft.copy()
         left[list(tried)] = 0.0
         mass = left.sum()

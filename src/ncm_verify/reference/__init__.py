@@ -32,6 +32,7 @@ from ncm_verify.reference.speculative import (
     verify_greedy,
     verify_latent_chain,
 )
+from ncm_verify.reference.tree import apply_tree, verify_tree
 
 __all__ = [
     "KVCache",
@@ -63,4 +64,6 @@ __all__ = [
     "verify_factorized",
     "verify_greedy",
     "verify_latent_chain",
+    "apply_tree",
+    "verify_tree",
 ]
