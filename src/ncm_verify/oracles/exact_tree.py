@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -32,6 +32,7 @@ from ncm_verify.oracles.exact import (
     inverse_cdf,
     target_joint,
 )
+from ncm_verify.tolerances import CDF_BOUNDARY_TERMS, FLOAT32_EPS, accept_boundary_slack, cdf_boundary_slack
 
 __all__ = [
     "MODES",
@@ -49,8 +50,14 @@ __all__ = [
     "tree_nodes",
     "chain_parents",
     "TreeStep",
+    "Walk",
+    "walk",
     "step",
+    "boundaries",
     "compare_tree_step",
+    "residual_drift",
+    "proposal_error",
+    "residual_error",
     "target_joint",
 ]
 
@@ -74,11 +81,16 @@ class SiblingRule(Protocol):
 
 
 class SiblingState(NamedTuple):
-    """The reference rules' state: the current residual, the node's draft row, the siblings tried."""
+    """The reference rules' state: the current residual, the node's draft row, the siblings tried.
+
+    ``error`` bounds, per id, how far a float32 kernel's residual (normalised) may sit from ``residual``
+    after the same rejections: zero at a fresh node, grown by `residual_drift` at each rejection.
+    """
 
     residual: np.ndarray
     draft: np.ndarray
     tried: tuple[int, ...]
+    error: np.ndarray
 
 
 def proposal(mode: str, draft: np.ndarray, tried: Sequence[int], x: int) -> np.ndarray:
@@ -109,6 +121,33 @@ def _renormalised_residual(residual: np.ndarray, q_i: np.ndarray) -> np.ndarray:
     return rest / mass if mass > RESIDUAL_FLOOR else residual
 
 
+def residual_drift(state: SiblingState, q_i: np.ndarray, q_error: np.ndarray) -> np.ndarray:
+    """A first-order bound (each rounding counted at a full eps32) on a float32 kernel's r' = norm(max(r - q_i, 0)).
+
+    The difference carries r's and q_i's errors and its own roundings (``m q_i`` is exact at a fresh
+    node, where m = 1); the mass sums m positive terms. Where the mass is within its own error, float32
+    cannot tell the residual at all: every id's bound is then above 1.
+    """
+    fresh = not state.tried
+    difference = state.residual - q_i
+    error = state.error + q_error + FLOAT32_EPS * (np.abs(difference) + (0.0 if fresh else q_i))
+    rest = np.maximum(difference, 0.0)
+    mass, terms = rest.sum(), np.count_nonzero(rest + error)
+    mass_error = error.sum() + terms * FLOAT32_EPS * (mass + error.sum())
+    if mass <= RESIDUAL_FLOOR:
+        return state.error if mass + mass_error <= RESIDUAL_FLOOR else state.residual + 1.0
+    if mass <= mass_error:
+        return rest / mass + 1.0
+    return (error + rest / mass * mass_error) / (mass - mass_error)
+
+
+def proposal_error(mode: str, state: SiblingState, q_i: np.ndarray) -> np.ndarray:
+    """Bound on a float32 q_i: without replacement, after a sibling, q divided by a float32 sum of m terms."""
+    if mode != "without_replacement" or not state.tried:
+        return np.zeros_like(q_i)
+    return (np.count_nonzero(q_i) + CDF_BOUNDARY_TERMS) * FLOAT32_EPS * q_i
+
+
 @dataclasses.dataclass(frozen=True)
 class ResidualRule:
     """The exact rule of issue 19: accept child i iff u q_i(x) < r(x); on rejection r <- norm(max(r - q_i, 0))."""
@@ -120,7 +159,8 @@ class ResidualRule:
             raise ValueError(f"mode: expected one of {MODES}, got {self.mode!r}")
 
     def start(self, p_row: np.ndarray, q_row: np.ndarray) -> SiblingState:
-        return SiblingState(np.asarray(p_row, dtype=np.float64), np.asarray(q_row, dtype=np.float64), ())
+        p_row = np.asarray(p_row, dtype=np.float64)
+        return SiblingState(p_row, np.asarray(q_row, dtype=np.float64), (), np.zeros_like(p_row))
 
     def pair(self, state: SiblingState, i: int, x: int) -> tuple[float, float]:
         """``(r(x), q_i(x))``: child i is accepted iff ``u * q_i(x) < r(x)``."""
@@ -131,7 +171,8 @@ class ResidualRule:
 
     def reject(self, state: SiblingState, i: int, x: int) -> SiblingState:
         q_i = proposal(self.mode, state.draft, state.tried, x)
-        return SiblingState(_renormalised_residual(state.residual, q_i), state.draft, state.tried + (x,))
+        error = residual_drift(state, q_i, proposal_error(self.mode, state, q_i))
+        return SiblingState(_renormalised_residual(state.residual, q_i), state.draft, state.tried + (x,), error)
 
     def correction(self, state: SiblingState) -> np.ndarray:
         return state.residual
@@ -310,8 +351,39 @@ class TreeStep(NamedTuple):
     path: np.ndarray
 
 
-def _children(parents: np.ndarray, count: int, node: int) -> list[int]:
-    return [n for n in range(count) if int(parents[n]) == node]
+class Walk(NamedTuple):
+    """Where one sequence's walk ended: the accepted path, the last node's state and the law of its last token."""
+
+    path: list[int]
+    state: Any
+    last_row: np.ndarray
+    had_children: bool
+
+
+Decide = Callable[[int, int, int, Any], bool]
+"""``decide(node, sibling, token, state) -> accepted`` for a node tried by the walk."""
+
+
+def walk(rule: SiblingRule, target, draft, tree_tokens, parents, real: int, decide: Decide) -> Walk:
+    """One sequence's walk in node order, as the kernel takes it: node n is tried iff its parent is current.
+
+    Children of a node come in increasing index and after it, so this is the sibling-by-sibling rule.
+    """
+    current, path, sibling, had_children = -1, [], 0, False
+    state = rule.start(target[0], draft[0])
+    for n in range(real):
+        if int(parents[n]) != current:
+            continue
+        x, had_children = int(tree_tokens[n]), True
+        if decide(n, sibling, x, state):
+            path.append(n)
+            current, sibling, had_children = n, 0, False
+            state = rule.start(target[n + 1], draft[n + 1])
+        else:
+            state = rule.reject(state, sibling, x)
+            sibling += 1
+    last_row = rule.correction(state) if had_children else rule.bonus(target[current + 1])
+    return Walk(path, state, np.asarray(last_row, dtype=np.float64), had_children)
 
 
 def _decide(rule: SiblingRule, state: Any, i: int, x: int, u: float) -> bool:
@@ -323,43 +395,95 @@ def _decide(rule: SiblingRule, state: Any, i: int, x: int, u: float) -> bool:
     return u < float(rule.accept(state, i, x))
 
 
+def _widened(target, draft, tree_tokens, parents, num_nodes, uniforms):
+    target, draft = np.asarray(target, dtype=np.float64), np.asarray(draft, dtype=np.float64)
+    tree_tokens, parents = np.asarray(tree_tokens), np.asarray(parents)
+    count = tree_tokens.shape[1]
+    reals = np.full(len(tree_tokens), count) if num_nodes is None else np.asarray(num_nodes)
+    return target, draft, tree_tokens, parents, reals, np.asarray(uniforms, dtype=np.float64)
+
+
 def step(target, draft, tree_tokens, parents, num_nodes, uniforms, *, mode: str, rule=None) -> TreeStep:
     """The tree step in float64 given uniforms ``[B, 2, N+1]`` (the kernel's inputs, widened as they are).
 
     `rule` defaults to the reference rule of `mode`.
     """
     rule = rule or reference_rule(mode)
-    target, draft = np.asarray(target, dtype=np.float64), np.asarray(draft, dtype=np.float64)
-    tree_tokens, parents = np.asarray(tree_tokens), np.asarray(parents)
-    uniforms = np.asarray(uniforms, dtype=np.float64)
+    target, draft, tree_tokens, parents, reals, uniforms = _widened(
+        target, draft, tree_tokens, parents, num_nodes, uniforms
+    )
     batch, count = tree_tokens.shape
     out = np.full((batch, count + 1), PAD_TOKEN, dtype=np.int32)
     path = np.full((batch, count), PAD_TOKEN, dtype=np.int32)
     accepted = np.zeros(batch, dtype=np.int32)
     for b in range(batch):
-        real = int(num_nodes[b]) if num_nodes is not None else count
-        current, walked = -1, []
-        while True:
-            children = _children(parents[b], real, current)
-            state = rule.start(target[b, current + 1], draft[b, current + 1])
-            chosen = None
-            for i, n in enumerate(children):
-                x = int(tree_tokens[b, n])
-                if _decide(rule, state, i, x, float(uniforms[b, 0, n])):
-                    chosen = n
-                    break
-                state = rule.reject(state, i, x)
-            if chosen is None:
-                row = rule.correction(state) if children else rule.bonus(target[b, current + 1])
-                last = inverse_cdf(np.asarray(row, dtype=np.float64), float(uniforms[b, 1, 0]))
-                break
-            walked.append(chosen)
-            current = chosen
-        accepted[b] = len(walked)
-        path[b, : len(walked)] = walked
-        out[b, : len(walked)] = tree_tokens[b, walked]
-        out[b, len(walked)] = last
+
+        def decide(n, i, x, state, b=b):
+            return _decide(rule, state, i, x, float(uniforms[b, 0, n]))
+
+        ended = walk(rule, target[b], draft[b], tree_tokens[b], parents[b], int(reals[b]), decide)
+        k = len(ended.path)
+        accepted[b], path[b, :k], out[b, :k] = k, ended.path, tree_tokens[b, ended.path]
+        out[b, k] = inverse_cdf(ended.last_row, float(uniforms[b, 1, 0]))
     return TreeStep(out, accepted, path)
+
+
+def boundaries(target, draft, tree_tokens, parents, num_nodes, uniforms, b: int, row: int, column: int, *, mode: str):
+    """Where the float64 step's decision for ``uniforms[b, row, column]`` flips, given the uniforms before it.
+
+    Row 0: r(x)/q_i(x) of node `column` if the walk tries it (and 0 < r < q_i); row 1 column 0: the
+    normalised cumulative weights of the last token's law. Empty where the uniform is unused.
+    """
+    rule = reference_rule(mode)
+    target, draft, tree_tokens, parents, reals, uniforms = _widened(
+        target, draft, tree_tokens, parents, num_nodes, uniforms
+    )
+    found: list[float] = []
+
+    def decide(n, i, x, state):
+        r_x, q_x = rule.pair(state, i, x)
+        if row == 0 and n == column and 0 < r_x < q_x:
+            found.append(r_x / q_x)
+        return uniforms[b, 0, n] * q_x < r_x
+
+    ended = walk(rule, target[b], draft[b], tree_tokens[b], parents[b], int(reals[b]), decide)
+    if row == 0:
+        return np.array(found)
+    if column:
+        return np.zeros(0)
+    weights = ended.last_row
+    cumulative = np.cumsum(weights) / weights.sum()
+    return cumulative[np.flatnonzero(weights > 0)[:-1]]
+
+
+def _judge_acceptance(comparison: StepComparison, where: str, kernel: bool, pair, u: float, bound: float) -> None:
+    """As `StepComparison.acceptance`, with `bound` added: how far the kernel's float32 residual may sit from r."""
+    comparison.decisions += 1
+    r_x, q_x = pair
+    exact_accept = u * q_x < r_x
+    if bool(kernel) == exact_accept:
+        return
+    gap = u * q_x - r_x
+    line = f"{where}: accepted={bool(kernel)}, float64 says {exact_accept} "
+    line += f"(u={u!r}, r={r_x!r}, q_i={q_x!r}, uq-r={gap:.3g}, residual bound {bound:.3g})"
+    near = abs(gap) <= accept_boundary_slack(u * q_x, r_x) + bound
+    (comparison.excused if near else comparison.mismatches).append(line)
+
+
+def _judge_draw(comparison: StepComparison, where: str, kernel_id: int, weights, error, u: float) -> None:
+    """As `StepComparison.draw`, with the float32 residual's error bound `error` (per id) added to the slack."""
+    comparison.decisions += 1
+    exact_id = inverse_cdf(weights, u)
+    if kernel_id == exact_id:
+        return
+    total = weights.sum()
+    line = f"{where}: drew id {kernel_id}, float64 inverse CDF gives {exact_id} (u={u!r})"
+    possible = 0 <= kernel_id < len(weights) and (weights[kernel_id] > 0 or error[kernel_id] > 0)
+    cumulative = np.cumsum(weights)
+    between = cumulative[min(kernel_id, exact_id) : max(kernel_id, exact_id)]
+    slack = cdf_boundary_slack(total, int(np.count_nonzero(weights))) + error.sum()
+    near = possible and bool(np.all(np.abs(u * total - between) <= slack))
+    (comparison.excused if near else comparison.mismatches).append(line)
 
 
 def compare_tree_step(
@@ -367,45 +491,49 @@ def compare_tree_step(
 ) -> StepComparison:
     """`apply_tree`'s outcome (tokens, num_accepted, path) against the float64 step, decision by decision.
 
-    The walk follows the kernel's path; each acceptance and the final draw are judged in float64
-    (a near-boundary difference is excused, as for the chain), and so are the kept tokens and padding.
+    The walk follows the kernel's path; each acceptance and the last draw are judged in float64, a
+    decision near its boundary excused within float32 rounding plus the bound on how far the kernel's
+    float32 residual may have drifted over the rejections before it (`residual_error`).
     """
     rule = reference_rule(mode)
-    target, draft = np.asarray(target, dtype=np.float64), np.asarray(draft, dtype=np.float64)
-    tree_tokens, parents = np.asarray(tree_tokens), np.asarray(parents)
+    target, draft, tree_tokens, parents, reals, uniforms = _widened(
+        target, draft, tree_tokens, parents, num_nodes, uniforms
+    )
     tokens, num_accepted, path = (np.asarray(a) for a in outcome)
     comparison = StepComparison()
     batch, count = tree_tokens.shape
     for b in range(batch):
-        real = int(num_nodes[b]) if num_nodes is not None else count
         k = int(num_accepted[b])
         if not 0 <= k <= count:
             comparison.mismatches.append(f"sequence {b}: {k} accepted of {count} nodes")
             continue
-        current = -1
-        for depth in range(k + 1):
-            kernel_next = int(path[b, depth]) if depth < k else None
-            children = _children(parents[b], real, current)
-            if kernel_next is not None and kernel_next not in children:
-                comparison.mismatches.append(f"sequence {b}: path node {kernel_next} is no child of {current}")
-                break
-            state = rule.start(target[b, current + 1], draft[b, current + 1])
-            for i, n in enumerate(children):
-                x = int(tree_tokens[b, n])
-                r_x, q_x = rule.pair(state, i, x)
-                where = f"sequence {b} node {n} (id {x}, parent {current}, sibling {i})"
-                comparison.acceptance(where, n == kernel_next, r_x, q_x, uniforms[b, 0, n])
-                if n == kernel_next:
-                    break
-                state = rule.reject(state, i, x)
-            if kernel_next is None:
-                row = rule.correction(state) if children else rule.bonus(target[b, current + 1])
-                what = "correction" if children else "bonus"
-                comparison.draw(f"sequence {b} {what} after node {current}", tokens[b, k], row, uniforms[b, 1, 0])
-            else:
-                current = kernel_next
-        walked = path[b, :k]
-        comparison.same(f"sequence {b} kept tokens", tokens[b, :k], tree_tokens[b, walked])
+        kernel_path = [int(n) for n in path[b, :k]]
+
+        def decide(n, i, x, state, b=b, kernel_path=kernel_path):
+            taken = n in kernel_path
+            where = f"sequence {b} node {n} (id {x}, sibling {i})"
+            bound = residual_error(state, mode, x)
+            _judge_acceptance(comparison, where, taken, rule.pair(state, i, x), float(uniforms[b, 0, n]), bound)
+            return taken
+
+        ended = walk(rule, target[b], draft[b], tree_tokens[b], parents[b], int(reals[b]), decide)
+        if ended.path != kernel_path:
+            comparison.mismatches.append(f"sequence {b}: path {kernel_path} is not a walk of the tree ({ended.path})")
+            continue
+        what = "correction" if ended.had_children else "bonus"
+        error = ended.state.error if ended.had_children else np.zeros_like(ended.last_row)
+        _judge_draw(comparison, f"sequence {b} {what}", int(tokens[b, k]), ended.last_row, error, uniforms[b, 1, 0])
+        comparison.same(f"sequence {b} kept tokens", tokens[b, :k], tree_tokens[b, kernel_path])
         comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(count - k, PAD_TOKEN))
         comparison.same(f"sequence {b} path padding", path[b, k:], np.full(count - k, PAD_TOKEN))
     return comparison
+
+
+def residual_error(state: SiblingState, mode: str, x: int) -> float:
+    """How far the kernel's float32 judgement of token x may sit from ``u q_i(x) - r(x)`` beyond one rounding.
+
+    Its residual's drift (`SiblingState.error`) plus q_i's: without replacement q_i is divided by a
+    float32 sum of the tokens left, off by (m + 2) eps32 of itself at most.
+    """
+    q_i = proposal(mode, state.draft, state.tried, x)
+    return float(state.error[x] + proposal_error(mode, state, q_i)[x])
