@@ -40,8 +40,8 @@ import numpy as np
 
 from ncm_verify.oracles.exact import acceptance, inverse_cdf, residual
 from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, TreeStep
-from ncm_verify.reference import speculative
-from ncm_verify.tolerances import normalisation_for
+from ncm_verify.reference import speculative, tree
+from ncm_verify.reference.tree import TreeOutcome
 
 __all__ = [
     "EagleRule",
@@ -202,67 +202,6 @@ def published_rules() -> dict[str, tuple[PublishedRule, tuple[str, ...]]]:
 # --- the implementation modules' kernels: NumPy inside, MLX at the edges ------------------------
 
 
-def _numpy(name: str, array, ndim: int) -> np.ndarray:
-    try:
-        out = np.asarray(array.astype(mx.float32) if _is_float_mx(array) else array)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{name}: not an array ({error})") from None
-    if out.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {out.shape}")
-    return out
-
-
-def _is_float_mx(array) -> bool:
-    return isinstance(array, mx.array) and mx.issubdtype(array.dtype, mx.floating)
-
-
-def _check_rows(name: str, rows: np.ndarray, dtype) -> None:
-    if not np.issubdtype(rows.dtype, np.floating):
-        raise ValueError(f"{name}: probabilities must be floating, got {rows.dtype}")
-    if not np.all(np.isfinite(rows)):
-        raise ValueError(f"{name}: contains NaN or infinite values")
-    if np.any(rows < 0):
-        raise ValueError(f"{name}: contains negative probabilities")
-    gap = np.abs(rows.astype(np.float64).sum(axis=-1) - 1.0)
-    if np.any(gap > normalisation_for(name, dtype)):
-        raise ValueError(f"{name}: rows do not sum to 1 (largest gap {gap.max():.3g})")
-
-
-def validate_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode: str) -> tuple:
-    """The inputs as NumPy (float64 rows, int64 ids), or a ValueError naming the argument."""
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    target, draft = _numpy("target_probs", target_probs, 3), _numpy("draft_probs", draft_probs, 3)
-    tokens, tree = _numpy("tree_tokens", tree_tokens, 2), _numpy("parents", parents, 2)
-    batch, count = tokens.shape
-    if target.shape[:2] != (batch, count + 1):
-        raise ValueError(f"target_probs: expected [B, N+1, V] = [{batch}, {count + 1}, V], got {target.shape}")
-    if draft.shape != target.shape:
-        raise ValueError(f"draft_probs: expected the shape of target_probs {target.shape}, got {draft.shape}")
-    if tree.shape != tokens.shape:
-        raise ValueError(f"parents: expected the shape of tree_tokens {tokens.shape}, got {tree.shape}")
-    for name, ids in (("tree_tokens", tokens), ("parents", tree)):
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"{name}: expected integer ids, got {ids.dtype}")
-    real = np.full(batch, count) if num_nodes is None else _numpy("num_nodes", num_nodes, 1).astype(np.int64)
-    if real.shape != (batch,) or np.any((real < 0) | (real > count)):
-        raise ValueError(f"num_nodes: expected {batch} counts in [0, {count}], got {real.tolist()}")
-    is_real = np.arange(count)[None, :] < real[:, None]
-    vocab = target.shape[2]
-    if np.any(is_real & ((tokens < 0) | (tokens >= vocab))):
-        raise ValueError(f"tree_tokens: real nodes need ids in [0, {vocab})")
-    before = np.arange(count)[None, :]
-    # A parent precedes its child (topological order, so no cycle) and is itself a real node.
-    if np.any(is_real & ((tree < -1) | (tree >= before))):
-        raise ValueError("parents: each real node's parent must be -1 or an earlier node index")
-    if np.any(is_real & (tree >= real[:, None])):
-        raise ValueError("parents: a real node hangs from a padded node")
-    for name, rows in (("target_probs", target), ("draft_probs", draft)):
-        dtype = target_probs.dtype if name == "target_probs" else draft_probs.dtype
-        _check_rows(name, rows, dtype if isinstance(dtype, mx.Dtype) else mx.float32)
-    return target.astype(np.float64), draft.astype(np.float64), tokens.astype(np.int64), tree.astype(np.int64), real
-
-
 def apply_rule(rule: PublishedRule, target, draft, tokens, parents, num_nodes, uniforms) -> TreeStep:
     """`rule` walked over every sequence with its uniforms ``[B, 2, N+1]`` (NumPy in, NumPy out)."""
     batch, count = tokens.shape
@@ -304,24 +243,31 @@ def walk_tree(rule: PublishedRule, target, draft, tokens, parents, num_nodes: in
 
 
 def tree_kernels(rule: PublishedRule) -> tuple[Callable, Callable, Callable]:
-    """``verify_tree``, ``apply_tree`` and ``draw_uniforms`` with the protocol's signatures, running `rule`."""
+    """``verify_tree``, ``apply_tree`` and ``draw_uniforms`` with the protocol's signatures, running `rule`.
 
-    def apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, mode="top_k"):
-        """The rule's step given uniforms ``[B, 2, N+1]`` (validated: NumPy has nothing to trace)."""
-        target, draft, tokens, tree, real = validate_tree(
-            target_probs, draft_probs, tree_tokens, parents, num_nodes, mode
-        )
+    Input checks are the reference's (one definition of valid tree input); the walk is the rule's.
+    """
+
+    def apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, mode="with_replacement"):
+        """The rule's step given uniforms ``[B, 2, N+1]``, in NumPy on float32 copies widened to float64."""
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        target, draft = (np.asarray(a.astype(mx.float32), dtype=np.float64) for a in (target_probs, draft_probs))
+        tokens, tree = np.asarray(tree_tokens), np.asarray(parents)
+        real = np.full(tokens.shape[0], tokens.shape[1]) if num_nodes is None else np.asarray(num_nodes)
         step = apply_rule(rule, target, draft, tokens, tree, real, np.asarray(uniforms, dtype=np.float64))
-        return TreeStep(*(mx.array(a) for a in step))
+        return TreeOutcome(*(mx.array(a) for a in step))
 
     def draw_uniforms(key, batch: int, shape: tuple[int, ...]) -> mx.array:
         """The uniforms a ``verify_tree`` call with `key` hands ``apply_tree``: the reference's draw."""
         return speculative.draw_uniforms(key, batch, shape)
 
     def verify_tree(
-        target_probs, draft_probs, tree_tokens, parents, *, key, num_nodes=None, mode="top_k", validate=True
+        target_probs, draft_probs, tree_tokens, parents, *, key, num_nodes=None, mode="with_replacement", validate=True
     ):
-        """``apply_tree`` with the uniforms `key` gives (``validate`` is accepted; the step always checks)."""
+        """``apply_tree`` with the uniforms `key` gives, after the reference's input checks."""
+        if validate:
+            num_nodes = tree._check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
         batch, count = tree_tokens.shape
         uniforms = draw_uniforms(key, batch, (2, count + 1))
         return apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode)
