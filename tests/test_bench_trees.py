@@ -4,8 +4,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from ncm_verify.bench.trees import BUDGET_SHAPES, draw_trees, exact_tokens_per_pass, truncated
+from ncm_verify.bench.trees import BUDGET_SHAPES, exact_tokens_per_pass, truncated
 from ncm_verify.harness.strategies import make_autoregressive_fixture
+from ncm_verify.harness.tree_drivers import draw_trees
 from ncm_verify.oracles.exact import chain_round
 from ncm_verify.oracles.exact_tree import MODES, children_law, tree_nodes
 from ncm_verify.reference import tree

@@ -27,6 +27,7 @@ import numpy as np
 from ncm_verify.bench.measure import evaluated, summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.strategies import make_autoregressive_fixture
+from ncm_verify.harness.tree_drivers import draw_trees, verify_drawn_trees
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, next_token_logprobs
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_offsets
 from ncm_verify.oracles.exact_tree import MODES, reference_rule, tree_laws, tree_nodes
@@ -76,64 +77,9 @@ def exact_tokens_per_pass(fixture: AutoregressiveFixture, shape: tuple[int, ...]
     return tree_laws(reference_rule(mode), truncated(fixture, len(shape) + 1), shape, mode).tokens_per_pass
 
 
-def draw_children(rng: np.random.Generator, q: np.ndarray, count: int, mode: str) -> list[int]:
-    """`count` children of a node with draft row q, drawn as `mode` says (as the enumerator draws them)."""
-    if mode == "top_k":
-        return [int(x) for x in np.argsort(-q, kind="stable")[:count]]
-    if mode == "with_replacement":
-        return [int(x) for x in rng.choice(len(q), size=count, p=q)]
-    children: list[int] = []
-    left = q.copy()
-    for _ in range(min(count, int(np.count_nonzero(q)))):  # sequential draws, renormalised
-        children.append(int(rng.choice(len(q), p=left / left.sum())))
-        left[children[-1]] = 0.0
-    return children
-
-
-def draw_trees(fixture: AutoregressiveFixture, shape: tuple[int, ...], mode: str, batch: int, seed: int) -> dict:
-    """`batch` draft trees of `shape` from the root context, as the kernel's padded inputs (float32 rows)."""
-    rng = np.random.default_rng(seed)
-    count, vocab = len(tree_nodes(shape)), fixture.vocab
-    target = np.zeros((batch, count + 1, vocab), np.float32)
-    draft = np.zeros_like(target)
-    tokens = np.full((batch, count), -1, np.int32)
-    parents = np.full((batch, count), -1, np.int32)
-    num_nodes = np.zeros(batch, np.int32)
-    for b in range(batch):
-        target[b, 0], draft[b, 0] = fixture.row(fixture.target, ()), fixture.row(fixture.draft, ())
-        level: list[tuple[int, tuple[int, ...]]] = [(-1, ())]
-        n = 0
-        for width in shape:
-            following = []
-            for parent, context in level:
-                for x in draw_children(rng, fixture.row(fixture.draft, context), width, mode):
-                    here = context + (x,)
-                    tokens[b, n], parents[b, n] = x, parent
-                    target[b, n + 1], draft[b, n + 1] = (
-                        fixture.row(fixture.target, here),
-                        fixture.row(fixture.draft, here),
-                    )
-                    following.append((n, here))
-                    n += 1
-            level = following
-        num_nodes[b] = n
-        draft[b, n + 1 :] = draft[b, 0]  # padded rows: any valid row
-        target[b, n + 1 :] = target[b, 0]
-    return {"target": target, "draft": draft, "tokens": tokens, "parents": parents, "num_nodes": num_nodes}
-
-
 def measured_tokens_per_pass(impl, fixture, shape, mode: str, batch: int, seed: int) -> tuple[float, float]:
     """Mean and standard error of ``num_accepted + 1`` over `batch` drawn trees verified by `impl`."""
-    arrays = draw_trees(fixture, shape, mode, batch, seed)
-    outcome = impl.verify_tree(
-        mx.array(arrays["target"]),
-        mx.array(arrays["draft"]),
-        mx.array(arrays["tokens"]),
-        mx.array(arrays["parents"]),
-        key=mx.random.key(seed),
-        num_nodes=mx.array(arrays["num_nodes"]),
-        mode=mode,
-    )
+    outcome = verify_drawn_trees(impl, draw_trees(fixture, shape, mode, batch, seed), mode, seed)
     emitted = np.array(outcome.num_accepted).astype(np.float64) + 1.0
     return float(emitted.mean()), float(emitted.std(ddof=1) / math.sqrt(batch))
 
