@@ -65,11 +65,16 @@ def model_fixture(target: TinySpec, draft: TinySpec, length: int = TABLE_LENGTH)
 
 
 def fixtures() -> dict[str, AutoregressiveFixture]:
-    """The fixtures measured: two seeded tables (V = 8) and the tiny llama pair the mlx-lm figures use."""
+    """The fixtures measured: two seeded tables (V = 8), the tiny llama pair the mlx-lm figures use, and the
+    target beside a tempered copy of itself."""
     return {
         "tables V=8 independent": make_autoregressive_fixture(8, TABLE_LENGTH, "independent", False, 0),
         "tables V=8 some_rows_equal": make_autoregressive_fixture(8, TABLE_LENGTH, "some_rows_equal", False, 0),
         "tiny llama V=8 (seeds 1/2)": model_fixture(TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=2)),
+        # The target's own weights with a flatter head: a draft that is the target at temperature 2.
+        "tiny llama V=8 (tempered)": model_fixture(
+            TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=1, logit_scale=1.5)
+        ),
     }
 
 
