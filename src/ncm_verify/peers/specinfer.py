@@ -1,7 +1,7 @@
 """SpecInfer's tree verification (multi-step speculative sampling, MSS), in NumPy, on the tree protocol.
 
-Followed: Miao et al., "SpecInfer", ASPLOS'24 (arXiv:2305.09781), Sec. 4.2 and Algorithm 2
-(VerifyStochastic); the rule itself is :class:`ncm_verify.peers.tree_rules.SpecInferRule`.
+Followed: Miao et al., "SpecInfer", ASPLOS'24 (arXiv:2305.09781), Algorithm 2 (VerifyStochastic)
+and Theorem 4.2; the rule itself is :class:`ncm_verify.peers.tree_rules.SpecInferRule`.
 Targets the ``with_replacement`` mode: each child drawn from the SSM's q, accepted with
 min(1, r(x)/q(x)), r <- norm(max(r - q, 0)) on rejection. The paper visits children in a
 random order; for i.i.d. children any fixed order has the same law, so this visits them by index.

@@ -1,7 +1,7 @@
 """SpecInfer's MSS over a token *trie*: siblings that drew the same token are one node, verified once.
 
-Followed: Miao et al., "SpecInfer" (arXiv:2305.09781), Sec. 3 (token trees merge sequences that
-share a prefix) with Algorithm 2's MSS; the rule is ``SpecInferRule(merge=True)`` in
+Followed: Miao et al., "SpecInfer" (arXiv:2305.09781): its token tree merges the SSMs' sequences
+into one tree (a trie), verified by Algorithm 2's MSS; the rule is ``SpecInferRule(merge=True)`` in
 :mod:`ncm_verify.peers.tree_rules`. Targets ``with_replacement`` children (a repeated token is
 skipped: never accepted, no residual update). ``--impl ncm_verify.peers.specinfer_merged``.
 """

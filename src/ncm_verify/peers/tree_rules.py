@@ -11,11 +11,12 @@ drawn in: ``mode`` only names the drawing that the enumerator judges it under.
 
 Sources followed (read, then written here; no code copied):
 
-- SpecInfer (Miao et al., ASPLOS'24, arXiv:2305.09781, Sec. 4.2 and Algorithm 2 "VerifyStochastic",
-  multi-step speculative sampling): children of a node were drawn from the SSM's q; child x is
-  accepted with min(1, r(x)/q(x)); on rejection r <- norm(max(r - q, 0)); after all children,
-  sample from r. The paper's token tree is a trie (Sec. 3, token-tree merge): children that drew the
-  same token are one node, modelled by ``SpecInferRule(merge=True)``.
+- SpecInfer (Miao et al., ASPLOS'24, arXiv:2305.09781, Algorithm 2 "VerifyStochastic", multi-step
+  speculative sampling, exact by its Theorem 4.2): child s of a node was drawn from its SSM's q; it is
+  accepted with min(1, r(x)/q(x)); on rejection r <- norm(max(r - q, 0)) and s leaves the set; after
+  all children, sample from r. Its token tree merges the SSMs' sequences into one tree, a trie: if
+  siblings that drew the same token become one node, it is verified once, modelled by
+  ``SpecInferRule(merge=True)`` (what a trie implies, judged here; not a claim about FlexFlow's code).
 - EAGLE / EAGLE-2 (Li et al.; github.com/SafeAILab/EAGLE at cb7e0841, eagle/model/utils.py,
   ``evaluate_posterior``, sampling branch): child x accepted iff ``random() <= gtp[x]`` (qx = 1);
   on rejection ``gtp[x] = 0`` and renormalise; repeated tokens skipped (``candidates_set``);
