@@ -232,53 +232,75 @@ def _on_a_cycle(parents: np.ndarray, node: int) -> bool:
     return False
 
 
+def _first(problem: np.ndarray) -> tuple[int, int] | None:
+    """The first (sequence, node) where `problem` holds, in batch then node order."""
+    found = np.argwhere(problem)
+    return (int(found[0][0]), int(found[0][1])) if len(found) else None
+
+
 def _check_parents(parents, batch: int, count: int, counts: np.ndarray) -> np.ndarray:
-    """Each real node's parent is the root (-1) or an earlier real node; padded nodes hold -1."""
+    """Each real node's parent is the root (-1) or an earlier real node; padded nodes hold -1.
+
+    Checked over the whole batch at once; the first bad node in (sequence, node) order is named.
+    """
     _check_ids_type("parents", parents, (batch, count))
     table = np.array(parents.astype(mx.int64))
-    for b in range(batch):
-        real = int(counts[b])
-        for n in range(count):
-            parent = int(table[b, n])
-            where = f"parents: sequence {b} node {n} has parent {parent}"
-            if n >= real:
-                if parent != -1:
-                    raise ValueError(f"{where}, but it is padding (num_nodes {real}): padded nodes hold -1")
-                continue
-            if parent < -1 or parent >= count:
-                raise ValueError(f"{where}, out of range [-1, {count})")
-            if parent >= real:
-                raise ValueError(f"{where}, a padded node (num_nodes {real}): padding has no children")
-            if parent == n or (parent > n and _on_a_cycle(table[b, :real], n)):
-                raise ValueError(f"{where}: a cycle (a node is its own ancestor)")
-            if parent > n:
-                raise ValueError(f"{where}, after its child: nodes come in topological order (parent < child)")
-    return table
+    node = np.arange(count)[None]
+    real = node < counts[:, None]
+    problems = (
+        ("padding", ~real & (table != -1)),
+        ("range", real & ((table < -1) | (table >= count))),
+        ("padded parent", real & (table >= counts[:, None]) & (table < count)),
+        ("order", real & (table >= node) & (table < counts[:, None])),
+    )
+    found = [(first, kind) for kind, mask in problems if (first := _first(mask)) is not None]
+    if not found:
+        return table
+    (b, n), kind = min(found)
+    parent, real_count = int(table[b, n]), int(counts[b])
+    where = f"parents: sequence {b} node {n} has parent {parent}"
+    if kind == "padding":
+        raise ValueError(f"{where}, but it is padding (num_nodes {real_count}): padded nodes hold -1")
+    if kind == "range":
+        raise ValueError(f"{where}, out of range [-1, {count})")
+    if kind == "padded parent":
+        raise ValueError(f"{where}, a padded node (num_nodes {real_count}): padding has no children")
+    if parent == n or _on_a_cycle(table[b, :real_count], n):
+        raise ValueError(f"{where}: a cycle (a node is its own ancestor)")
+    raise ValueError(f"{where}, after its child: nodes come in topological order (parent < child)")
 
 
 def _check_tree_tokens(tree_tokens, draft_probs, table, counts, mode: str) -> None:
     """Ids in [0, V) for real nodes (-1 for padding); drawn ones with q > 0; siblings distinct unless i.i.d."""
     batch, count = table.shape
     vocab = draft_probs.shape[-1]
-    real = mx.array(np.arange(count)[None] < counts[:, None])
-    _check_tokens("tree_tokens", tree_tokens, (batch, count), vocab, real)
+    real = np.arange(count)[None] < counts[:, None]
+    _check_tokens("tree_tokens", tree_tokens, (batch, count), vocab, mx.array(real))
     ids = np.array(tree_tokens.astype(mx.int64))
-    draft = np.array(draft_probs.astype(mx.float32))
-    for b in range(batch):
-        for n in range(int(counts[b])):
-            parent, x = int(table[b, n]), int(ids[b, n])
-            if mode != "top_k" and not draft[b, parent + 1, x] > 0:
-                raise ValueError(
-                    f"tree_tokens: sequence {b} node {n} (id {x}) has draft probability 0 in its parent's row; "
-                    "q must be the sampling distribution"
-                )
-            if mode != "with_replacement":
-                siblings = [m for m in range(n) if int(table[b, m]) == parent and int(ids[b, m]) == x]
-                if siblings:
-                    raise ValueError(
-                        f"tree_tokens: sequence {b} nodes {siblings[0]} and {n} are siblings with one id {x}; "
-                        f"children drawn {mode} are distinct"
-                    )
+    if mode != "top_k":
+        rows = mx.array((np.maximum(table, -1) + 1).astype(np.int32))
+        q_rows = mx.take_along_axis(draft_probs.astype(mx.float32), rows[..., None], axis=1)
+        q_x = np.array(_gather_last(q_rows, mx.array(np.maximum(ids, 0).astype(np.int32))))
+        found = _first(real & ~(q_x > 0))
+        if found is not None:
+            b, n = found
+            raise ValueError(
+                f"tree_tokens: sequence {b} node {n} (id {ids[b, n]}) has draft probability 0 in its parent's row; "
+                "q must be the sampling distribution"
+            )
+    if mode != "with_replacement":
+        # Node n repeats an earlier sibling m: same parent, same id, both real.
+        same = (table[:, :, None] == table[:, None, :]) & (ids[:, :, None] == ids[:, None, :])
+        earlier = np.tril(np.ones((count, count), dtype=bool), k=-1)[None]
+        repeats = same & earlier & real[:, :, None] & real[:, None, :]
+        found = _first(repeats.any(axis=2))
+        if found is not None:
+            b, n = found
+            m = int(np.argmax(repeats[b, n]))
+            raise ValueError(
+                f"tree_tokens: sequence {b} nodes {m} and {n} are siblings with one id {ids[b, n]}; "
+                f"children drawn {mode} are distinct"
+            )
 
 
 def _check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> mx.array:

@@ -1,0 +1,218 @@
+"""Drive an implementation's tree verifier over draft trees, vectorised over a batch.
+
+Trees are grown here, node by node in breadth-first order, the children of each node drawn from
+its draft row by the mode (i.i.d., without replacement, or its top k) with a seeded NumPy
+generator. A node whose row has no token left to draw (without replacement, or a top k wider
+than the vocabulary) is left out with its subtree, and each sequence may keep only a prefix of
+the nodes (`caps`): every tree is compacted into the kernel's padded layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.harness.drivers import round_seeds, sample_categorical, sampler_seed
+from ncm_verify.oracles.exact import AutoregressiveFixture, context_rows
+from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, tree_nodes
+
+RowsOf = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""``rows_of(node, context [B, depth]) -> (target [B, V], draft [B, V], drafting [B, V])``: the rows of `node`
+(-1 the root) reached by `context`, and the rows its children are sampled from (q itself, or a part of it)."""
+
+
+@dataclasses.dataclass
+class TreeInputs:
+    """One batch of draft trees in the kernel's layout (float64 rows, int64 ids)."""
+
+    target: np.ndarray
+    draft: np.ndarray
+    tokens: np.ndarray
+    parents: np.ndarray
+    num_nodes: np.ndarray
+
+    def kernel_args(self, dtype=mx.float32) -> tuple:
+        """``(target_probs, draft_probs, tree_tokens, parents, num_nodes)`` as MLX arrays."""
+        return (
+            mx.array(self.target, dtype=dtype),
+            mx.array(self.draft, dtype=dtype),
+            mx.array(self.tokens, dtype=mx.int32),
+            mx.array(self.parents, dtype=mx.int32),
+            mx.array(self.num_nodes, dtype=mx.int32),
+        )
+
+
+def draw_children(rng: np.random.Generator, q: np.ndarray, sampling: np.ndarray, count: int, mode: str) -> np.ndarray:
+    """``[B, count]`` children of one node per sequence; -1 where none is left to draw.
+
+    i.i.d. and without replacement sample from `sampling` (q, or the part of it a case wants drafted);
+    top_k takes q's `count` most likely ids, ties to the smaller id.
+    """
+    batch, vocab = q.shape
+    if mode == "top_k":
+        order = np.argsort(-q, axis=1, kind="stable")[:, :count]
+        return np.concatenate([order, np.full((batch, count - order.shape[1]), PAD_TOKEN)], axis=1)
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    children = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
+    left = np.array(sampling, dtype=np.float64)
+    for i in range(count):
+        live = left.sum(axis=1) > 0
+        drawn = sample_categorical(rng, np.where(live[:, None], left, 1.0))
+        children[live, i] = drawn[live]
+        if mode == "without_replacement":
+            left[np.arange(batch), drawn] = 0.0
+    return children
+
+
+def grow_trees(rng: np.random.Generator, shape, mode: str, caps: np.ndarray, rows_of: RowsOf) -> TreeInputs:
+    """Draft trees of `shape` (children per depth), nodes beyond ``caps[b]`` (breadth-first) left out."""
+    parents = tree_nodes(shape)
+    count, batch = len(parents), len(caps)
+    depth_of = [0] * count
+    for n, parent in enumerate(parents):
+        depth_of[n] = 0 if parent < 0 else depth_of[parent] + 1
+    contexts = np.zeros((batch, count + 1, len(shape)), dtype=np.int64)
+    target_root, draft_root, sampling = rows_of(-1, contexts[:, 0, :0])
+    vocab = target_root.shape[1]
+    # Float32, as the kernel takes them: half the memory traffic of 1e5 trees.
+    target = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
+    draft = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
+    target[:, 0], draft[:, 0] = target_root, draft_root
+    tokens = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
+    samplings = {-1: sampling}
+    for parent in [-1, *range(count)]:
+        children = [n for n in range(count) if parents[n] == parent]
+        if not children:
+            continue
+        drawn = draw_children(rng, draft[:, parent + 1], samplings.pop(parent), len(children), mode)
+        for i, n in enumerate(children):
+            tokens[:, n] = drawn[:, i]
+            contexts[:, n + 1] = contexts[:, parent + 1]
+            contexts[:, n + 1, depth_of[n]] = np.maximum(drawn[:, i], 0)
+            target[:, n + 1], draft[:, n + 1], samplings[n] = rows_of(n, contexts[:, n + 1, : depth_of[n] + 1])
+    return compact(target, draft, tokens, np.array(parents), caps)
+
+
+def compact(target, draft, tokens, parents, caps) -> TreeInputs:
+    """Keep the nodes drawn, whose parent is kept and within their sequence's cap; renumber them in order."""
+    batch, count = tokens.shape
+    keep = np.zeros((batch, count), dtype=bool)
+    for n in range(count):
+        parent_kept = keep[:, parents[n]] if parents[n] >= 0 else True
+        keep[:, n] = (tokens[:, n] >= 0) & parent_kept & (n < caps)
+    if keep.all():  # every tree whole: the layout stands (a copy of the rows spared)
+        return TreeInputs(target, draft, tokens, np.broadcast_to(parents, (batch, count)).copy(), keep.sum(axis=1))
+    order = np.argsort(~keep, axis=1, kind="stable")
+    num_nodes = keep.sum(axis=1)
+    new_index = np.cumsum(keep, axis=1) - 1
+    real = np.arange(count)[None] < num_nodes[:, None]
+    old_parents = np.broadcast_to(parents, (batch, count))[np.arange(batch)[:, None], order]
+    remapped = np.take_along_axis(new_index, np.maximum(old_parents, 0), axis=1)
+    new_parents = np.where(real & (old_parents >= 0), remapped, PAD_TOKEN)
+    new_tokens = np.where(real, np.take_along_axis(tokens, order, axis=1), PAD_TOKEN)
+    rows = np.concatenate([np.zeros((batch, 1), dtype=np.int64), order + 1], axis=1)
+    vocab = target.shape[-1]
+    padded = ~np.concatenate([np.ones((batch, 1), dtype=bool), real], axis=1)
+    target = np.where(padded[..., None], 1.0 / vocab, np.take_along_axis(target, rows[..., None], axis=1))
+    draft = np.where(padded[..., None], 1.0 / vocab, np.take_along_axis(draft, rows[..., None], axis=1))
+    return TreeInputs(target, draft, new_tokens, new_parents, num_nodes)
+
+
+def fixture_rows(fixture: AutoregressiveFixture) -> RowsOf:
+    """Rows of a node from the fixture's tables at its context; children are sampled from q itself."""
+
+    def rows_of(node: int, context: np.ndarray):
+        lengths = np.full(len(context), context.shape[1])
+        rows = context_rows(context, lengths, fixture.vocab)
+        return fixture.target[rows], fixture.draft[rows], fixture.draft[rows]
+
+    return rows_of
+
+
+def assert_tree_outcome_well_formed(outcome, inputs: TreeInputs, vocab: int) -> None:
+    """Shapes, counts within the tree, a path of parent-child steps from the root, kept tokens, padding."""
+    tokens, accepted, path = (np.array(a).astype(np.int64) for a in outcome)
+    batch, count = inputs.tokens.shape
+    for name, array, shape in (("tokens", tokens, (batch, count + 1)), ("path", path, (batch, count))):
+        assert array.shape == shape, f"verify_tree: {name} has shape {array.shape}, expected {shape}"
+    assert accepted.shape == (batch,), f"verify_tree: num_accepted has shape {accepted.shape}, expected {(batch,)}"
+    bad = np.flatnonzero((accepted < 0) | (accepted > inputs.num_nodes))
+    assert not len(bad), f"verify_tree: sequence {bad[0]} accepted {accepted[bad[0]]} of {inputs.num_nodes[bad[0]]}"
+    position = np.arange(count)[None]
+    on_path = position < accepted[:, None]
+    node = np.maximum(path, 0)
+    previous = np.concatenate([np.full((batch, 1), -1), path[:, :-1]], axis=1)
+    steps = np.take_along_axis(inputs.parents, node, axis=1) == previous
+    ok = np.where(on_path, (path >= 0) & (path < inputs.num_nodes[:, None]) & steps, path == PAD_TOKEN)
+    kept = np.take_along_axis(inputs.tokens, node, axis=1)
+    ok &= np.where(on_path, tokens[:, :count] == kept, True)
+    last = np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0]
+    ok &= ((last >= 0) & (last < vocab))[:, None]
+    ok &= np.where(np.arange(count + 1)[None, 1:] > accepted[:, None], tokens[:, 1:] == PAD_TOKEN, True)
+    bad = np.flatnonzero(~ok.all(axis=1))
+    assert not len(bad), (
+        f"verify_tree: sequence {bad[0]} is not a walk of its tree: path {path[bad[0]].tolist()}, tokens "
+        f"{tokens[bad[0]].tolist()} (tree tokens {inputs.tokens[bad[0]].tolist()}, "
+        f"parents {inputs.parents[bad[0]].tolist()})"
+    )
+
+
+@dataclasses.dataclass
+class TreeRun:
+    """Sequences of `fixture.length` tokens: one tree round, continued by target samples; its accepted counts."""
+
+    sequences: np.ndarray
+    num_accepted: np.ndarray
+    num_nodes: np.ndarray
+
+
+def run_tree(
+    impl,
+    fixture: AutoregressiveFixture,
+    *,
+    shape,
+    mode: str,
+    batch: int,
+    mixed: bool,
+    seed: int,
+    dtype=mx.float32,
+) -> TreeRun:
+    """One tree round at the empty context per sequence, its emitted tokens continued by target samples.
+
+    With `mixed`, sequence b keeps a uniformly drawn prefix of the breadth-first nodes (0 to all).
+    """
+    tree_seed, key_seed, continue_seed = round_seeds(sampler_seed(seed, fixture), 3)
+    rng = np.random.default_rng(tree_seed)
+    count = len(tree_nodes(shape))
+    caps = rng.integers(0, count + 1, size=batch) if mixed else np.full(batch, count)
+    inputs = grow_trees(rng, shape, mode, caps, fixture_rows(fixture))
+    outcome = impl.verify_tree(
+        *inputs.kernel_args(dtype)[:4],
+        key=mx.random.key(key_seed),
+        num_nodes=mx.array(inputs.num_nodes, dtype=mx.int32),
+        mode=mode,
+    )
+    assert_tree_outcome_well_formed(outcome, inputs, fixture.vocab)
+    tokens = np.array(outcome.tokens).astype(np.int64)
+    accepted = np.array(outcome.num_accepted).astype(np.int64)
+    return TreeRun(continue_with_target(fixture, tokens, accepted + 1, continue_seed), accepted, inputs.num_nodes)
+
+
+def continue_with_target(fixture: AutoregressiveFixture, tokens: np.ndarray, emitted: np.ndarray, seed: int):
+    """``[B, length]``: each sequence's first `emitted` tokens, then tokens sampled from the target."""
+    length, batch = fixture.length, len(tokens)
+    sequences = np.zeros((batch, length), dtype=np.int64)
+    width = min(tokens.shape[1], length)
+    sequences[:, :width] = np.where(np.arange(width)[None] < emitted[:, None], tokens[:, :width], 0)
+    rng = np.random.default_rng(seed)
+    for t in range(length):
+        sampling = emitted <= t
+        if not sampling.any():
+            continue
+        rows = context_rows(sequences[sampling, :t], np.full(int(sampling.sum()), t), fixture.vocab)
+        sequences[sampling, t] = sample_categorical(rng, fixture.target[rows])
+    return sequences
