@@ -27,7 +27,7 @@ import numpy as np
 from ncm_verify.bench.measure import evaluated, summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.strategies import make_autoregressive_fixture
-from ncm_verify.harness.tree_drivers import draw_trees, verify_drawn_trees
+from ncm_verify.harness.tree_driver import run_tree
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, next_token_logprobs
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_offsets
 from ncm_verify.oracles.exact_tree import MODES, reference_rule, tree_laws, tree_nodes
@@ -84,8 +84,10 @@ def exact_tokens_per_pass(fixture: AutoregressiveFixture, shape: tuple[int, ...]
 
 def measured_tokens_per_pass(impl, fixture, shape, mode: str, batch: int, seed: int) -> tuple[float, float]:
     """Mean and standard error of ``num_accepted + 1`` over `batch` drawn trees verified by `impl`."""
-    outcome = verify_drawn_trees(impl, draw_trees(fixture, shape, mode, batch, seed), mode, seed)
-    emitted = np.array(outcome.num_accepted).astype(np.float64) + 1.0
+    run = run_tree(
+        impl, truncated(fixture, len(shape) + 1), shape=shape, mode=mode, batch=batch, mixed=False, seed=seed
+    )
+    emitted = run.num_accepted.astype(np.float64) + 1.0
     return float(emitted.mean()), float(emitted.std(ddof=1) / math.sqrt(batch))
 
 

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ncm_verify.harness import stats
-from ncm_verify.harness.tree_drivers import emitted_outcomes
+from ncm_verify.harness.tree_driver import run_tree
 from ncm_verify.oracles.exact import AutoregressiveFixture, as_vector
 from ncm_verify.oracles.exact_tree import target_joint
 from ncm_verify.peers.tree_judgement import Finding, judge, random_fixture
@@ -45,7 +45,8 @@ def sampled_verdict(module: str, fixture: AutoregressiveFixture, shape, mode: st
     law = as_vector(target_joint(fixture), (fixture.vocab,) * fixture.length)
     plan = stats.make_plan(law)
     impl = importlib.import_module(module)
-    outcomes = emitted_outcomes(impl, fixture, tuple(shape), mode, plan.n, seed)
+    run = run_tree(impl, fixture, shape=tuple(shape), mode=mode, batch=plan.n, mixed=False, seed=seed)
+    outcomes = np.ravel_multi_index(run.sequences.T, (fixture.vocab,) * fixture.length)
     return stats.chi_square_test(f"{module} {mode} {list(shape)}", outcomes, plan, seed=seed)
 
 
