@@ -96,3 +96,23 @@ def test_the_sglang_walk_with_one_coin_per_node_has_the_enumerated_acceptance_la
             exact[outcome[0]] += probability
     # Each child's coin interval has two ends, each off by at most half a grid step.
     assert np.abs(walked - exact).max() <= 1 / grid, (walked, exact)
+
+
+def test_the_specinfer_module_steps_as_the_float64_reference_step_on_i_i_d_children():
+    # SpecInfer's MSS is the with-replacement reference rule: same uniforms, same outcome, node for node.
+    from ncm_verify.harness.tree_driver import fixture_rows, grow_trees
+    from ncm_verify.oracles.exact_tree import step
+    from ncm_verify.peers import specinfer
+
+    rng = np.random.default_rng(5)
+    fixture = AutoregressiveFixture(
+        rng.dirichlet(np.ones(4), size=21), rng.dirichlet(np.ones(4), size=21), vocab=4, length=3
+    )
+    inputs = grow_trees(rng, (2, 2), "with_replacement", rng.integers(0, 7, size=64), fixture_rows(fixture))
+    uniforms = rng.uniform(1e-6, 1 - 1e-6, size=(64, 2, 7))
+    args = inputs.kernel_args()
+    expected = step(*(np.array(a) for a in args), uniforms, mode="with_replacement")
+    outcome = specinfer.apply_tree(*args, uniforms, mode="with_replacement")
+    assert len(set(expected.num_accepted.tolist())) >= 3  # rejections and acceptances at several depths
+    for name, want, got in zip(("tokens", "num_accepted", "path"), expected, outcome):
+        assert np.array_equal(np.array(got), want), name
