@@ -21,7 +21,7 @@ Sources followed (read, then written here; no code copied):
   ``evaluate_posterior``, sampling branch): child x accepted iff ``random() <= gtp[x]`` (qx = 1);
   on rejection ``gtp[x] = 0`` and renormalise; repeated tokens skipped (``candidates_set``);
   afterwards sample from gtp, or from the accepted leaf's target row.
-- SGLang (github.com/sgl-project/sglang, sgl-kernel/csrc/speculative/speculative_sampling.cuh,
+- SGLang (github.com/sgl-project/sglang at 120affb9, sgl-kernel/csrc/speculative/speculative_sampling.cuh,
   ``TreeSpeculativeSamplingTargetOnly``; defaults ``speculative_accept_threshold_single = 1.0``,
   ``speculative_accept_threshold_acc = 1.0`` in server_args.py; the caller passes zero draft_probs):
   one coin per visited node; ``prob_acc`` sums the target mass of the children tried so far;
