@@ -50,6 +50,8 @@ __all__ = [
     "SpecInferRule",
     "PublishedRule",
     "published_rules",
+    "apply_rule",
+    "walk_tree",
     "tree_kernels",
 ]
 
@@ -254,9 +256,9 @@ def tree_kernels(rule: PublishedRule) -> tuple[Callable, Callable, Callable]:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         target, draft = (np.asarray(a.astype(mx.float32), dtype=np.float64) for a in (target_probs, draft_probs))
-        tokens, tree = np.asarray(tree_tokens), np.asarray(parents)
+        tokens, parent_table = np.asarray(tree_tokens), np.asarray(parents)
         real = np.full(tokens.shape[0], tokens.shape[1]) if num_nodes is None else np.asarray(num_nodes)
-        step = apply_rule(rule, target, draft, tokens, tree, real, np.asarray(uniforms, dtype=np.float64))
+        step = apply_rule(rule, target, draft, tokens, parent_table, real, np.asarray(uniforms, dtype=np.float64))
         return TreeOutcome(*(mx.array(a) for a in step))
 
     def draw_uniforms(key, batch: int, shape: tuple[int, ...]) -> mx.array:
