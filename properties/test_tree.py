@@ -23,7 +23,7 @@ from ncm_verify.harness.strategies import (
     seeds,
 )
 from ncm_verify.harness.tree_driver import run_tree
-from ncm_verify.harness.tree_strategies import modes, tree_shapes, tree_step_cases
+from ncm_verify.harness.tree_strategies import modes, sibling_cases, tree_shapes, tree_step_cases
 from ncm_verify.oracles import exact, exact_tree
 
 pytestmark = pytest.mark.claim("C13")
@@ -110,9 +110,11 @@ def vocabulary_band(vocab: int) -> str:
     return "V > 2^16" if vocab > 2**16 else "V <= 8" if vocab <= 8 else "8 < V <= 2^16"
 
 
-@given(case=tree_step_cases())
-def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, case):
+@pytest.mark.parametrize("mode", exact_tree.MODES)
+@given(data=st.data())
+def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mode, data):
     """Boundary uniforms, half rows, nearly equal p and q, ids past 65 535; excused only within float32 drift."""
+    case = data.draw(tree_step_cases(modes=st.just(mode)), label="step")
     event("vocabulary", vocabulary_band(case.args[0].shape[-1]))
     event("mode", case.mode)
     event("dtype", case.dtype)
@@ -122,6 +124,19 @@ def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, ca
         *case.exact_args, case.uniforms.astype(np.float64), outcome, mode=case.mode
     )
     checks.assert_step_matches(comparison, label="apply_tree vs float64 step", call=call)
+
+
+@pytest.mark.parametrize("mode", exact_tree.MODES)
+@given(data=st.data())
+def test_each_sibling_is_judged_by_the_residual_the_earlier_ones_left_and_its_own_q(impl, mode, data):
+    """Earlier siblings rejected, the last judged 0.1% above or below r(x)/q_i(x): no rounding can excuse it."""
+    case = data.draw(sibling_cases(mode), label="siblings")
+    event("vocabulary", vocabulary_band(case.args[0].shape[-1]))
+    outcome = case.apply(impl, case.uniforms)
+    comparison = exact_tree.compare_tree_step(
+        *case.exact_args, case.uniforms.astype(np.float64), outcome, mode=case.mode
+    )
+    checks.assert_step_matches(comparison, label="apply_tree's sibling decisions vs float64", call=case.describe())
 
 
 def assert_same_outcome(first, second, *, label: str, call: str) -> None:

@@ -11,9 +11,11 @@ import itertools
 
 import mlx.core as mx
 import numpy as np
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness.strategies import (
+    DRAFT_RELATIONS,
     LARGE_VOCAB,
     STEP_DTYPES,
     STEP_ROW_KINDS,
@@ -23,10 +25,10 @@ from ncm_verify.harness.strategies import (
     make_step_rows,
     place_uniform,
     seeds,
-    step_relations,
     step_vocabs,
     ulp_offsets,
 )
+from ncm_verify.oracles import exact_tree
 from ncm_verify.oracles.exact_tree import MODES, boundaries, tree_nodes
 
 modes = st.sampled_from(MODES)
@@ -47,6 +49,11 @@ def shapes_up_to(nodes: int) -> list[tuple[int, ...]]:
 
 tree_shapes = st.sampled_from(shapes_up_to(MAX_TREE_NODES))
 """Children per depth, e.g. (2, 2): every node at depth d has shape[d] children; chains are (1, 1, ...)."""
+tree_relations = st.sampled_from(DRAFT_RELATIONS)
+"""Each relation alike: the chain's step cases favour nearly equal rows, whose siblings are seldom tried at all."""
+TREE_DRAFTINGS = ("q", "first where q > p", "first where q > p, later where p > q")
+"""Where a step case's children come from (within q's support): q itself, or a first child likely rejected and
+later ones where the residual lives, so that a later sibling's decision depends on the residual and q_i alike."""
 LARGE_VOCAB_NODES = 4
 """Nodes of a step case past 1000 ids: each node holds two dense rows."""
 small_tree_shapes = st.sampled_from(shapes_up_to(LARGE_VOCAB_NODES))
@@ -115,38 +122,34 @@ def make_tree_step_case(inputs, mode: str, dtype: str) -> TreeStepCase:
     return TreeStepCase(rounded, exact_args, np.zeros(0, np.float32), mode, dtype)
 
 
+uniform_placements = st.tuples(st.sampled_from(UNIFORM_KINDS), ulp_offsets, st.floats(0, 1, exclude_max=True))
+"""Where one uniform goes (`strategies.place_uniform`): its kind, ulps from its boundary, a fraction."""
+
+
 @st.composite
 def tree_uniforms(draw, case: TreeStepCase):
     """Float32 uniforms ``[B, 2, N+1]``, many near their decision's boundary in the float64 walk.
 
-    Row 0 node by node, then the last token's draw: each boundary depends on the decisions before it.
+    Sequence by sequence, row 0 node by node, then the last token's draw: each boundary depends on
+    the decisions before it.
     """
-    batch, count = case.exact_args[2].shape
-    shape = (batch, 2, count + 1)
+    target, draft, tokens, parents, num_nodes = case.exact_args
+    shape = (tokens.shape[0], 2, tokens.shape[1] + 1)
     size = int(np.prod(shape))
-    kinds = draw(st.lists(st.sampled_from(UNIFORM_KINDS), min_size=size, max_size=size), label="uniform kinds")
-    offsets = draw(st.lists(ulp_offsets, min_size=size, max_size=size), label="uniform ulp offsets")
-    fractions = draw(
-        st.lists(st.floats(0, 1, exclude_max=True), min_size=size, max_size=size), label="uniform fractions"
-    )
+    placements = draw(st.lists(uniform_placements, min_size=size, max_size=size), label="uniform placements")
     uniforms = np.full(shape, 0.5, dtype=np.float32)
-    order = [(b, 0, n) for b in range(batch) for n in range(count + 1)] + [
-        (b, 1, n) for b in range(batch) for n in range(count + 1)
-    ]
-    for b, row, column in order:
-        index = np.ravel_multi_index((b, row, column), shape)
+    for (b, row, column), (kind, offset, fraction) in zip(np.ndindex(*shape), placements):
         found = np.zeros(0)
-        if kinds[index] == "boundary":
-            target, draft, tokens, parents, num_nodes = case.exact_args
+        if kind == "boundary":
             found = boundaries(target, draft, tokens, parents, num_nodes, uniforms, b, row, column, mode=case.mode)
-        uniforms[b, row, column] = place_uniform(kinds[index], offsets[index], fractions[index], found)
+        uniforms[b, row, column] = place_uniform(kind, offset, fraction, found)
     return uniforms
 
 
 @st.composite
 def tree_step_cases(draw, modes=modes):
     """One `apply_tree` step: half-precision, nearly equal and one-hot rows, ids past 65 535, padded trees,
-    children drawn by the mode (from q's excess over p where told), uniforms near their boundaries."""
+    children drawn by the mode (a first child from q's excess over p where told), uniforms near their boundaries."""
     from ncm_verify.harness.tree_driver import grow_trees
 
     vocab = draw(step_vocabs, label="vocab")
@@ -158,19 +161,85 @@ def tree_step_cases(draw, modes=modes):
     )
     mode = draw(modes, label="mode")
     kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
-    relation = draw(step_relations, label="draft relation")
+    relation = draw(tree_relations, label="draft relation")
     dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
-    over_drafted = draw(st.booleans(), label="drafts only where q > p")
+    drafting = draw(st.sampled_from(TREE_DRAFTINGS), label="children drawn from")
     count = node_count(shape)
-    caps = np.array(draw(st.lists(st.integers(0, count), min_size=batch, max_size=batch), label="nodes kept"))
+    # Whole trees half the time: a cut tree often loses the siblings whose decisions depend on the earlier ones.
+    kept = st.one_of(st.just(count), st.integers(0, count))
+    caps = np.array(draw(st.lists(kept, min_size=batch, max_size=batch), label="nodes kept"))
     rng = np.random.default_rng(draw(seeds, label="table seed"))
     target = make_step_rows(rng, batch * (count + 1), vocab, kind).reshape(batch, count + 1, vocab)
     draft = make_step_draft_rows(rng, target.reshape(-1, vocab), relation).reshape(target.shape)
 
     def rows_of(node: int, context: np.ndarray):
         p, q = target[:, node + 1], draft[:, node + 1]
-        return p, q, make_drafting_rows(p, q, over_drafted)
+        first = make_drafting_rows(p, q, drafting != "q")
+        deficit = np.where(p > q, q, 0.0)
+        later = np.where(deficit.sum(axis=1, keepdims=True) > 0, deficit, q) if drafting.endswith("p > q") else q
+        return p, q, first, later
 
     case = make_tree_step_case(grow_trees(rng, shape, mode, caps, rows_of), mode, dtype)
     case.uniforms = draw(tree_uniforms(case), label="uniforms")
+    return case
+
+
+SIBLING_MARGIN = 1e-3
+"""How far (relative) a judged sibling's uniform sits from its boundary r(x)/q_i(x): far beyond float32 rounding."""
+RESIDUAL_VOCABS = st.one_of(st.integers(3, 8), st.sampled_from([65541, 100_003]))
+
+
+def sibling_ratios(mode: str, state, allowed: np.ndarray) -> np.ndarray:
+    """r(x) / q_i(x) for every id (inf where q_i(x) = 0 or the id may not be drawn), in one pass over the row."""
+    q_i = np.ones_like(state.draft) if mode == "top_k" else exact_tree.proposal(mode, state.draft, state.tried, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(q_i > 0, state.residual / q_i, np.inf)
+    return np.where(allowed, ratios, np.inf)
+
+
+@st.composite
+def sibling_cases(draw, mode: str):
+    """One root with 2-3 leaf children: the earlier ones rejected (uniform near 1), the last judged at a uniform
+    `SIBLING_MARGIN` above or below its float64 boundary r(x)/q_i(x), where 0 < r(x) < q_i(x).
+
+    Its decision depends on the residual the earlier rejections left and on q_i alike: a sibling judged against
+    p, or against q where q_i is not q, goes the other way for a share of the drawn rows.
+    """
+    from ncm_verify.harness.tree_driver import TreeInputs
+
+    vocab = draw(RESIDUAL_VOCABS, label="vocab")
+    count = draw(st.integers(2, 3), label="children")
+    side = draw(st.sampled_from([-1.0, 1.0]), label="uniform below (-1) or above (+1) the boundary")
+    rng = np.random.default_rng(draw(seeds, label="table seed"))
+    rows = rng.dirichlet(np.full(vocab, 0.5), size=(2, count + 1)).astype(np.float32).astype(np.float64)
+    rows /= rows.sum(axis=-1, keepdims=True)
+    target, draft = rows[0], rows[1]
+    rule = exact_tree.reference_rule(mode)
+    state = rule.start(target[0], draft[0])
+    top = [int(x) for x in np.argsort(-draft[0], kind="stable")[:count]]
+    children: list[int] = []
+    for i in range(count):
+        allowed = np.ones(vocab, dtype=bool)
+        if mode != "with_replacement":
+            allowed[children] = False
+        ratios = sibling_ratios(mode, state, allowed)
+        if i < count - 1:  # rejected by a uniform near 1: the likeliest rejected id, or top_k's next
+            x = top[i] if mode == "top_k" else int(np.argmin(ratios))
+            if not ratios[x] < 0.99:
+                reject()
+        else:  # judged near its boundary: an id with 0 < r(x) < q_i(x)
+            informative = np.flatnonzero((ratios > 0) & (ratios < 0.99))
+            x = top[i] if mode == "top_k" else int(rng.choice(informative)) if len(informative) else -1
+            if x not in informative:
+                reject()
+        children.append(x)
+        if i < count - 1:
+            state = rule.reject(state, i, x)
+    r_x, q_x = rule.pair(state, count - 1, children[-1])
+    uniforms = np.full((1, 2, count + 1), np.float32(1.0 - 2.0**-24), dtype=np.float32)
+    uniforms[0, 0, count - 1] = np.float32(r_x / q_x * (1.0 + side * SIBLING_MARGIN))
+    uniforms[0, 1, 0] = np.float32(rng.random())
+    inputs = TreeInputs(target[None], draft[None], np.array([children]), np.full((1, count), -1), np.array([count]))
+    case = make_tree_step_case(inputs, mode, "float32")
+    case.uniforms = uniforms
     return case
