@@ -72,11 +72,11 @@ def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(
 
 
 @pytest.mark.claim("C13")
-@given(step=step_cases(TREE))
-def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+@pytest.mark.parametrize("mode", TREE.argument("mode").values)
+@given(data=st.data())
+def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mode, data):
     """Each mode; excused near a boundary only within float32 rounding and the residual's drift before it."""
-    event("mode", step.case.options["mode"])
-    check_apply_step(impl, step)
+    check_apply_step(impl, data.draw(step_cases(TREE, options={"mode": mode}), label="step"))
 
 
 @pytest.mark.claim("C5", "C6")

@@ -25,7 +25,7 @@ from ncm_verify.harness.strategies import (
     step_cases,
 )
 from ncm_verify.harness.tree_driver import run_tree
-from ncm_verify.harness.tree_strategies import modes, tree_shapes
+from ncm_verify.harness.tree_strategies import modes, sibling_cases, tree_shapes
 from ncm_verify.oracles import exact, exact_tree
 
 pytestmark = pytest.mark.claim("C13")
@@ -106,6 +106,21 @@ def test_tree_verification_samples_the_target_joint(impl, shape, mode, mixed, se
     checks.assert_sampler_matches(
         "tree output", probs, sample, seed=seed, call=call, label_outcome=checks.outcome_labels(outcomes, "tokens")
     )
+
+
+def vocabulary_band(vocab: int) -> str:
+    return "V > 2^16" if vocab > 2**16 else "V <= 8" if vocab <= 8 else "8 < V <= 2^16"
+
+
+@pytest.mark.parametrize("mode", exact_tree.MODES)
+@given(data=st.data())
+def test_each_sibling_is_judged_by_the_residual_the_earlier_ones_left_and_its_own_q(impl, mode, data):
+    """Earlier siblings rejected, the last judged 0.1% above or below r(x)/q_i(x): no rounding can excuse it."""
+    step = data.draw(sibling_cases(TREE, mode), label="siblings")
+    event("vocabulary", vocabulary_band(step.case.vocab))
+    outcome = step.case.apply(impl, mx.array(step.uniforms))
+    comparison = exact_tree.compare_tree_step(*step.exact_args, step.uniforms.astype(np.float64), *outcome, mode=mode)
+    checks.assert_step_matches(comparison, label="apply_tree's sibling decisions vs float64", call=step.describe())
 
 
 def chain_case(case):

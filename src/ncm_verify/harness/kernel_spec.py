@@ -67,6 +67,8 @@ class KernelSpec:
     step_arrays: Callable[..., tuple[tuple, int]] | None = None
     """``step_arrays(draw, tables, rng, batch=, vocab=, small=, over_drafted=)``: float64 arguments of one step
     and its uniform columns; ``tables(shape)`` draws target and draft rows of a shape."""
+    step_relations: Any = None
+    """How a step case's draft rows relate to its target rows (a strategy); None: the suite's `step_relations`."""
     compare_step: Callable[..., Any] | None = None
     """Oracle: ``compare_step(*float64 arguments, uniforms, *outcome fields) -> StepComparison``."""
     judged_pair: Callable[[tuple, int, int], tuple[float, float] | None] | None = None

@@ -20,7 +20,14 @@ from ncm_verify.harness.drivers import (
 from ncm_verify.harness.kernel_spec import Argument, KernelSpec
 from ncm_verify.harness.strategies import autoregressive_fixtures, latent_fixtures, make_drafting_rows
 from ncm_verify.harness.tree_driver import TreeInputs, assert_tree_outcome_well_formed, fixture_rows, grow_trees
-from ncm_verify.harness.tree_strategies import node_count, shapes_up_to, small_tree_shapes, tree_shapes
+from ncm_verify.harness.tree_strategies import (
+    TREE_DRAFTINGS,
+    node_count,
+    shapes_up_to,
+    small_tree_shapes,
+    tree_relations,
+    tree_shapes,
+)
 from ncm_verify.oracles import exact, exact_tree
 
 
@@ -253,14 +260,20 @@ def _tree_arguments(fixture, *, batch: int, rng, max_draft: int, mode: str) -> t
 
 
 def _tree_step_arrays(draw, tables, rng, *, batch: int, vocab: int, small: bool, over_drafted: bool, mode: str):
+    """A padded batch of trees; whole half the time (a cut tree often loses the siblings a decision depends on)."""
     shape = draw(tree_shapes if small else small_tree_shapes, label="tree shape")
+    drafting = draw(st.sampled_from(TREE_DRAFTINGS), label="children drawn from")
     count = node_count(shape)
-    caps = np.array(draw(st.lists(st.integers(0, count), min_size=batch, max_size=batch), label="nodes kept"))
+    kept = st.one_of(st.just(count), st.integers(0, count))
+    caps = np.array(draw(st.lists(kept, min_size=batch, max_size=batch), label="nodes kept"))
     target, draft = tables((batch, count + 1, vocab))
 
     def rows_of(node: int, context: np.ndarray):
         p, q = target[:, node + 1], draft[:, node + 1]
-        return p, q, make_drafting_rows(p, q, over_drafted)
+        first = make_drafting_rows(p, q, drafting != "q")
+        deficit = np.where(p > q, q, 0.0)
+        later = np.where(deficit.sum(axis=1, keepdims=True) > 0, deficit, q) if drafting.endswith("p > q") else q
+        return p, q, first, later
 
     inputs = grow_trees(rng, shape, mode, caps, rows_of)
     return (inputs.target, inputs.draft, inputs.tokens, inputs.parents, inputs.num_nodes), count + 1
@@ -298,6 +311,7 @@ TREE = KernelSpec(
     fixtures=lambda drafting: autoregressive_fixtures(max_outcomes=512, min_length=2),
     make_arguments=_tree_arguments,
     step_arrays=_tree_step_arrays,
+    step_relations=tree_relations,
     compare_step=exact_tree.compare_tree_step,
     boundaries=_tree_boundaries,
     emitted_target_probability=_tree_emitted_probability,

@@ -19,9 +19,9 @@ from ncm_verify.harness.drivers import round_seeds, sample_categorical, sampler_
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_rows
 from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, tree_nodes
 
-RowsOf = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
-"""``rows_of(node, context [B, depth]) -> (target [B, V], draft [B, V], drafting [B, V])``: the rows of `node`
-(-1 the root) reached by `context`, and the rows its children are sampled from (q itself, or a part of it)."""
+RowsOf = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+"""``rows_of(node, context [B, depth]) -> (target, draft, first, later)``, each ``[B, V]``: the rows of `node` (-1 the
+root) reached by `context`, and the rows its first and later children are sampled from (q itself, or parts of it)."""
 
 
 @dataclasses.dataclass
@@ -45,11 +45,19 @@ class TreeInputs:
         )
 
 
-def draw_children(rng: np.random.Generator, q: np.ndarray, sampling: np.ndarray, count: int, mode: str) -> np.ndarray:
+def draw_children(
+    rng: np.random.Generator,
+    q: np.ndarray,
+    sampling: np.ndarray,
+    count: int,
+    mode: str,
+    later: np.ndarray | None = None,
+) -> np.ndarray:
     """``[B, count]`` children of one node per sequence; -1 where none is left to draw.
 
-    i.i.d. and without replacement sample from `sampling` (q, or the part of it a case wants drafted);
-    top_k takes q's `count` most likely ids, ties to the smaller id.
+    The first child is sampled from `sampling`, later ones from `later` (default q), without the ids
+    drawn before when drawn without replacement (a case may draft parts of q: where a decision is
+    informative); top_k takes q's `count` most likely ids, ties to the smaller id.
     """
     batch, vocab = q.shape
     if mode == "top_k":
@@ -58,13 +66,15 @@ def draw_children(rng: np.random.Generator, q: np.ndarray, sampling: np.ndarray,
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     children = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
-    left = np.array(sampling, dtype=np.float64)
+    drawn_before = np.zeros((batch, vocab), dtype=bool)
     for i in range(count):
-        live = left.sum(axis=1) > 0
-        drawn = sample_categorical(rng, np.where(live[:, None], left, 1.0))
-        children[live, i] = drawn[live]
+        rows = np.asarray(sampling if i == 0 else q if later is None else later, dtype=np.float64)
         if mode == "without_replacement":
-            left[np.arange(batch), drawn] = 0.0
+            rows = np.where(drawn_before, 0.0, rows)
+        live = rows.sum(axis=1) > 0
+        drawn = sample_categorical(rng, np.where(live[:, None], rows, 1.0))
+        children[live, i] = drawn[live]
+        drawn_before[np.arange(batch)[live], drawn[live]] = True
     return children
 
 
@@ -76,24 +86,26 @@ def grow_trees(rng: np.random.Generator, shape, mode: str, caps: np.ndarray, row
     for n, parent in enumerate(parents):
         depth_of[n] = 0 if parent < 0 else depth_of[parent] + 1
     contexts = np.zeros((batch, count + 1, len(shape)), dtype=np.int64)
-    target_root, draft_root, sampling = rows_of(-1, contexts[:, 0, :0])
+    target_root, draft_root, *sampling = rows_of(-1, contexts[:, 0, :0])
     vocab = target_root.shape[1]
     # Float32, as the kernel takes them: half the memory traffic of 1e5 trees.
     target = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
     draft = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
     target[:, 0], draft[:, 0] = target_root, draft_root
     tokens = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
-    samplings = {-1: sampling}
+    samplings = {-1: tuple(sampling)}
     for parent in [-1, *range(count)]:
         children = [n for n in range(count) if parents[n] == parent]
         if not children:
             continue
-        drawn = draw_children(rng, draft[:, parent + 1], samplings.pop(parent), len(children), mode)
+        first, later = samplings.pop(parent)
+        drawn = draw_children(rng, draft[:, parent + 1], first, len(children), mode, later)
         for i, n in enumerate(children):
             tokens[:, n] = drawn[:, i]
             contexts[:, n + 1] = contexts[:, parent + 1]
             contexts[:, n + 1, depth_of[n]] = np.maximum(drawn[:, i], 0)
-            target[:, n + 1], draft[:, n + 1], samplings[n] = rows_of(n, contexts[:, n + 1, : depth_of[n] + 1])
+            target[:, n + 1], draft[:, n + 1], *rows = rows_of(n, contexts[:, n + 1, : depth_of[n] + 1])
+            samplings[n] = tuple(rows)
     return compact(target, draft, tokens, np.array(parents), caps)
 
 
@@ -128,7 +140,7 @@ def fixture_rows(fixture: AutoregressiveFixture) -> RowsOf:
     def rows_of(node: int, context: np.ndarray):
         lengths = np.full(len(context), context.shape[1])
         rows = context_rows(context, lengths, fixture.vocab)
-        return fixture.target[rows], fixture.draft[rows], fixture.draft[rows]
+        return fixture.target[rows], fixture.draft[rows], fixture.draft[rows], fixture.draft[rows]
 
     return rows_of
 

@@ -51,11 +51,19 @@ MUTANTS = {
     "cache_key_uint16_tokens": "prefix cache keys pack token ids as uint16 (id 65 541 serves the entry of id 5)",
     "cache_replace_keeps_recency": "prefix cache storing under a held key leaves it where it was in the LRU order",
     "cache_load_drops_namespace": "prefix cache files load every entry under the empty namespace",
+    "tree_no_residual_update": "tree: a rejected child leaves the residual as it was (every sibling judged against p)",
+    "tree_without_replacement_unrenormalised": "tree: children drawn without replacement judged against q itself",
+    "tree_top_k_as_sampled": "tree: deterministic top-k children judged as if sampled from q",
+    "tree_correction_from_target": "tree: the correction after every child is rejected drawn from p, not the residual",
+    "tree_bonus_from_residual": "tree: the bonus after an accepted leaf drawn from max(p - q, 0) of the leaf's rows",
+    "tree_parent_off_by_one": "tree: each node's parent index read one too low",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
+TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
+"""Mutants of tree verification: the tree properties must catch them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
@@ -102,6 +110,17 @@ def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, ap
 def with_rule(**changes) -> dict:
     """The reference with one of its rules swapped."""
     return make_implementation(REFERENCE_RULES._replace(**changes))
+
+
+def with_tree_rule(**changes) -> dict:
+    """The reference tree verifier with one of its decisions (`tree.TreeRules`) swapped."""
+    from ncm_verify.reference import tree
+
+    rules = tree.TREE_RULES._replace(**changes)
+    return {
+        "apply_tree": partial(tree.apply_tree, rules=rules),
+        "verify_tree": partial(tree.verify_tree, rules=rules),
+    }
 
 
 def make_prefix_cache(rewrite_key) -> type:

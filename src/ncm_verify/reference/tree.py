@@ -88,6 +88,11 @@ class TreeOutcome(NamedTuple):
     path: mx.array
 
 
+def _check_mode(mode) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+
+
 def tree_proposal(q: mx.array, tried: mx.array, x: mx.array, mode: str) -> mx.array:
     """q_i ``[B, V]``: the law the child with token `x` was drawn from, given the siblings `tried` before it."""
     if mode == "with_replacement":
@@ -153,8 +158,7 @@ def apply_tree(
 
     Unvalidated and traceable by ``mx.compile``; one pass over the node index, vectorised over the batch.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    _check_mode(mode)
     batch, count = tree_tokens.shape
     if num_nodes is None:
         num_nodes = all_drafts(batch, count)
@@ -201,11 +205,6 @@ def apply_tree(
 
 
 # --- validation --------------------------------------------------------------------------
-
-
-def _check_mode(mode) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
 
 
 def _check_num_nodes(num_nodes, batch: int, count: int) -> np.ndarray:
