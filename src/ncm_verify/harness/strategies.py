@@ -526,7 +526,7 @@ def step_cases(draw, kernel, options: dict | None = None):
     small = vocab <= LARGE_VOCAB
     batch = draw(st.integers(1, 16 if small else 4), label="batch")
     kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
-    relation = draw(kernel.step_relations or step_relations, label="draft relation")
+    relation = draw(step_relations if kernel.step_relations is None else kernel.step_relations, label="draft relation")
     dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
     over_drafted = draw(st.booleans(), label="drafts only where q > p")
     rng = np.random.default_rng(draw(seeds, label="table seed"))
