@@ -47,6 +47,7 @@ def test_a_token_the_target_rules_out_is_never_emitted(impl, vocabulary, data, d
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
+@pytest.mark.needs("apply")
 @pytest.mark.parametrize("vocabulary", sorted(VOCABULARIES))
 @given(data=st.data(), uniform=st.sampled_from(EXTREME_UNIFORMS))
 def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary, data, uniform):
@@ -65,6 +66,7 @@ def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary,
     assert accepted[must_accept].all(), f"{call}: rejected a draft with p(x) >= q(x)"
 
 
+@pytest.mark.needs("apply")
 @given(
     kernel=st.sampled_from(["chain", "factorized"]),
     batch=st.integers(1, 8),

@@ -21,10 +21,12 @@ from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
+    NOT_APPLICABLE,
     NOT_PROVIDED,
     ImplementationError,
     RecordingImplementation,
     describe_implementation,
+    lacked_capabilities,
     load_implementation,
 )
 from ncm_verify.report.ledger import ledger_kernel_claims
@@ -210,6 +212,19 @@ def impl(request):
     recorder = RecordingImplementation(load_implementation(request.config.getoption("--impl")))
     run_state(request.config).recorder = recorder
     return recorder
+
+
+def pytest_runtest_setup(item):
+    """A property marked ``needs(...)`` that the module declares it cannot take is not applicable, not run."""
+    marker = item.get_closest_marker("needs")
+    if marker is None:
+        return
+    try:
+        lacked = lacked_capabilities(load_implementation(item.config.getoption("--impl")), marker.args)
+    except ValueError as error:
+        raise pytest.UsageError(f"{item.nodeid}: {error}") from None
+    if lacked:
+        pytest.skip(f"{NOT_APPLICABLE} {'; '.join(lacked.values())}")
 
 
 def pytest_report_header(config):
@@ -480,8 +495,9 @@ class EvidenceCollector:
         elif report.skipped and entry["outcome"] == "passed":
             longrepr = report.longrepr
             entry["skip_reason"] = reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            missing_name = reason.removeprefix("Skipped: ").startswith(NOT_PROVIDED)
-            entry["outcome"] = "not provided" if missing_name else "skipped"
+            said = reason.removeprefix("Skipped: ")
+            missing_name, not_applicable = said.startswith(NOT_PROVIDED), said.startswith(NOT_APPLICABLE)
+            entry["outcome"] = "not provided" if missing_name else "not applicable" if not_applicable else "skipped"
         elif report.failed:
             kind = entry.pop("failure_kind", None) if report.when == "call" else "error in " + report.when
             if kind is None and str(report.longrepr).startswith("[XPASS(strict)]"):
@@ -565,6 +581,11 @@ class EvidenceCollector:
         not_provided = sorted(e["nodeid"] for e in self.entries.values() if e["outcome"] == "not provided")
         if not_provided:
             terminalreporter.write_line(f"ncm-verify: {len(not_provided)} property runs need names the module lacks")
+        not_applicable = [e for e in self.entries.values() if e["outcome"] == "not applicable"]
+        if not_applicable:
+            terminalreporter.write_line(
+                f"ncm-verify: {len(not_applicable)} property runs need what the module declares it cannot do"
+            )
         if self.budget is None:
             return
         if self.reused:
