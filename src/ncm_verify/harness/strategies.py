@@ -9,6 +9,8 @@ import numpy as np
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
+from ncm_verify.harness.run_state import run_state
+
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 """Sampler seeds: drawn by Hypothesis so that every failure reproduces from its example."""
 
@@ -276,16 +278,24 @@ def make_case(
 
 
 @st.composite
+def kernel_names(draw, names: tuple[str, ...] = KERNELS) -> str:
+    """One of `names`, among those the module under test provides (`RunState.kernels`) when it provides any."""
+    provided = run_state().kernels
+    return draw(st.sampled_from([n for n in names if provided is None or n in provided] or names))
+
+
+@st.composite
 def kernel_cases(
-    draw, batch: int = 64, kernels=KERNELS, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
+    draw, batch: int = 64, kernels=None, dtypes=("float32",), large_vocab=st.booleans(), drafting: bool = False
 ):
     """A batch of valid inputs for one of the sampling kernels, drafts sampled from q.
 
     A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
     id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
-    With `drafting`, a chain case drafts at least one token in some sequence.
+    With `drafting`, a chain case drafts at least one token in some sequence. `kernels` defaults to those the
+    module under test provides (`RunState.kernels`).
     """
-    kernel = draw(st.sampled_from(kernels), label="kernel")
+    kernel = draw(st.sampled_from(kernels or run_state().kernels or KERNELS), label="kernel")
     if kernel == "chain":
         fixtures = autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1)
     else:

@@ -19,6 +19,7 @@ import pytest
 from ncm_verify.harness import stats
 from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
+from ncm_verify.harness.strategies import KERNELS
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     NOT_APPLICABLE,
@@ -94,7 +95,8 @@ def pytest_configure(config):
         except ImplementationError as error:
             raise pytest.UsageError(str(error)) from None
     report_dir = config.getoption("--ncm-report-dir")
-    install(config, report_dir=Path(report_dir).resolve() if report_dir else None)
+    state = install(config, report_dir=Path(report_dir).resolve() if report_dir else None)
+    state.kernels = provided_kernels(config.getoption("--impl"))
     if report_dir:
         if not _is_worker(config):
             records = Path(report_dir).resolve() / RECORDS_FILE
@@ -105,6 +107,16 @@ def pytest_configure(config):
             collector = EvidenceCollector(config, Path(report_dir))
             config.stash[_COLLECTOR] = collector
             config.pluginmanager.register(collector, "ncm-verify-evidence")
+
+
+def provided_kernels(argument: str) -> tuple[str, ...] | None:
+    """The sampling kernels the module provides when it lacks some (None: all, or it does not load)."""
+    try:
+        module = load_implementation(argument)
+    except ImplementationError:
+        return None
+    provided = tuple(k for k in KERNELS if getattr(module, f"verify_{k}", None) is not None)
+    return provided if provided and provided != KERNELS else None
 
 
 def pytest_unconfigure(config):
