@@ -133,3 +133,11 @@ def test_a_peer_whose_run_broke_or_a_run_without_a_planted_peer_fails(tmp_path):
     result = comparison.make_comparison(tmp_path)
     assert any("exited 4" in reason for reason in result["reasons"])
     assert any("no planted peer" in reason for reason in result["reasons"])
+
+
+def test_ncm_verify_peers_rebuild_rewrites_the_comparison_and_exits_with_its_verdict(tmp_path):
+    from ncm_verify.cli import main
+
+    write_peer(tmp_path, "planted", [node("properties/test_chain.py::test_sampled", ["C5"])], planted="old correction")
+    assert main(["peers", "--rebuild", "--reports", str(tmp_path)]) == 1
+    assert "was not caught" in (tmp_path / comparison.COMPARISON_MD).read_text()

@@ -2,7 +2,7 @@
 
 ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--cache DIR] [--jobs 2] [--rerun-selftests]
 ncm-verify report [--reports DIR] [--ledger PATH]
-ncm-verify peers [--profile dev] [--reports DIR] [--jobs 2]
+ncm-verify peers [--profile dev] [--reports DIR] [--jobs 2] [--rebuild]
 ncm-verify ledger check [--ledger PATH] [--no-collect]
 ncm-verify ledger show [--ledger PATH]
 """
@@ -48,8 +48,10 @@ def command_verify(args) -> int:
 
 
 def command_peers(args) -> int:
-    from ncm_verify.run_peers import verify_peers
+    from ncm_verify.run_peers import rebuild_comparison, verify_peers
 
+    if args.rebuild:
+        return rebuild_comparison(Path(args.reports))
     return verify_peers(args.profile, Path(args.reports), args.jobs)
 
 
@@ -100,6 +102,9 @@ def parser() -> argparse.ArgumentParser:
     peers.add_argument("--profile", default="dev", help="Hypothesis profile (default: %(default)s)")
     peers.add_argument("--reports", default="reports", help="folder for peers/ and peers.md (default: %(default)s)")
     peers.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
+    peers.add_argument(
+        "--rebuild", action="store_true", help="rewrite peers.md/.json from the folder's JSON, rerunning nothing"
+    )
     peers.set_defaults(run=command_peers)
     ledger = commands.add_parser("ledger", help="check or show ledger.json")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)

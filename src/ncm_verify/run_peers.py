@@ -135,10 +135,15 @@ def verify_peers(profile: str, reports: Path, jobs: int, peers: tuple[Peer, ...]
         folder.mkdir(parents=True, exist_ok=True)
         facts = run_loop(folder, run_id, jobs, env, f"{steps}/{steps}")
         (folder / comparison.PEER_FILE).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+    return rebuild_comparison(reports, started)
+
+
+def rebuild_comparison(reports: Path, started: datetime.datetime | None = None) -> int:
+    """Decide and write the comparison from `reports` (with mlx-lm's rows from a main run there); its exit status."""
     result = comparison.write_comparison(reports.resolve())
-    seconds = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     for reason in result["reasons"]:
         say(f"peers: {reason}")
+    took = f" after {(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds():.0f} s" if started else ""
     written = reports.resolve() / comparison.COMPARISON_MD
-    say(f"peers: {result['verdict']} after {seconds:.0f} s; comparison in {written} and {comparison.COMPARISON_JSON}")
+    say(f"peers: {result['verdict']}{took}; comparison in {written} and {comparison.COMPARISON_JSON}")
     return result["exit_status"]
