@@ -82,7 +82,7 @@ install-peers: install
 PEERS_PROFILE ?= dev
 ## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md
 verify-peers: install-peers
-	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS)
+	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) --seed=$(or $(SEED),0)
 
 ## clean: remove reports, the cache (reference evidence, self-tests) and Hypothesis state
 clean:

@@ -2,7 +2,7 @@
 
 ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--cache DIR] [--jobs 2] [--rerun-selftests]
 ncm-verify report [--reports DIR] [--ledger PATH]
-ncm-verify peers [--profile dev] [--reports DIR] [--jobs 2] [--rebuild]
+ncm-verify peers [--profile dev] [--reports DIR] [--jobs 2] [--seed 0] [--rebuild]
 ncm-verify ledger check [--ledger PATH] [--no-collect]
 ncm-verify ledger show [--ledger PATH]
 """
@@ -52,7 +52,7 @@ def command_peers(args) -> int:
 
     if args.rebuild:
         return rebuild_comparison(Path(args.reports))
-    return verify_peers(args.profile, Path(args.reports), args.jobs)
+    return verify_peers(args.profile, Path(args.reports), args.jobs, args.seed)
 
 
 def command_ledger_check(args) -> int:
@@ -102,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
     peers.add_argument("--profile", default="dev", help="Hypothesis profile (default: %(default)s)")
     peers.add_argument("--reports", default="reports", help="folder for peers/ and peers.md (default: %(default)s)")
     peers.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
+    peers.add_argument("--seed", type=int, default=0, help="Hypothesis seed of every peer's run (default: %(default)s)")
     peers.add_argument(
         "--rebuild", action="store_true", help="rewrite peers.md/.json from the folder's JSON, rerunning nothing"
     )

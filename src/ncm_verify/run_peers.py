@@ -1,6 +1,6 @@
 """`make verify-peers`: the chain properties against each third-party peer, its edge cases, and the comparison.
 
-    python -m ncm_verify peers [--profile dev] [--reports reports] [--jobs 2]
+    python -m ncm_verify peers [--profile dev] [--reports reports] [--jobs 2] [--seed 0]
 
 Per peer (`PEERS`), into ``<reports>/peers/<name>/``: the chain-relevant properties (`PROPERTY_FILES`,
 `SELECTION`) with ``--impl`` the peer's module, then its edge-case probes; ``peer_properties/`` (transformers'
@@ -67,7 +67,7 @@ def peer_facts(peer: Peer) -> dict:
     return facts
 
 
-def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: str) -> dict:
+def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: str, seed: int) -> dict:
     """The properties against `peer`, then its edge cases; its facts, as written to peer.json."""
     from ncm_verify.peers.edge_cases import probe_peer
 
@@ -82,6 +82,7 @@ def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: 
             f"--impl={peer.module}",
             f"--ncm-report-dir={folder}",
             f"--ncm-run-id={run_id}",
+            f"--hypothesis-seed={seed}",
             jobs=jobs,
         )
         phase = run_phase(peer.name, step, command, env)
@@ -109,8 +110,9 @@ def run_loop(folder: Path, run_id: str, jobs: int, env: dict, step: str) -> dict
     return facts
 
 
-def verify_peers(profile: str, reports: Path, jobs: int, peers: tuple[Peer, ...] = PEERS) -> int:
-    """Every peer, then the comparison; returns its exit status (2: could not start)."""
+def verify_peers(profile: str, reports: Path, jobs: int, seed: int = 0, peers: tuple[Peer, ...] = PEERS) -> int:
+    """Every peer, then the comparison; returns its exit status (2: could not start). `seed` draws every peer's
+    examples, so that a comparison reproduces (the default profile, dev, is not derandomized)."""
     try:
         check_profile(profile)
     except ValueError as error:
@@ -128,7 +130,8 @@ def verify_peers(profile: str, reports: Path, jobs: int, peers: tuple[Peer, ...]
     for number, peer in enumerate(peers, 1):
         folder = root / peer.name
         folder.mkdir(parents=True, exist_ok=True)
-        facts = run_peer(peer, folder, run_id, jobs, env, f"{number}/{steps}")
+        facts = run_peer(peer, folder, run_id, jobs, env, f"{number}/{steps}", seed)
+        facts.update(profile=profile, seed=seed)
         (folder / comparison.PEER_FILE).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
     if loop:
         folder = root / "transformers_assisted"

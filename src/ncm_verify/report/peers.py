@@ -187,10 +187,12 @@ def overview_table(comparison: dict) -> doc.Table:
                 state,
             )
         )
+    drawn = sorted({f"profile {p.get('profile')}, seed {p.get('seed')}" for p in comparison["peers"] if "seed" in p})
     note = (
-        "n: samples per chi-square test; detects TV: the smallest total-variation deviation of the binned law each "
-        "test detects with power 0.99 at its alpha (the weakest over the peer's tests). A failure of a real peer "
-        "is a finding; the planted peer must fail."
+        f"Examples drawn under {'; '.join(drawn) or 'an unrecorded profile'}. n: samples per chi-square test; "
+        "detects TV: the smallest total-variation deviation of the binned law each test detects with power 0.99 "
+        "at its alpha (the weakest over the peer's tests). A failure of a real peer is a finding; the planted "
+        "peer must fail."
     )
     header = ("peer", "version", "rule", "properties", "n", "detects TV", "wall", "state")
     return doc.Table("Peers", header, rows, note)
