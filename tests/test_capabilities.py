@@ -4,6 +4,7 @@ it lacks the capability, and the verdict counts that as neither a pass nor a fai
 import json
 
 import pytest
+from hypothesis import strategies as st
 from synthetic import node
 
 from ncm_verify.protocol import lacked_capabilities
@@ -21,6 +22,7 @@ def verify_greedy(target, draft_tokens, *, num_draft=None, validate=True):
 
 PEER_SUITE = """
 import pytest
+from hypothesis import strategies as st
 
 @pytest.mark.claim("C11")
 @pytest.mark.needs("traceable")
@@ -86,3 +88,29 @@ def test_a_not_applicable_property_is_neither_a_pass_nor_a_failure_of_its_claim_
     assert verdict == status.NOT_PROVIDED and verdict in status.ACCEPTABLE_CLAIM_STATUSES, reason
     assert "not applicable to it" in reason and "mx.compile cannot trace it" in reason
     assert status.properties_part({"properties": [passed, skipped], "budget": {}}) == []
+
+
+def test_a_chain_only_module_is_known_to_provide_only_the_chain_kernel():
+    from ncm_verify.pytest_plugin.plugin import provided_kernels
+
+    assert provided_kernels("ncm_verify.peers.numpy_chain") == ("chain",)
+    assert provided_kernels("ncm_verify.reference") is None, "a module with every kernel leaves the strategies alone"
+
+
+def test_kernel_strategies_draw_only_the_kernels_the_module_provides():
+    from hypothesis import given, settings
+
+    from ncm_verify.harness.run_state import run_state
+    from ncm_verify.harness.strategies import kernel_cases, kernel_names
+
+    @settings(max_examples=20, database=None)
+    @given(name=kernel_names(("chain", "factorized")), case=kernel_cases(batch=2, large_vocab=st.just(False)))
+    def draws(name, case):
+        assert name == "chain" and case.kernel == "chain"
+
+    state = run_state()
+    saved, state.kernels = state.kernels, ("chain",)
+    try:
+        draws()
+    finally:
+        state.kernels = saved
