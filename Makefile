@@ -13,7 +13,7 @@ JOBS ?= 2
 SEED ?=
 PYTEST := $(PY) -m pytest
 
-.PHONY: install lint verify test help bench bench-compare install-peers clean
+.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,11 +71,19 @@ bench-compare: install
 	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench
 	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)/bench.json --threshold $(THRESHOLD)
 
-# PyPI's Linux torch wheel pulls CUDA packages (GBs): install a CPU build of torch first where one
-# is at hand (a local wheel); pip then keeps it.
-## install-peers: add transformers' step as a bench peer (optional)
+# PyPI's Linux torch wheel pulls CUDA packages (GBs): torch's CPU build 2.13.0 first (where pip finds it
+# locally), so that the extra's torch==2.13.0 is already met and pip pulls no other.
+## install-peers: add torch (CPU) and transformers, the peers of `make verify-peers` and `make bench` (optional)
 install-peers: install
+	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[peers]'
+
+# Not part of `make test`: transformers' step runs one sequence at a time (minutes). A finding in a peer is
+# a finding; the run fails only when the planted pre-#28508 peer is not caught or a peer's run broke.
+PEERS_PROFILE ?= dev
+## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md
+verify-peers: install-peers
+	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) --seed=$(or $(SEED),0)
 
 ## clean: remove reports, the cache (reference evidence, self-tests) and Hypothesis state
 clean:

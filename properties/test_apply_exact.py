@@ -54,18 +54,21 @@ def check_apply_step(impl, step) -> None:
 
 
 @pytest.mark.claim("C5")
+@pytest.mark.needs("apply")
 @given(step=step_cases(CHAIN))
 def test_apply_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
     check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C6")
+@pytest.mark.needs("apply")
 @given(step=step_cases(FACTORIZED))
 def test_apply_factorized_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
     check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C6")
+@pytest.mark.needs("apply")
 @given(step=step_cases(LATENT_CHAIN))
 def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
     check_apply_step(impl, step)
@@ -99,6 +102,7 @@ def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_r
 
 
 @pytest.mark.claim("C11")
+@pytest.mark.needs("apply")
 @pytest.mark.parametrize("kernel", STEP_KERNELS, ids=lambda kernel: kernel.name)
 @given(data=st.data(), seed=seeds)
 def test_verify_equals_apply_on_the_uniforms_it_draws(impl, kernel, data, seed):

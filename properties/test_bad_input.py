@@ -180,6 +180,7 @@ def call_kernel(impl, spec, arguments: dict):
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
+@pytest.mark.needs("value_error_contract")
 @pytest.mark.parametrize("kernel, corruption", KERNEL_CORRUPTIONS)
 @given(data=st.data())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel, corruption, data):

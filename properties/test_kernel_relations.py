@@ -43,6 +43,7 @@ def test_a_batch_gives_the_outputs_of_its_rows_one_at_a_time(impl, case, seed):
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
+@pytest.mark.needs("traceable")
 @given(case=kernel_cases(SAMPLING_KERNELS, dtypes=FLOAT_DTYPES), seed=seeds)
 def test_the_compiled_kernel_equals_the_eager_kernel(impl, case, seed):
     call = f"mx.compile({case.spec.verify}, validate=False)(B={case.batch}, key({seed}))"

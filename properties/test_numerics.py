@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from ncm_verify.harness import checks, drivers
 from ncm_verify.harness.kernels import CHAIN, SAMPLING_KERNELS, SINGLE_ROW_KERNELS
-from ncm_verify.harness.strategies import RESIDUAL_MASSES, autoregressive_fixtures, kernel_cases, seeds
+from ncm_verify.harness.strategies import (
+    RESIDUAL_MASSES,
+    autoregressive_fixtures,
+    kernel_cases,
+    provided_kernels,
+    seeds,
+)
 from ncm_verify.oracles import exact
 
 pytestmark = pytest.mark.claim("C5", "C6")
@@ -52,6 +58,7 @@ def test_a_token_the_target_rules_out_is_never_emitted(impl, vocabulary, data, d
 
 
 @pytest.mark.claim("C11")  # a protocol requirement: replaces the module's claims
+@pytest.mark.needs("apply")
 @pytest.mark.parametrize("vocabulary", sorted(VOCABULARIES))
 @given(data=st.data(), uniform=st.sampled_from(EXTREME_UNIFORMS))
 def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary, data, uniform):
@@ -70,8 +77,9 @@ def test_acceptance_follows_u_times_q_below_p_at_every_uniform(impl, vocabulary,
     assert accepted[must_accept].all(), f"{call}: rejected a draft with p(x) >= q(x)"
 
 
+@pytest.mark.needs("apply")
 @given(
-    kernel=st.sampled_from(SINGLE_ROW_KERNELS),
+    kernel=provided_kernels(SINGLE_ROW_KERNELS),
     batch=st.integers(1, 8),
     positions=st.integers(1, 4),
     vocab=st.sampled_from([2, 3, 8, 1000, 2**16 + 5]),

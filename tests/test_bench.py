@@ -86,9 +86,10 @@ def test_the_transformers_peer_accepts_a_certain_draft_and_corrects_an_impossibl
     draft[1, 0] = 0.0
     draft[1, 0, 3] = 1.0  # sequence 1 drafts 3 first, where p is 0: rejected, corrected to 1
     tokens = np.array([[1, 4], [3, 4]], np.int32)
-    inputs = {"np_target": target, "np_draft": draft, "np_tokens": tokens}
-    emitted = [(t.numpy().ravel().tolist(), int(n)) for t, n in bench.make_transformers_peer(case, inputs, loaded)()]
-    assert emitted == [([1, 4, 5], 2), ([1], 0)]
+    inputs = {"target": mx.array(target), "draft": mx.array(draft), "tokens": mx.array(tokens)}
+    outcome = bench.make_transformers_peer(case, inputs, loaded)()
+    assert np.array(outcome.tokens).tolist() == [[1, 4, 5], [1, -1, -1]]
+    assert np.array(outcome.num_accepted).tolist() == [2, 0]
 
 
 @pytest.mark.parametrize("vocab", [1, 2, 7, 32, 33, 1025, 5000])

@@ -2,6 +2,7 @@
 
 ncm-verify verify [--impl NAME_OR_PATH] [--profile ci] [--reports DIR] [--cache DIR] [--jobs 2] [--rerun-selftests]
 ncm-verify report [--reports DIR] [--ledger PATH]
+ncm-verify peers [--profile dev] [--reports DIR] [--jobs 2] [--seed 0] [--rebuild]
 ncm-verify ledger check [--ledger PATH] [--no-collect]
 ncm-verify ledger show [--ledger PATH]
 """
@@ -44,6 +45,14 @@ def command_verify(args) -> int:
         seed=args.seed,
         cache=args.cache,
     )
+
+
+def command_peers(args) -> int:
+    from ncm_verify.run_peers import rebuild_comparison, verify_peers
+
+    if args.rebuild:
+        return rebuild_comparison(Path(args.reports))
+    return verify_peers(args.profile, Path(args.reports), args.jobs, args.seed)
 
 
 def command_ledger_check(args) -> int:
@@ -89,6 +98,15 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--reports", default="reports", help="folder holding evidence.json (default: %(default)s)")
     report.add_argument("--ledger", type=Path, default=None, help="ledger.json (default: the project's)")
     report.set_defaults(run=command_report)
+    peers = commands.add_parser("peers", help="the chain properties against each peer, and their comparison")
+    peers.add_argument("--profile", default="dev", help="Hypothesis profile (default: %(default)s)")
+    peers.add_argument("--reports", default="reports", help="folder for peers/ and peers.md (default: %(default)s)")
+    peers.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
+    peers.add_argument("--seed", type=int, default=0, help="Hypothesis seed of every peer's run (default: %(default)s)")
+    peers.add_argument(
+        "--rebuild", action="store_true", help="rewrite peers.md/.json from the folder's JSON, rerunning nothing"
+    )
+    peers.set_defaults(run=command_peers)
     ledger = commands.add_parser("ledger", help="check or show ledger.json")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)
     check = ledger_commands.add_parser("check", help="schema, sources, and the properties pytest collects")

@@ -33,7 +33,11 @@ callables with the signatures of the reference in :mod:`ncm_verify.reference.spe
 
 ``verify_*`` take ``validate=False`` to skip input checks so that ``mx.compile`` can trace them.
 
-All must raise ``ValueError`` naming the argument on invalid input. The protocol is
+All must raise ``ValueError`` naming the argument on invalid input.
+
+A module may declare what it cannot do, ``CAPABILITIES = {name: reason}`` over `CAPABILITY_NAMES` (a
+third-party peer: not traceable, another error contract); a property marked ``needs(name)`` then reads
+"not applicable: <reason>" for it, neither a pass nor a failure. ``ACCEPTANCE_RULE`` names its rule. The protocol is
 written once, as the Protocol classes below (one per family: ``SpeculativeKernels``,
 ``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``, ``TreeVerification``); every name list is derived
 from them. An implementation may provide any of the families; a property that needs a name
@@ -222,6 +226,25 @@ PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, L
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 NOT_PROVIDED = "not provided by"
 """How a skip for a protocol name the module lacks begins; the report reads it as 'not provided'."""
+
+
+CAPABILITY_NAMES = {
+    "traceable": "mx.compile traces verify_* (validate=False)",
+    "apply": "apply_* take given uniforms",
+    "value_error_contract": "invalid input raises a ValueError naming the argument",
+}
+"""What a property may need beyond protocol names (its ``needs`` marker); a module lacking one says why."""
+NOT_APPLICABLE = "not applicable:"
+"""How a skip for a capability the module declares it lacks begins; the report reads it as 'not applicable'."""
+
+
+def lacked_capabilities(module: ModuleType, needed) -> dict[str, str]:
+    """Of the capabilities `needed`, those `module` declares it lacks: name -> its reason."""
+    unknown = sorted(set(needed) - set(CAPABILITY_NAMES))
+    if unknown:
+        raise ValueError(f"needs: unknown capability {', '.join(unknown)} (known: {', '.join(CAPABILITY_NAMES)})")
+    declared = getattr(module, "CAPABILITIES", None) or {}
+    return {name: declared[name] for name in needed if isinstance(declared.get(name), str)}
 
 
 class ImplementationError(ValueError):

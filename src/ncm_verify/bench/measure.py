@@ -47,6 +47,7 @@ from ncm_verify.oracles.numpy_steps import (
     numpy_greedy_step,
     numpy_uniforms,
 )
+from ncm_verify.peers import transformers_step
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 from ncm_verify.reference.ncm import accounting
 from ncm_verify.reference.speculative import CDF_BLOCK
@@ -198,40 +199,22 @@ def make_numpy_peer(case: KernelCase, inputs: dict) -> Callable[[], None]:
 
 
 def load_transformers_step() -> tuple[Callable | None, str]:
-    """transformers' ``_speculative_sampling`` and its torch module, or None and why it is absent."""
+    """transformers' ``_speculative_sampling`` (the peer :mod:`ncm_verify.peers.transformers_step` judges),
+    or None and why it is absent."""
     try:
-        import torch
-        from transformers.generation.utils import _speculative_sampling
+        sampling = transformers_step.speculative_sampling()
     except ImportError as error:  # the optional `peers` extra
-        return None, f"transformers peer skipped: {error} (pip install -e '.[peers]')"
-    import transformers
-
-    # One thread, as MLX's CPU ops run: torch's default OpenMP threads spin against a busy
-    # machine's other processes (measured 22x slower under load 10 on 2 cores).
-    torch.set_num_threads(1)
-    note = f"torch {torch.__version__} (1 thread), transformers {transformers.__version__}, looped over the batch"
-    return (torch, _speculative_sampling), note
+        return None, f"transformers peer skipped: {error} (make install-peers)"
+    return sampling, f"{transformers_step.versions()} (1 thread), looped over the batch"
 
 
-def make_transformers_peer(case: KernelCase, inputs: dict, loaded) -> Callable[[], None] | None:
-    """transformers' chain step looped over the batch (it takes one sequence), given logits = log p."""
+def make_transformers_peer(case: KernelCase, inputs: dict, loaded) -> Callable[[], object] | None:
+    """transformers' chain step looped over the batch by the peer's adapter, its inputs converted once (untimed)."""
     if loaded is None or case.step != "chain":
         return None
-    torch, speculative_sampling = loaded
-    dtype = torch.bfloat16 if case.dtype == "bfloat16" else torch.float32
-    with np.errstate(divide="ignore"):
-        target = torch.from_numpy(np.log(inputs["np_target"])).to(dtype)
-        draft = torch.from_numpy(np.log(inputs["np_draft"])).to(dtype)
-    tokens = torch.from_numpy(inputs["np_tokens"].astype(np.int64))
-
-    def step():
-        with torch.no_grad():
-            return [
-                speculative_sampling(tokens[b : b + 1], draft[b : b + 1], case.drafts, target[b : b + 1])
-                for b in range(case.batch)
-            ]
-
-    return step
+    target = inputs["target"]
+    tensors = transformers_step.ChainInputs(target, inputs["draft"], inputs["tokens"], None)
+    return lambda: transformers_step.run_sequences(tensors, loaded, lambda b: None)
 
 
 MLX_REDUCTIONS = ("mlx sum", "mlx max", "mlx block sum")

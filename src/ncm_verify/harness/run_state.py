@@ -38,6 +38,9 @@ class RunState:
     """The recording view of the implementation, once the ``impl`` fixture made it."""
     test: str = ""
     """The node id of the test running now ("" between tests)."""
+    kernels: tuple[str, ...] | None = None
+    """The sampling kernels the module provides, when it lacks some (a chain-only peer): the kernel a property
+    draws by default is one of them, so a property over every kernel judges what is there. None: all."""
 
     @property
     def records_path(self) -> Path | None:

@@ -9,6 +9,8 @@ import numpy as np
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
+from ncm_verify.harness.run_state import run_state
+
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 """Sampler seeds: drawn by Hypothesis so that every failure reproduces from its example."""
 
@@ -278,15 +280,26 @@ def make_case(
     return case.cast(getattr(mx, dtype))
 
 
+def provided(kernels) -> list:
+    """Those of `kernels` (specs) the module under test provides (`RunState.kernels`); all when it provides none."""
+    names = run_state().kernels
+    return [k for k in kernels if names is None or k.name in names] or list(kernels)
+
+
+def provided_kernels(kernels):
+    """One of `kernels` (specs) the module under test provides, decided when drawn (the run state knows then)."""
+    return st.just(None).flatmap(lambda _: st.sampled_from(provided(kernels)))
+
+
 @st.composite
 def kernel_cases(draw, kernels, batch: int = 64, dtypes=("float32",), large_vocab=st.booleans(), drafting=False):
-    """A batch of valid inputs for one of `kernels` (specs of sampling kernels), drafts sampled from q.
+    """A batch of valid inputs for one of `kernels` (specs of sampling kernels) the module provides, drafts from q.
 
     A large-vocabulary case spreads a small fixture's columns over ids up to V - 1 > 65 535,
     id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
     With `drafting`, a case with draft lengths drafts at least one token in some sequence.
     """
-    kernel = draw(st.sampled_from(kernels), label="kernel")
+    kernel = draw(provided_kernels(kernels), label="kernel")
     wide = draw(large_vocab, label="vocabulary above 65 536")
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
     built = st.builds(

@@ -11,6 +11,7 @@ from ncm_verify.oracles.exact import RESIDUAL_FLOOR
 
 PAD_TOKEN = -1
 """The id after the emitted tokens of a sequence (the protocol's padding)."""
+SMALLEST_NORMAL = np.float32(2.0**-126)
 
 __all__ = [
     "numpy_chain_step",
@@ -33,7 +34,8 @@ def numpy_correct(p: np.ndarray, q: np.ndarray, u: np.ndarray) -> np.ndarray:
     residual = np.maximum(p - q, np.float32(0))
     mass = residual.sum(axis=-1, keepdims=True)
     cdf = np.cumsum(np.where(mass > RESIDUAL_FLOOR, residual, p), axis=-1)
-    threshold = u * cdf[..., -1]
+    # At least the smallest normal float32: u * total may underflow to 0, which would pick a zero-weight id 0.
+    threshold = np.maximum(u * cdf[..., -1], SMALLEST_NORMAL)
     flat_cdf, flat_threshold = cdf.reshape(-1, cdf.shape[-1]), threshold.reshape(-1)
     found = [np.searchsorted(row, t, side="left") for row, t in zip(flat_cdf, flat_threshold)]
     return np.array(found, dtype=np.int32).reshape(threshold.shape)

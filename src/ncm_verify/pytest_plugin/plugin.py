@@ -18,13 +18,16 @@ import pytest
 
 from ncm_verify.harness import stats
 from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
+from ncm_verify.harness.kernels import SAMPLING_KERNELS
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
+    NOT_APPLICABLE,
     NOT_PROVIDED,
     ImplementationError,
     RecordingImplementation,
     describe_implementation,
+    lacked_capabilities,
     load_implementation,
 )
 from ncm_verify.report.ledger import ledger_kernel_claims
@@ -92,7 +95,8 @@ def pytest_configure(config):
         except ImplementationError as error:
             raise pytest.UsageError(str(error)) from None
     report_dir = config.getoption("--ncm-report-dir")
-    install(config, report_dir=Path(report_dir).resolve() if report_dir else None)
+    state = install(config, report_dir=Path(report_dir).resolve() if report_dir else None)
+    state.kernels = provided_kernels(config.getoption("--impl"))
     if report_dir:
         if not _is_worker(config):
             records = Path(report_dir).resolve() / RECORDS_FILE
@@ -103,6 +107,17 @@ def pytest_configure(config):
             collector = EvidenceCollector(config, Path(report_dir))
             config.stash[_COLLECTOR] = collector
             config.pluginmanager.register(collector, "ncm-verify-evidence")
+
+
+def provided_kernels(argument: str) -> tuple[str, ...] | None:
+    """The sampling kernels the module provides when it lacks some (None: all, or it does not load)."""
+    try:
+        module = load_implementation(argument)
+    except ImplementationError:
+        return None
+    every = tuple(kernel.name for kernel in SAMPLING_KERNELS)
+    provided = tuple(k.name for k in SAMPLING_KERNELS if getattr(module, k.verify, None) is not None)
+    return provided if provided and provided != every else None
 
 
 def pytest_unconfigure(config):
@@ -210,6 +225,19 @@ def impl(request):
     recorder = RecordingImplementation(load_implementation(request.config.getoption("--impl")))
     run_state(request.config).recorder = recorder
     return recorder
+
+
+def pytest_runtest_setup(item):
+    """A property marked ``needs(...)`` that the module declares it cannot take is not applicable, not run."""
+    marker = item.get_closest_marker("needs")
+    if marker is None:
+        return
+    try:
+        lacked = lacked_capabilities(load_implementation(item.config.getoption("--impl")), marker.args)
+    except ValueError as error:
+        raise pytest.UsageError(f"{item.nodeid}: {error}") from None
+    if lacked:
+        pytest.skip(f"{NOT_APPLICABLE} {'; '.join(lacked.values())}")
 
 
 def pytest_report_header(config):
@@ -480,8 +508,9 @@ class EvidenceCollector:
         elif report.skipped and entry["outcome"] == "passed":
             longrepr = report.longrepr
             entry["skip_reason"] = reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            missing_name = reason.removeprefix("Skipped: ").startswith(NOT_PROVIDED)
-            entry["outcome"] = "not provided" if missing_name else "skipped"
+            said = reason.removeprefix("Skipped: ")
+            missing_name, not_applicable = said.startswith(NOT_PROVIDED), said.startswith(NOT_APPLICABLE)
+            entry["outcome"] = "not provided" if missing_name else "not applicable" if not_applicable else "skipped"
         elif report.failed:
             kind = entry.pop("failure_kind", None) if report.when == "call" else "error in " + report.when
             if kind is None and str(report.longrepr).startswith("[XPASS(strict)]"):
@@ -565,6 +594,11 @@ class EvidenceCollector:
         not_provided = sorted(e["nodeid"] for e in self.entries.values() if e["outcome"] == "not provided")
         if not_provided:
             terminalreporter.write_line(f"ncm-verify: {len(not_provided)} property runs need names the module lacks")
+        not_applicable = [e for e in self.entries.values() if e["outcome"] == "not applicable"]
+        if not_applicable:
+            terminalreporter.write_line(
+                f"ncm-verify: {len(not_applicable)} property runs need what the module declares it cannot do"
+            )
         if self.budget is None:
             return
         if self.reused:

@@ -589,6 +589,10 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
             lambda p: p.get("implementation_use") == "suite",
             "the suite's own checks: they never call the implementation",
         ),
+        (
+            lambda p: p["outcome"] == claim_status.NOT_APPLICABLE_OUTCOME,
+            "not applicable: they need what the module declares it cannot do (the reason is each one's skip reason)",
+        ),
         (lambda p: p["outcome"] == "skipped", "skipped"),
     ):
         nodes = [p["nodeid"] for p in properties if summary_of(p)]

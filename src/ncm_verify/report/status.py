@@ -42,6 +42,9 @@ PASSED, RUN_FAILED = "passed", "failed"
 FAILING_OUTCOMES = ("failed", "error")
 NOT_PROVIDED_OUTCOME = "not provided"
 """The plugin's outcome for a property that needed a protocol name the module lacks."""
+NOT_APPLICABLE_OUTCOME = "not applicable"
+"""The plugin's outcome for a property that needs a capability the module declares it lacks (with its reason):
+like a name it lacks, neither a pass nor a failure."""
 
 MIN_DISTINCT_EXAMPLES = 10
 """Distinct examples (distinct laws, for a statistical property) a Hypothesis property must run."""
@@ -285,7 +288,9 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     if skipped:
         return NOT_RUN, f"{len(skipped)} of {runs} skipped: {', '.join(skipped)}"
     not_provided = [
-        s for s in summaries if s["outcome"] == NOT_PROVIDED_OUTCOME or s["implementation_use"] == "inherited"
+        s
+        for s in summaries
+        if s["outcome"] in (NOT_PROVIDED_OUTCOME, NOT_APPLICABLE_OUTCOME) or s["implementation_use"] == "inherited"
     ]
     ran = {s["property"] for s in summaries if s["outcome"] == "passed"}
     missing = [p for p in claim["properties"] if p not in ran | {s["property"] for s in not_provided}]
@@ -310,7 +315,9 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         for s in not_provided:
             by_reason.setdefault(s["skip_reason"] or s["implementation_use_reason"], []).append(s["nodeid"])
         why = "; ".join(f"{reason} [{count_by_file(nodes)}]" for reason, nodes in by_reason.items())
-        return NOT_PROVIDED, f"{len(not_provided)} of {runs} not provided by the module: {why}"
+        applicable = all(s["outcome"] != NOT_APPLICABLE_OUTCOME for s in not_provided)
+        said = "not provided by the module" if applicable else "not provided by the module or not applicable to it"
+        return NOT_PROVIDED, f"{len(not_provided)} of {runs} {said}: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
     distinct = sum(s["distinct_examples"] or 0 for s in summaries)
