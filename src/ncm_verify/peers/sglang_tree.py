@@ -11,13 +11,13 @@ accept iff ``coin <= prob_acc / threshold_acc`` or ``p(x) >= threshold_single``.
 
 from ncm_verify.peers.tree_rules import SGLangRule, tree_kernels
 
-__all__ = ["CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
+__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
 
-CAPABILITIES = {
-    "traceable": False,
-    "why_not_traceable": "NumPy walks the tree on the host; mx.compile cannot trace it",
-    "modes": "the rule ignores `mode` and q (target only): it verifies any children as if fixed",
-    "uniforms": "one coin per visited node: the first child's u[b, 0, n] decides its siblings too",
-}
+CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
+"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
+ACCEPTANCE_RULE = (
+    "the rule ignores `mode` and q (target only): it verifies any children as if fixed; "
+    "one coin per visited node: the first child's u[b, 0, n] decides its siblings too"
+)
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(SGLangRule(1.0, 1.0))

@@ -10,12 +10,10 @@ random order; for i.i.d. children any fixed order has the same law, so this visi
 
 from ncm_verify.peers.tree_rules import SpecInferRule, tree_kernels
 
-__all__ = ["CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
+__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
 
-CAPABILITIES = {
-    "traceable": False,
-    "why_not_traceable": "NumPy walks the tree on the host; mx.compile cannot trace it",
-    "modes": "the rule ignores `mode`: it is the paper's, exact only for children drawn i.i.d. from q",
-}
+CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
+"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
+ACCEPTANCE_RULE = "the rule ignores `mode`: it is the paper's, exact only for children drawn i.i.d. from q"
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(SpecInferRule())
