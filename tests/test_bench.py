@@ -19,10 +19,10 @@ from ncm_verify.protocol import load_implementation
 from ncm_verify.reference import speculative
 
 SMALL = [
-    bench.KernelCase("chain", 37, 3, 5),
-    bench.KernelCase("chain", 1500, 2, 3, "bfloat16"),
-    bench.KernelCase("greedy", 37, 3, 4),
-    bench.KernelCase("factorized", 37, 3, 4),
+    bench.BenchCase("chain", 37, 3, 5),
+    bench.BenchCase("chain", 1500, 2, 3, "bfloat16"),
+    bench.BenchCase("greedy", 37, 3, 4),
+    bench.BenchCase("factorized", 37, 3, 4),
 ]
 
 
@@ -60,7 +60,7 @@ def test_the_numpy_chain_peer_equals_apply_chain_given_the_same_uniforms(case):
 
 
 def test_the_numpy_greedy_and_factorized_peers_equal_the_kernels():
-    case = bench.KernelCase("factorized", 37, 3, 6)
+    case = bench.BenchCase("factorized", 37, 3, 6)
     inputs = bench.make_kernel_inputs(case, seed=9)
     target, draft, tokens = inputs["np_target"], inputs["np_draft"], inputs["np_tokens"]
     uniforms = numpy_steps.numpy_uniforms(np.random.default_rng(4), (case.batch, 2, case.drafts))
@@ -79,7 +79,7 @@ def test_the_transformers_peer_accepts_a_certain_draft_and_corrects_an_impossibl
     loaded, why = bench.load_transformers_step()
     if loaded is None:
         pytest.skip(why)
-    case = bench.KernelCase("chain", 6, 2, 2)
+    case = bench.BenchCase("chain", 6, 2, 2)
     target = np.zeros((2, 3, 6), np.float32)
     target[:, [0, 1, 2], [1, 4, 5]] = 1.0  # one-hot rows: the target emits 1, 4, 5
     draft = target[:, :2].copy()
@@ -133,7 +133,7 @@ def test_both_value_checks_refuse_every_corruption_and_pass_valid_rows(masked):
 
 
 def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whole(monkeypatch):
-    case = bench.KernelCase("chain", 300, 3, 7)
+    case = bench.BenchCase("chain", 300, 3, 7)
     inputs = bench.make_kernel_inputs(case, seed=6)
     arguments = (inputs["target"], inputs["draft"], inputs["tokens"], mx.array(np.arange(7, dtype=np.int32) % 4))
     uniforms = mx.array(numpy_steps.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
@@ -166,7 +166,7 @@ def test_the_blockwise_argmax_equals_mlx_argmax_on_ties_infinities_and_nan(dtype
 
 
 def test_validation_still_names_the_first_bad_argument():
-    inputs = bench.make_kernel_inputs(bench.KernelCase("chain", 2000, 3, 2))
+    inputs = bench.make_kernel_inputs(bench.BenchCase("chain", 2000, 3, 2))
     target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
     bad_target = mx.concatenate([target[:, :1] * -1.0, target[:, 1:]], axis=1)
     with pytest.raises(ValueError, match="^target_probs: contains negative"):
@@ -243,7 +243,7 @@ def test_the_c9_line_shows_ratios_only_for_the_same_implementation_and_commit():
 
 
 def test_a_tiny_bench_run_writes_every_ratio_and_renders_its_table():
-    cases = [bench.KernelCase("chain", 300, 2, 2), bench.KernelCase("greedy", 300, 2, 2)]
+    cases = [bench.BenchCase("chain", 300, 2, 2), bench.BenchCase("greedy", 300, 2, 2)]
     run = bench.run_bench(
         "ncm_verify.reference", "quick", 2, 0.1, cases=cases, cache_configs={"sudoku": {}}, progress=lambda text: None
     )

@@ -41,6 +41,8 @@ from ncm_verify.bench.ratios import (
     ratio,
 )
 from ncm_verify.environment import describe_environment
+from ncm_verify.harness.kernel_spec import Argument, KernelSpec
+from ncm_verify.harness.kernels import KERNEL_SPECS
 from ncm_verify.oracles.numpy_steps import (
     numpy_chain_step,
     numpy_factorized_step,
@@ -63,8 +65,8 @@ FLOORS = ("numpy copy", "mlx reduction")
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelCase:
-    """One kernel benchmark: a step at vocabulary V, G drafts (or positions), batch B, input dtype."""
+class BenchCase:
+    """One kernel benchmark: a step (a kernel in the registry) at vocabulary V, G drafts, batch B, input dtype."""
 
     step: str
     vocab: int
@@ -76,28 +78,32 @@ class KernelCase:
     def name(self) -> str:
         return f"{self.step} V={self.vocab} G={self.drafts} B={self.batch} {self.dtype}"
 
+    @property
+    def spec(self) -> KernelSpec:
+        return KERNEL_SPECS[self.step]
 
-def make_grid(name: str) -> list[KernelCase]:
+
+def make_grid(name: str) -> list[BenchCase]:
     """The `quick` grid (minutes on 2 cores) or the `full` one the issue lists."""
     if name == "quick":
-        chain = [KernelCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
+        chain = [BenchCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
         chain += [
-            KernelCase("chain", 128_256, 4, 1, "bfloat16"),
-            KernelCase("chain", 32_000, 4, 1),
-            KernelCase("chain", 151_936, 8, 1),
+            BenchCase("chain", 128_256, 4, 1, "bfloat16"),
+            BenchCase("chain", 32_000, 4, 1),
+            BenchCase("chain", 151_936, 8, 1),
         ]
-        others = [KernelCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
+        others = [BenchCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
         return chain + others
     if name == "full":
         chain = [
-            KernelCase("chain", vocab, drafts, batch, dtype)
+            BenchCase("chain", vocab, drafts, batch, dtype)
             for vocab in (32_000, 128_256, 151_936)
             for drafts in (1, 4, 8)
             for batch in (1, 8, 32)
             for dtype in DTYPES
         ]
         others = [
-            KernelCase(step, vocab, 4, batch, dtype)
+            BenchCase(step, vocab, 4, batch, dtype)
             for step in ("greedy", "factorized")
             for vocab in (32_000, 128_256, 151_936)
             for batch in (1, 8, 32)
@@ -110,10 +116,10 @@ def make_grid(name: str) -> list[KernelCase]:
 # --- inputs ---------------------------------------------------------------------
 
 
-def make_kernel_inputs(case: KernelCase, seed: int = 0) -> dict:
+def make_kernel_inputs(case: BenchCase, seed: int = 0) -> dict:
     """Random probability rows and drafts sampled from q, as MLX arrays in the case's dtype and float32 NumPy."""
     keys = mx.random.split(mx.random.key(seed), 3)
-    rows = case.drafts + (case.step != "factorized")
+    rows = case.drafts + case.spec.bonus_row
     target = mx.softmax(mx.random.normal((case.batch, rows, case.vocab), key=keys[0]), axis=-1)
     draft = mx.softmax(2 * mx.random.normal((case.batch, case.drafts, case.vocab), key=keys[1]), axis=-1)
     tokens = mx.random.categorical(mx.log(draft), key=keys[2]).astype(mx.int32)
@@ -133,23 +139,33 @@ def make_kernel_inputs(case: KernelCase, seed: int = 0) -> dict:
     }
 
 
-def step_bytes(case: KernelCase) -> int:
-    """The least the step reads: drafted entries and one target and one draft row per sequence."""
-    itemsize = DTYPES[case.dtype].size
-    if case.step == "greedy":  # the argmax needs every target row
-        return case.batch * (case.drafts + 1) * case.vocab * itemsize
-    if case.step == "factorized":  # every position may be corrected: all of p and q
-        return 2 * case.batch * case.drafts * case.vocab * itemsize
-    return case.batch * (2 * case.vocab + 2 * case.drafts) * itemsize
+def step_bytes(case: BenchCase) -> int:
+    """The least the step reads (its spec's `least_read`: whole rows and single entries per sequence)."""
+    rows, entries = case.spec.least_read(case.drafts)
+    return case.batch * (rows * case.vocab + entries) * DTYPES[case.dtype].size
 
 
-def input_bytes(case: KernelCase) -> int:
-    """Every probability entry: what validation must read."""
-    rows = (case.drafts + (case.step != "factorized")) + (case.step != "greedy") * case.drafts
+def input_bytes(case: BenchCase) -> int:
+    """Every probability (or score) entry: what validation must read."""
+    rows = sum(case.drafts + (case.spec.bonus_row and i == 0) for i, _ in enumerate(row_arguments(case.spec)))
     return case.batch * rows * case.vocab * DTYPES[case.dtype].size
 
 
+def row_arguments(spec: KernelSpec) -> list[Argument]:
+    """The spec's arguments holding rows over tokens: the target's first, then the draft's."""
+    return [a for a in spec.positional if a.role in ("probs", "scores")]
+
+
+def kernel_arguments(spec: KernelSpec, inputs: dict, prefix: str = "") -> list:
+    """The bench's target rows, draft rows and drafted tokens in the order the spec's kernel takes them."""
+    rows = iter((inputs[prefix + "target"], inputs[prefix + "draft"]))
+    return [next(rows) if a.role in ("probs", "scores") else inputs[prefix + "tokens"] for a in spec.positional]
+
+
 # --- the NumPy peer -----------------------------------------------------------------
+
+NUMPY_STEPS = {"chain": numpy_chain_step, "greedy": numpy_greedy_step, "factorized": numpy_factorized_step}
+"""The NumPy peer's step for each kernel it has, called as the spec's apply (or verify, when deterministic)."""
 
 
 # --- contenders -------------------------------------------------------------------
@@ -166,16 +182,11 @@ def evaluated(function: Callable) -> Callable[[], tuple]:
     return call
 
 
-def make_ours(impl, case: KernelCase, inputs: dict) -> dict[str, Callable[[], None]]:
+def make_ours(impl, case: BenchCase, inputs: dict) -> dict[str, Callable[[], None]]:
     """The implementation's step eager, compiled (unvalidated) and validated, each evaluated."""
-    key = mx.random.key(1)
-    target, draft, tokens = inputs["target"], inputs["draft"], inputs["tokens"]
-    if case.step == "greedy":
-        step, arguments, keywords = impl.verify_greedy, (target, tokens), {}
-    elif case.step == "factorized":
-        step, arguments, keywords = impl.verify_factorized, (target, draft, tokens), {"key": key}
-    else:
-        step, arguments, keywords = impl.verify_chain, (target, draft, tokens), {"key": key}
+    spec = case.spec
+    step, arguments = getattr(impl, spec.verify), kernel_arguments(spec, inputs)
+    keywords = {"key": mx.random.key(1)} if spec.samples else {}
     compiled = mx.compile(partial(step, validate=False))
     return {
         "eager": evaluated(lambda: step(*arguments, validate=False, **keywords)),
@@ -184,18 +195,16 @@ def make_ours(impl, case: KernelCase, inputs: dict) -> dict[str, Callable[[], No
     }
 
 
-def make_numpy_peer(case: KernelCase, inputs: dict) -> Callable[[], None]:
+def make_numpy_peer(case: BenchCase, inputs: dict) -> Callable[[], None]:
     """The NumPy step on float32 copies (NumPy has no bfloat16), drawing its own uniforms each call."""
-    target, draft, tokens = inputs["np_target"], inputs["np_draft"], inputs["np_tokens"]
-    rng = np.random.default_rng(1)
-    num_draft = np.full(case.batch, case.drafts)
-    if case.step == "greedy":
-        return lambda: numpy_greedy_step(target, tokens, num_draft)
-    if case.step == "factorized":
-        return lambda: numpy_factorized_step(target, draft, tokens, numpy_uniforms(rng, (case.batch, 2, case.drafts)))
-    return lambda: numpy_chain_step(
-        target, draft, tokens, num_draft, numpy_uniforms(rng, (case.batch, 2, case.drafts + 1))
-    )
+    spec, rng = case.spec, np.random.default_rng(1)
+    arguments = kernel_arguments(spec, inputs, prefix="np_")
+    lengths = [np.full(case.batch, case.drafts)] if spec.lengths else []
+    step = NUMPY_STEPS[spec.name]
+    if spec.apply is None:  # deterministic: no uniforms
+        return lambda: step(*arguments, *lengths)
+    columns = case.drafts + spec.bonus_row
+    return lambda: step(*arguments, *lengths, numpy_uniforms(rng, (case.batch, 2, columns)))
 
 
 def load_transformers_step() -> tuple[Callable | None, str]:
@@ -208,9 +217,9 @@ def load_transformers_step() -> tuple[Callable | None, str]:
     return sampling, f"{transformers_step.versions()} (1 thread), looped over the batch"
 
 
-def make_transformers_peer(case: KernelCase, inputs: dict, loaded) -> Callable[[], object] | None:
+def make_transformers_peer(case: BenchCase, inputs: dict, loaded) -> Callable[[], object] | None:
     """transformers' chain step looped over the batch by the peer's adapter, its inputs converted once (untimed)."""
-    if loaded is None or case.step != "chain":
+    if loaded is None or getattr(transformers_step, case.spec.verify, None) is None:
         return None
     target = inputs["target"]
     tensors = transformers_step.ChainInputs(target, inputs["draft"], inputs["tokens"], None)
@@ -315,7 +324,7 @@ def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
     return ratios
 
 
-def run_kernel_case(impl, case: KernelCase, loaded_peer, rounds: int, budget_s: float) -> dict:
+def run_kernel_case(impl, case: BenchCase, loaded_peer, rounds: int, budget_s: float) -> dict:
     """Time one case's contenders side by side; their medians, ratios and the floors' bandwidths."""
     inputs = make_kernel_inputs(case)
     contenders = make_ours(impl, case, inputs)

@@ -86,6 +86,9 @@ class KernelSpec:
     """The target's probability of every id (and latent) the outcome emitted."""
     well_formed: Callable[[Any, Any], None] | None = None
     """Raises AssertionError, saying what is wrong, on an outcome no valid step gives."""
+    least_read: Callable[[int], tuple[int, int]] = lambda drafts: (0, 0)
+    """For the bench's floors: the whole vocabulary rows and the single entries per sequence the step must read
+    at least, given G drafts (or positions)."""
     cases_from: str | None = None
     """A kernel without cases of its own borrows those of this kernel (``valid_arguments`` maps them)."""
     valid_arguments: Callable[[Any], tuple] | None = None

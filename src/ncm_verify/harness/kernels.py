@@ -95,6 +95,7 @@ CHAIN = KernelSpec(
     verify="verify_chain",
     apply="apply_chain",
     bonus_row=True,
+    least_read=lambda drafts: (2, 2 * drafts),  # the drafted p(x), q(x); one target and one draft row to draw from
     uniform_columns=lambda args: args[0].shape[1],
     outcome_shapes=lambda b, c: {"tokens": (b, c), "num_accepted": (b,)},
     fixtures=lambda drafting: autoregressive_fixtures(max_outcomes=512, min_length=2 if drafting else 1),
@@ -117,6 +118,7 @@ GREEDY = KernelSpec(
     arguments=(Argument("target", "scores"), Argument("draft_tokens", "ids"), Argument("num_draft", "lengths")),
     verify="verify_greedy",
     bonus_row=True,
+    least_read=lambda drafts: (drafts + 1, 0),  # the argmax needs every target row
     cases_from="chain",
     valid_arguments=lambda case: (case.args[0], case.args[2], case.num_draft),
 )
@@ -151,6 +153,7 @@ FACTORIZED = KernelSpec(
     ),
     verify="verify_factorized",
     apply="apply_factorized",
+    least_read=lambda drafts: (2 * drafts, 0),  # every position may be corrected: all of p and q
     uniform_columns=lambda args: args[0].shape[1],
     outcome_shapes=lambda b, c: {"tokens": (b, c), "accepted": (b, c)},
     fixtures=lambda drafting: latent_fixtures(),
