@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, cache_utils
 from transformers.generation import utils as generation_utils
 
 ACCEPTANCE_RULE = "sum min(p, q)"
@@ -191,33 +191,6 @@ class Round:
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-class StepRecorder:
-    """Every call of the loop's verification step while `recording()` runs, in order."""
-
-    def __init__(self, step: Step | None = None):
-        self.step = step
-        self.rounds: list[Round] = []
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[StepRecorder]:
-        """transformers' module-level `_speculative_sampling` wrapped (or replaced by `step`), restored after."""
-        original = generation_utils._speculative_sampling
-        step = self.step or original
-
-        def recorded(candidate_input_ids, candidate_logits, candidate_length, new_logits, **options):
-            valid, matches = step(candidate_input_ids, candidate_logits, candidate_length, new_logits, **options)
-            self.rounds.append(
-                Round(candidate_input_ids, candidate_logits, new_logits, int(matches), [int(t) for t in valid[0]])
-            )
-            return valid, matches
-
-        generation_utils._speculative_sampling = recorded  # type: ignore[assignment]
-        try:
-            yield self
-        finally:
-            generation_utils._speculative_sampling = original
-
-
 def draft_logits_sharpened_behind_the_verifiers_back(
     candidate_input_ids, candidate_logits, candidate_length, new_logits, **options
 ):
@@ -238,11 +211,68 @@ def correction_drawn_from_the_target(candidate_input_ids, candidate_logits, cand
     return valid, matches
 
 
-PLANTED: dict[str, Step] = {
+@contextlib.contextmanager
+def caches_cropped_one_short() -> Iterator[None]:
+    """PLANTED (loop): every cache crop keeps the first position it should drop, so after a rejection the
+    target (and the assistant) attend to a rejected draft; the step itself is transformers' own."""
+    original = cache_utils.Cache.crop
+
+    def crop(self, tokens_to_remove: int) -> None:
+        original(self, tokens_to_remove + 1 if tokens_to_remove < 0 else tokens_to_remove)
+
+    cache_utils.Cache.crop = crop  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cache_utils.Cache.crop = original  # type: ignore[method-assign]
+
+
+PLANTED_STEPS: dict[str, Step] = {
     "draft_logits_sharpened_behind_the_verifiers_back": draft_logits_sharpened_behind_the_verifiers_back,
     "correction_drawn_from_the_target": correction_drawn_from_the_target,
 }
 """Planted verification steps, each wrong in a way the sampled laws must catch."""
+PLANTED_LOOPS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
+    "caches_cropped_one_short": caches_cropped_one_short,
+}
+"""Planted changes to the loop around transformers' own step, which the exact step check must catch."""
+PLANTED = (*PLANTED_STEPS, *PLANTED_LOOPS)
+
+
+class StepRecorder:
+    """Every call of the loop's verification step while `recording()` runs, in order.
+
+    `verifier` is "transformers" (its own loop and step, only observed) or a name in `PLANTED`.
+    """
+
+    def __init__(self, verifier: str = "transformers"):
+        if verifier != "transformers" and verifier not in PLANTED:
+            raise ValueError(f"verifier: expected 'transformers' or one of {sorted(PLANTED)}, got {verifier!r}")
+        self.step = PLANTED_STEPS.get(verifier)
+        self.loop_change = PLANTED_LOOPS.get(verifier, contextlib.nullcontext)
+        self.rounds: list[Round] = []
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[StepRecorder]:
+        """transformers' module-level `_speculative_sampling` wrapped (or replaced by a planted step), restored
+        after; a planted loop change is in force meanwhile."""
+        original = generation_utils._speculative_sampling
+        step = self.step or original
+
+        def recorded(candidate_input_ids, candidate_logits, candidate_length, new_logits, **options):
+            valid, matches = step(candidate_input_ids, candidate_logits, candidate_length, new_logits, **options)
+            self.rounds.append(
+                Round(candidate_input_ids, candidate_logits, new_logits, int(matches), [int(t) for t in valid[0]])
+            )
+            return valid, matches
+
+        generation_utils._speculative_sampling = recorded  # type: ignore[assignment]
+        try:
+            with self.loop_change():
+                yield self
+        finally:
+            generation_utils._speculative_sampling = original
+
 
 _STEP = generation_utils._speculative_sampling
 
