@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="the peers (torch, transformers) are not installed: make install-peers")
 transformers = pytest.importorskip("transformers", reason="the peers are not installed: make install-peers")
 
+from ncm_verify.harness import stats  # noqa: E402
+from ncm_verify.harness.run_state import run_state  # noqa: E402
 from ncm_verify.peers import transformers_assisted as peer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +64,17 @@ def test_every_planted_step_is_aimed_at_by_a_property():
     assert set(AIMED_AT) == set(peer.PLANTED)
 
 
+@pytest.fixture
+def strictest_alpha():
+    """The policy of the largest run any profile may plan (alpha `stats.MIN_ALPHA`, about 4e-8): a bug caught here
+    is caught at every alpha, not only at the lenient one of this session's single planned test."""
+    state = run_state()
+    saved, state.policy = state.policy, stats.Policy(planned_tests=stats.MAX_PLANNED_TESTS)
+    yield
+    state.policy = saved
+
+
+@pytest.mark.usefixtures("strictest_alpha")
 @pytest.mark.parametrize(
     ("planted", "prop"), [pytest.param(p, prop, id=f"{p}-{prop}") for p in sorted(AIMED_AT) for prop in AIMED_AT[p]]
 )
