@@ -1,7 +1,8 @@
 """transformers' assisted generation judged end to end, like mlx-lm's loop in properties/test_mlx_lm_loop.py.
 
 Each property runs transformers' own `generate(..., assistant_model=draft)` on
-tiny seeded `LlamaForCausalLM` models (`peers.transformers_assisted`), with its
+tiny seeded `LlamaForCausalLM` models, and the exact properties on a sliding-window
+`MistralForCausalLM` too (`peers.transformers_assisted`), with its
 draft schedule drawn: transformers' default (20 drafts, constant, confidence stop
 0.4), or a constant or heuristic schedule from 1-4 drafts, with or without the
 confidence stop. `verifier` names the verification step: transformers' own, or
@@ -69,18 +70,26 @@ def crowded(laws: dict[str, np.ndarray]) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def model(spec: peer.LlamaSpec, dtype: torch.dtype = torch.float32):
+def model(spec: peer.TinySpec, dtype: torch.dtype = torch.float32):
     """Models are pure functions of their spec; the float64 twin computes exact laws."""
-    return peer.make_llama(spec, dtype)
+    return peer.make_model(spec, dtype)
 
 
-llama_specs = st.builds(
-    peer.LlamaSpec,
-    vocab_size=st.integers(4, 6),
-    seed=st.integers(0, 2**16),
-    num_layers=st.integers(1, 2),
-    hidden_size=st.sampled_from([16, 32]),
-)
+def tiny_specs(kind: str):
+    return st.builds(
+        peer.TinySpec,
+        kind=st.just(kind),
+        vocab_size=st.integers(4, 6),
+        seed=st.integers(0, 2**16),
+        num_layers=st.integers(1, 2),
+        hidden_size=st.sampled_from([16, 32]),
+        window=st.integers(2, 5),
+    )
+
+
+llama_specs = tiny_specs("llama")
+CASES = [pytest.param(v, kind, id=f"{v}-{kind}") for v in VERIFIERS for kind in peer.KINDS]
+"""(verifier, model kind) of the exact properties; the sampled ones run on the llama alone (their cost)."""
 assistances = st.one_of(
     st.just(peer.Assistance()),
     st.builds(
@@ -111,7 +120,7 @@ def describe(spec, draft_spec, prompt, max_new_tokens, assistance, seed, *, do_s
     """A reproduction: the models, the assistant's settings, the seed and transformers' call."""
     sampling = f"do_sample=True, {', '.join(f'{k}={v}' for k, v in peer.PROCESSING_OFF.items())}"
     return (
-        f"target, draft = make_llama({spec}), make_llama({draft_spec}); {assistance}.configure(draft); "
+        f"target, draft = make_model({spec}), make_model({draft_spec}); {assistance}.configure(draft); "
         f"torch.manual_seed({seed}); target.generate(torch.tensor([{prompt}]), assistant_model=draft, "
         f"max_new_tokens={max_new_tokens}, {sampling if do_sample else 'do_sample=False'})"
     )
@@ -272,10 +281,10 @@ GREEDY = "test_greedy_assisted_generation_emits_the_tokens_of_plain_greedy_gener
 
 
 @pytest.mark.claim("C7")
-@pytest.mark.parametrize("verifier", VERIFIERS)
+@pytest.mark.parametrize(("verifier", "kind"), CASES)
 @given(data=st.data())
-def test_greedy_assisted_generation_emits_the_tokens_of_plain_greedy_generation(verifier, data):
-    spec, draft_spec = draw_pair(data)
+def test_greedy_assisted_generation_emits_the_tokens_of_plain_greedy_generation(verifier, kind, data):
+    spec, draft_spec = draw_pair(data, specs=tiny_specs(kind))
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 8), label="prompt")
     assistance = data.draw(assistances, label="assistance")
     max_new_tokens = data.draw(st.integers(1, 12), label="max_new_tokens")
@@ -306,10 +315,10 @@ BUDGET_SEEDS = 8
 
 
 @pytest.mark.claim("C8")
-@pytest.mark.parametrize("verifier", VERIFIERS)
+@pytest.mark.parametrize(("verifier", "kind"), CASES)
 @given(data=st.data())
-def test_assisted_generation_emits_exactly_max_new_tokens_at_every_budget_edge(verifier, data):
-    spec, draft_spec = draw_pair(data)
+def test_assisted_generation_emits_exactly_max_new_tokens_at_every_budget_edge(verifier, kind, data):
+    spec, draft_spec = draw_pair(data, specs=tiny_specs(kind))
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
     assistance = data.draw(assistances, label="assistance")
     max_new_tokens = data.draw(st.sampled_from(budget_edges(assistance)), label="max_new_tokens")
@@ -337,15 +346,15 @@ EXACT = "test_every_verification_step_is_handed_the_exact_conditionals_of_the_to
 
 
 @pytest.mark.claim("C5", "C8")
-@pytest.mark.parametrize("verifier", VERIFIERS)
+@pytest.mark.parametrize(("verifier", "kind"), CASES)
 @given(data=st.data())
-def test_every_verification_step_is_handed_the_exact_conditionals_of_the_tokens_before_it(verifier, data):
+def test_every_verification_step_is_handed_the_exact_conditionals_of_the_tokens_before_it(verifier, kind, data):
     """The loop is exact iff each verification step is handed, as p, the target's conditionals after the tokens
     emitted so far and its drafts, and, as q, the assistant's conditionals its drafts were drawn from: checked
     call by call against one uncached forward pass of each model (prefill, the caches cropped after a rejection,
     the schedule's changing draft count), with the step's emitted tokens found in the output where they belong.
     """
-    spec, draft_spec = draw_pair(data)
+    spec, draft_spec = draw_pair(data, specs=tiny_specs(kind))
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
     assistance = data.draw(assistances, label="assistance")
     max_new_tokens = data.draw(st.integers(1, 12), label="max_new_tokens")

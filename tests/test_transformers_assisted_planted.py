@@ -11,6 +11,7 @@ test's rejection, the step handed a wrong conditional), never an error. Needs th
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import types
 from pathlib import Path
 
@@ -56,8 +57,10 @@ def load_properties() -> types.ModuleType:
 
 
 def run_property(name: str, verifier: str) -> None:
+    """Property `name` on `verifier`, on the llama where it also takes a model kind."""
     inner = getattr(load_properties(), name).hypothesis.inner_test
-    PLANTED_SETTINGS(given(data=st.data())(inner))(verifier=verifier)
+    kind = {"kind": "llama"} if "kind" in inspect.signature(inner).parameters else {}
+    PLANTED_SETTINGS(given(data=st.data())(inner))(verifier=verifier, **kind)
 
 
 def test_every_planted_step_is_aimed_at_by_a_property():

@@ -2,8 +2,9 @@
 
 What is judged is transformers' own loop (prefill, the assistant's drafting, its
 schedule of `num_assistant_tokens`, `_speculative_sampling`, cache cropping, the
-budget cut); this module only builds seeded `LlamaForCausalLM` models from a
-`LlamaConfig` (nothing is downloaded), calls `generate`, records what each
+budget cut); this module only builds seeded `LlamaForCausalLM` models (and
+`MistralForCausalLM` with a sliding window, whose caches crop differently) from
+a config (nothing is downloaded), calls `generate`, records what each
 verification step was handed, and computes the exact float64 laws the loop must
 follow. Planted variants swap transformers' step for a wrong one while a
 recording runs, so the properties can show they have teeth.
@@ -14,10 +15,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, cache_utils
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    cache_utils,
+)
 from transformers.generation import utils as generation_utils
 
 ACCEPTANCE_RULE = "sum min(p, q)"
@@ -49,29 +57,41 @@ DEFAULT_CONFIDENCE = 0.4
 assistant stops drafting after a token it gives probability below 0.4."""
 
 
-@dataclasses.dataclass(frozen=True)
-class LlamaSpec:
-    """A tiny llama: vocabulary 2-8, seeded weights, its output head scaled by `logit_scale`."""
+CausalLM = LlamaForCausalLM | MistralForCausalLM
+KINDS = ("llama", "sliding-window mistral")
+"""Architectures built: a plain llama, and a mistral whose every layer attends through a sliding window (its cache
+layers keep the window only, and crop through transformers' past recording)."""
 
+
+@dataclasses.dataclass(frozen=True)
+class TinySpec:
+    """A tiny model of `kind` in `KINDS`: vocabulary 2-8, seeded weights, its head scaled by `logit_scale`."""
+
+    kind: str = "llama"
     vocab_size: int = 6
     seed: int = 0
     num_layers: int = 1
     hidden_size: int = 16
     num_heads: int = 2
     logit_scale: float = 1.0
+    window: int = 3
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
         if not 2 <= self.vocab_size <= 8:
             raise ValueError(f"vocab_size: expected an integer in [2, 8], got {self.vocab_size!r}")
         if self.num_layers < 1:
             raise ValueError(f"num_layers: expected a positive integer, got {self.num_layers!r}")
         if self.hidden_size % (2 * self.num_heads):
             raise ValueError(f"hidden_size: {self.hidden_size} is not a multiple of 2 * num_heads ({self.num_heads})")
+        if self.window < 1:
+            raise ValueError(f"window: expected a positive integer, got {self.window!r}")
 
 
-def llama_config(spec: LlamaSpec) -> LlamaConfig:
-    """The `LlamaConfig` of `spec`; no special tokens, so no end-of-sequence token can cut a generation short."""
-    return LlamaConfig(
+def model_config(spec: TinySpec) -> LlamaConfig | MistralConfig:
+    """The config of `spec`; no special tokens, so no end-of-sequence token can cut a generation short."""
+    shared: dict[str, Any] = dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=2 * spec.hidden_size,
@@ -84,17 +104,21 @@ def llama_config(spec: LlamaSpec) -> LlamaConfig:
         pad_token_id=None,
         tie_word_embeddings=False,
     )
+    if spec.kind == "sliding-window mistral":
+        return MistralConfig(sliding_window=spec.window, **shared)
+    return LlamaConfig(**shared)
 
 
-def make_llama(spec: LlamaSpec, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    """A `LlamaForCausalLM` in evaluation mode whose weights depend only on `spec`.
+def make_model(spec: TinySpec, dtype: torch.dtype = torch.float32) -> CausalLM:
+    """A `LlamaForCausalLM` (or `MistralForCausalLM`) in evaluation mode whose weights depend only on `spec`.
 
     Unit-variance embeddings, 1/sqrt(fan_in) projections, norms at 1; the head is
     scaled by `logit_scale` (1.0 gives next-token laws with a largest entry of about
     0.3-0.7 and a smallest of about 0.02 at vocabulary 6). Weights are rounded to
     float32 first, so a float64 twin computes the float32 model's exact law.
     """
-    model = LlamaForCausalLM(llama_config(spec))
+    config = model_config(spec)
+    model = MistralForCausalLM(config) if isinstance(config, MistralConfig) else LlamaForCausalLM(config)
     generator = torch.Generator().manual_seed(spec.seed)
     with torch.no_grad():
         for name, parameter in sorted(model.named_parameters()):
@@ -127,7 +151,7 @@ class Assistance:
         if self.num_assistant_tokens < 1:
             raise ValueError(f"num_assistant_tokens: expected a positive integer, got {self.num_assistant_tokens!r}")
 
-    def configure(self, draft: LlamaForCausalLM) -> None:
+    def configure(self, draft: CausalLM) -> None:
         """Set the assistant's generation config; "heuristic" then carries its count from call to call."""
         config = draft.generation_config
         config.num_assistant_tokens_schedule = self.schedule
@@ -136,12 +160,12 @@ class Assistance:
 
 
 def generate_tokens(
-    target: LlamaForCausalLM,
+    target: CausalLM,
     prompt: list[int],
     max_new_tokens: int,
     *,
     do_sample: bool,
-    draft: LlamaForCausalLM | None = None,
+    draft: CausalLM | None = None,
 ) -> list[int]:
     """The new tokens of transformers' `generate` (assisted when `draft` is given) after `prompt`.
 
@@ -155,7 +179,7 @@ def generate_tokens(
     return [int(t) for t in output[0, len(prompt) :]]
 
 
-def greedy_logits(target: LlamaForCausalLM, prompt: list[int], max_new_tokens: int) -> np.ndarray:
+def greedy_logits(target: CausalLM, prompt: list[int], max_new_tokens: int) -> np.ndarray:
     """The logits plain greedy `generate` scored each new token from, ``[max_new_tokens, V]``."""
     with torch.no_grad():
         output = target.generate(
@@ -282,7 +306,7 @@ def _transformers_step() -> Step:
     return _STEP
 
 
-def next_token_probs(model: LlamaForCausalLM, sequences: np.ndarray) -> np.ndarray:
+def next_token_probs(model: CausalLM, sequences: np.ndarray) -> np.ndarray:
     """The softmax of the model's next-token logits after each row of `sequences` ``[B, T]``, in float64,
     from one uncached pass (run a float64 model for the exact law)."""
     with torch.no_grad():
@@ -290,7 +314,7 @@ def next_token_probs(model: LlamaForCausalLM, sequences: np.ndarray) -> np.ndarr
     return logits.to(torch.float64).softmax(dim=-1).numpy()
 
 
-def first_tokens_law(model: LlamaForCausalLM, prompt: list[int], length: int) -> np.ndarray:
+def first_tokens_law(model: CausalLM, prompt: list[int], length: int) -> np.ndarray:
     """The exact law of the first `length` tokens after `prompt`, enumerated; entry ``x_1 V^(L-1) + ... + x_L``
     (the order of `mlx_lm_real.models.outcome_index`) is the probability of emitting ``x_1 .. x_L``."""
     if length < 1:
@@ -317,7 +341,7 @@ class FirstRoundLaws:
     after_rejection: np.ndarray  # the first L tokens given a rejected first draft: residual, then the target
 
 
-def first_round_laws(target: LlamaForCausalLM, draft: LlamaForCausalLM, prompt: list[int], length: int):
+def first_round_laws(target: CausalLM, draft: CausalLM, prompt: list[int], length: int):
     """`FirstRoundLaws` of `target` (p) and `draft` (q); pass float64 models for exact laws.
 
     A first draft x stands with probability q(x) min(1, p(x)/q(x)) = min(p, q)(x),
@@ -337,7 +361,7 @@ def first_round_laws(target: LlamaForCausalLM, draft: LlamaForCausalLM, prompt: 
     return FirstRoundLaws(tokens, np.array([stood, 1.0 - stood]), joint, after)
 
 
-def uncached_logits(model: LlamaForCausalLM, tokens: list[int] | torch.Tensor) -> torch.Tensor:
+def uncached_logits(model: CausalLM, tokens: list[int] | torch.Tensor) -> torch.Tensor:
     """The model's logits ``[T, V]`` at every position of `tokens`, from one uncached pass."""
     ids = torch.as_tensor(tokens, dtype=torch.long).reshape(1, -1)
     with torch.no_grad():
