@@ -33,15 +33,13 @@ ACCEPTANCE_RULE = "sum min(p, q)"
 min(1, p(x)/q(x)), so a first draft stands at rate sum_x min(p(x), q(x))."""
 
 CAPABILITIES = {
-    "acceptance_rule": ACCEPTANCE_RULE,
-    "not_applicable": {
-        "mx.compile": "a PyTorch loop, not an MLX kernel: there is nothing for mx.compile to trace",
-        "apply_*": "its uniforms are drawn inside generate (torch.rand_like, torch.multinomial), never taken as input",
-        "ValueError naming the argument": "transformers' own error contract (its exceptions name no argument)",
-        "batch": "assisted generation supports batch size 1 only",
-    },
+    "traceable": "a PyTorch loop, not an MLX kernel: there is nothing for mx.compile to trace",
+    "apply": "its uniforms are drawn inside generate (torch.rand_like, torch.multinomial), never taken as input",
+    "value_error_contract": "transformers' own error contract (its exceptions name no argument)",
 }
-"""What this peer cannot be asked, with the reason a property reads as "not applicable"."""
+"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'.
+It is a loop, not a kernel: the kernel properties do not apply to it at all, and assisted generation takes
+one sequence at a time (batch size 1)."""
 
 PROCESSING_OFF = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
 """Every sampling warper off, said explicitly: transformers' default top_k is 50 and a model's generation config
