@@ -33,6 +33,16 @@ PROPERTY_FILES = (
 """The properties that judge a chain step; others need names a chain peer does not provide."""
 SELECTION = "not factorized and not latent_chain and not greedy and not tree"
 """pytest -k over those files: the runs of kernels a chain peer lacks are left out rather than 'not provided'."""
+TREE_PROPERTY_FILES = (
+    "properties/test_tree.py",
+    "properties/test_apply_exact.py",
+    "properties/test_numerics.py",
+    "properties/test_kernel_relations.py",
+    "properties/test_bad_input.py",
+)
+"""The properties that judge a tree verifier: the tree's own and the runs of every kernel's that draw a tree."""
+TREE_SELECTION = "tree or kernel_relations or half_precision or rules_out"
+"""pytest -k over those files: the tree's runs, and the properties that draw among the kernels a module provides."""
 LOOP_PROPERTIES = "peer_properties"
 """transformers' assisted generation end to end, when present: run as its own peer."""
 
@@ -43,12 +53,22 @@ class Peer:
     module: str
     planted: str | None = None
     """What the peer plants: it must fail (the comparison's teeth)."""
+    files: tuple[str, ...] = PROPERTY_FILES
+    selection: str = SELECTION
+    edge_cases: bool = True
+    """Whether the chain's edge-case probes apply (a chain verifier's step)."""
+
+
+def tree_peer(name: str) -> Peer:
+    """A published tree rule written here (issue 19), judged by the tree's properties in every mode."""
+    return Peer(name, f"ncm_verify.peers.{name}", files=TREE_PROPERTY_FILES, selection=TREE_SELECTION, edge_cases=False)
 
 
 PEERS = (
     Peer("transformers_step", "ncm_verify.peers.transformers_step"),
     Peer("numpy_chain", "ncm_verify.peers.numpy_chain"),
     Peer("transformers_pre28508", "ncm_verify.peers.transformers_pre28508", planted="pre-#28508 correction"),
+    *(tree_peer(name) for name in ("specinfer", "specinfer_merged", "eagle", "sglang_tree", "sglang_tree_half")),
 )
 
 
@@ -74,11 +94,11 @@ def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: 
     facts = peer_facts(peer)
     if "problem" not in facts:
         command = pytest_command(
-            *PROPERTY_FILES,
+            *peer.files,
             "-q",
             *QUIET_FAILURES,
             "-k",
-            SELECTION,
+            peer.selection,
             f"--impl={peer.module}",
             f"--ncm-report-dir={folder}",
             f"--ncm-run-id={run_id}",
@@ -87,8 +107,9 @@ def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: 
         )
         phase = run_phase(peer.name, step, command, env)
         facts.update(exit_status=phase["exit_status"], seconds=phase["seconds"])
-        edges = probe_peer(peer.module)
-        (folder / comparison.EDGE_CASES_FILE).write_text(json.dumps(edges, indent=1) + "\n", encoding="utf-8")
+        if peer.edge_cases:
+            edges = probe_peer(peer.module)
+            (folder / comparison.EDGE_CASES_FILE).write_text(json.dumps(edges, indent=1) + "\n", encoding="utf-8")
     return facts
 
 

@@ -9,9 +9,9 @@ accept iff ``coin <= prob_acc / threshold_acc`` or ``p(x) >= threshold_single``.
 ``--impl ncm_verify.peers.sglang_tree``.
 """
 
-from ncm_verify.peers.tree_rules import SGLangRule, tree_kernels
+from ncm_verify.peers.tree_rules import SGLangRule, tree_kernels, written_from
 
-__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
+__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "versions", "verify_tree", "apply_tree", "draw_uniforms"]
 
 CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
 """What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
@@ -21,3 +21,4 @@ ACCEPTANCE_RULE = (
 )
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(SGLangRule(1.0, 1.0))
+versions = written_from("sgl-project/sglang 120affb9 (tree_speculative_sampling_target_only)")

@@ -6,9 +6,9 @@ coin is below twice the target mass tried. Targets the ``top_k`` mode.
 ``--impl ncm_verify.peers.sglang_tree_half``.
 """
 
-from ncm_verify.peers.sglang_tree import ACCEPTANCE_RULE, CAPABILITIES
+from ncm_verify.peers.sglang_tree import ACCEPTANCE_RULE, CAPABILITIES, versions
 from ncm_verify.peers.tree_rules import SGLangRule, tree_kernels
 
-__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "verify_tree", "apply_tree", "draw_uniforms"]
+__all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "versions", "verify_tree", "apply_tree", "draw_uniforms"]
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(SGLangRule(0.5, 0.5))

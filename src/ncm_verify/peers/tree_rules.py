@@ -276,3 +276,8 @@ def tree_kernels(rule: PublishedRule) -> tuple[Callable, Callable, Callable]:
         return apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode)
 
     return verify_tree, apply_tree, draw_uniforms
+
+
+def written_from(source: str):
+    """A tree peer's ``versions()``: NumPy's version and the published code or paper its rule was written from."""
+    return lambda: f"numpy {np.__version__}; written here from {source}"
