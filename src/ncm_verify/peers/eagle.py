@@ -10,12 +10,10 @@ a most likely prefix of each node's children: deterministic children, a top k of
 ``--impl ncm_verify.peers.eagle``.
 """
 
-from ncm_verify.peers.tree_rules import EagleRule, tree_kernels, written_from
+from ncm_verify.peers.tree_rules import CAPABILITIES, EagleRule, tree_kernels, written_from
 
 __all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "versions", "verify_tree", "apply_tree", "draw_uniforms"]
 
-CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
-"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
 ACCEPTANCE_RULE = "the rule ignores `mode` and q: it verifies any children as if they were fixed"
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(EagleRule())

@@ -9,12 +9,10 @@ accept iff ``coin <= prob_acc / threshold_acc`` or ``p(x) >= threshold_single``.
 ``--impl ncm_verify.peers.sglang_tree``.
 """
 
-from ncm_verify.peers.tree_rules import SGLangRule, tree_kernels, written_from
+from ncm_verify.peers.tree_rules import CAPABILITIES, SGLangRule, tree_kernels, written_from
 
 __all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "versions", "verify_tree", "apply_tree", "draw_uniforms"]
 
-CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
-"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
 ACCEPTANCE_RULE = (
     "the rule ignores `mode` and q (target only): it verifies any children as if fixed; "
     "one coin per visited node: the first child's u[b, 0, n] decides its siblings too"

@@ -8,12 +8,10 @@ random order; for i.i.d. children any fixed order has the same law, so this visi
 ``--impl ncm_verify.peers.specinfer``.
 """
 
-from ncm_verify.peers.tree_rules import SpecInferRule, tree_kernels, written_from
+from ncm_verify.peers.tree_rules import CAPABILITIES, SpecInferRule, tree_kernels, written_from
 
 __all__ = ["ACCEPTANCE_RULE", "CAPABILITIES", "versions", "verify_tree", "apply_tree", "draw_uniforms"]
 
-CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
-"""What this peer cannot do, with the reason; a property that needs one reads 'not applicable: <reason>'."""
 ACCEPTANCE_RULE = "the rule ignores `mode`: it is the paper's, exact only for children drawn i.i.d. from q"
 
 verify_tree, apply_tree, draw_uniforms = tree_kernels(SpecInferRule())

@@ -245,6 +245,10 @@ def walk_tree(rule: PublishedRule, target, draft, tokens, parents, num_nodes: in
             return path, emitted
 
 
+CAPABILITIES = {"traceable": "NumPy walks the tree on the host; mx.compile cannot trace it"}
+"""What every tree peer here cannot do, with the reason; a property that needs it reads 'not applicable: <reason>'."""
+
+
 def tree_kernels(rule: PublishedRule) -> tuple[Callable, Callable, Callable]:
     """``verify_tree``, ``apply_tree`` and ``draw_uniforms`` with the protocol's signatures, running `rule`.
 
