@@ -71,13 +71,9 @@ class KernelSpec:
     """How a step case's draft rows relate to its target rows (a strategy); None: the suite's `step_relations`."""
     compare_step: Callable[..., Any] | None = None
     """Oracle: ``compare_step(*float64 arguments, uniforms, *outcome fields) -> StepComparison``."""
-    judged_pair: Callable[[tuple, int, int], tuple[float, float] | None] | None = None
-    """Oracle: ``(p(x), q(x))`` judged by uniform ``[b, 0, column]``; None where unused."""
-    drawn_weights: Callable[..., Any] | None = None
-    """Oracle: the weights uniform ``[b, 1, column]`` draws from, given the uniforms before it."""
     boundaries: Callable[..., Any] | None = None
-    """Oracle, instead of the two above: ``boundaries(args, uniforms, b, row, column, **options)``, where the
-    float64 step's decision for that uniform flips, given the uniforms before it."""
+    """Oracle: ``boundaries(args, uniforms, b, row, column, **options)``, where the float64 step's decision for
+    that uniform flips, given the uniforms before it (`ncm_verify.oracles.exact.decision_boundaries`)."""
     acceptance_view: Callable[[Any, Any], tuple] | None = None
     """``(p(x), q(x), judged, accepted)`` per draft of a case's outcome."""
     corrections: Callable[[Any, Any], Any] | None = None

@@ -485,27 +485,6 @@ def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarra
     return np.clip(u, np.float32(1e-45), np.float32(1.0 - 2.0**-24))
 
 
-def uniform_boundaries(
-    kernel, args: tuple, uniforms: np.ndarray, b: int, row: int, column: int, options: dict
-) -> np.ndarray:
-    """Where the exact step of `kernel` (a spec) flips its decision for ``uniforms[b, row, column]``.
-
-    At p/q for an acceptance, at the cumulative weights for a draw.
-    """
-    if kernel.boundaries is not None:
-        return kernel.boundaries(args, uniforms, b, row, column, **options)
-    if row == 0:
-        pair = kernel.judged_pair(args, b, column)
-        if pair is None or not 0 < pair[0] < pair[1]:
-            return np.zeros(0)
-        return np.array([pair[0] / pair[1]])
-    weights = kernel.drawn_weights(args, uniforms, b, column)
-    if weights is None:
-        return np.zeros(0)
-    cumulative = np.cumsum(weights) / weights.sum()
-    return cumulative[np.flatnonzero(weights > 0)[:-1]]
-
-
 @st.composite
 def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int], options: dict | None = None):
     """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` (a spec) on float64 `args`, many near their boundaries.
@@ -522,7 +501,7 @@ def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int], option
     for index, (b, row, column) in enumerate(np.ndindex(*shape)):
         boundaries = ()
         if kinds[index] == "boundary":
-            boundaries = uniform_boundaries(kernel, args, uniforms, b, row, column, options or {})
+            boundaries = kernel.boundaries(args, uniforms, b, row, column, **(options or {}))
         uniforms[b, row, column] = place_uniform(kinds[index], offsets[index], fractions[index], boundaries)
     return uniforms
 

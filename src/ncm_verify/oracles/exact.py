@@ -487,3 +487,25 @@ def latent_chain_drawn_weights(args: tuple, uniforms: np.ndarray, b: int, column
         z = drafted_latent[b]
         return residual(target_tokens[b, z, column - 1], draft_tokens[b, z, column - 1])
     return target_tokens[b, inverse_cdf(latent_row, uniforms[b, 1, 0]), column - 1]
+
+
+def decision_boundaries(judged_pair, drawn_weights):
+    """``boundaries(args, uniforms, b, row, column)``: where a step's float64 decision for that uniform flips.
+
+    At p/q for an acceptance (row 0, from `judged_pair`), at the cumulative weights for a draw (row 1, from
+    `drawn_weights`, given the uniforms before it).
+    """
+
+    def boundaries(args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
+        if row == 0:
+            pair = judged_pair(args, b, column)
+            if pair is None or not 0 < pair[0] < pair[1]:
+                return np.zeros(0)
+            return np.array([pair[0] / pair[1]])
+        weights = drawn_weights(args, uniforms, b, column)
+        if weights is None:
+            return np.zeros(0)
+        cumulative = np.cumsum(weights) / weights.sum()
+        return cumulative[np.flatnonzero(weights > 0)[:-1]]
+
+    return boundaries
