@@ -1,0 +1,60 @@
+"""What the drafting loop needs of a text drafter, and what a drafter hands it.
+
+A drafter proposes `k` tokens for a batch of contexts together with the very rows each token was drawn
+from. For an NCM block drafter those rows are q(x_i | z, context), the factorised decoder rows under the
+codes z it sampled (never the intractable latent marginal); for an autoregressive drafter they are its
+next-token rows along its own draft. The target then verifies the block with `verify_chain` applied
+conditionally on z, so exactness needs nothing but these rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class DraftBlock:
+    """A proposed block.
+
+    Attributes:
+        tokens: (B, k) int32, the proposed tokens.
+        probs: (B, k, V) float32, row i the law `tokens[:, i]` was drawn from, at the temperature used.
+        codes: (B, C) int32, the codes z the block was drawn under (NCM drafters); None for an AR drafter.
+    """
+
+    tokens: mx.array
+    probs: mx.array
+    codes: mx.array | None = None
+
+
+class TextDrafter(Protocol):
+    """A drafter over the target's vocabulary, keeping its own cache of the context it has read."""
+
+    vocab_size: int
+    max_block: int
+    """The most tokens one proposal can hold (an NCM drafter's decoded length; any k for an AR drafter)."""
+
+    def make_cache(self) -> list[Any]:
+        """A fresh per-layer cache (mlx-lm's cache classes, so `trim_prompt_cache` rolls it back)."""
+        ...
+
+    def propose(
+        self,
+        cache: list[Any],
+        new_tokens: mx.array,
+        k: int,
+        key: mx.array,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> DraftBlock:
+        """Read `new_tokens` (B, n), the tokens emitted since the last call, into `cache`, then propose `k`.
+
+        Drafting may leave entries past the context in `cache`; the loop trims the cache back to the
+        accepted context after verification. `features` (B, D) is the target's hidden state at the block's
+        start, for feature-conditioned drafters (others ignore it).
+        """
+        ...
