@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ DEFAULT_CONFIDENCE = 0.4
 assistant stops drafting after a token it gives probability below 0.4."""
 
 
-CausalLM = LlamaForCausalLM | MistralForCausalLM
+CausalLM: TypeAlias = LlamaForCausalLM | MistralForCausalLM
 KINDS = ("llama", "sliding-window mistral")
 """Architectures built: a plain llama, and a mistral whose every layer attends through a sliding window (its cache
 layers keep the window only, and crop through transformers' past recording)."""
@@ -242,11 +242,11 @@ def caches_cropped_one_short() -> Iterator[None]:
     def crop(self, tokens_to_remove: int) -> None:
         original(self, tokens_to_remove + 1 if tokens_to_remove < 0 else tokens_to_remove)
 
-    cache_utils.Cache.crop = crop  # type: ignore[method-assign]
+    cache_utils.Cache.crop = crop
     try:
         yield
     finally:
-        cache_utils.Cache.crop = original  # type: ignore[method-assign]
+        cache_utils.Cache.crop = original
 
 
 PLANTED_STEPS: dict[str, Step] = {
@@ -288,7 +288,7 @@ class StepRecorder:
             )
             return valid, matches
 
-        generation_utils._speculative_sampling = recorded  # type: ignore[assignment]
+        generation_utils._speculative_sampling = recorded
         try:
             with self.loop_change():
                 yield self
