@@ -218,6 +218,12 @@ def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers
     assert "x=50" in failed["failure"]["falsifying_example"]
     assert evidence["environment"]["mlx_default_device"]
     assert evidence["policy"]["family_budget"] == 1e-3
+    timing = evidence["timing"]  # every process that ran tests, by part, in CPU seconds
+    assert sum(p["tests"] for p in timing["processes"]) == 2
+    assert [p["role"] for p in timing["processes"]].count("worker") == (2 if workers else 0)
+    assert all(p["parts_cpu_s"]["start-up"] > 0 for p in timing["processes"])
+    for process in timing["processes"]:
+        assert sum(process["parts_cpu_s"].values()) == pytest.approx(process["cpu_s"], abs=0.1)
 
 
 OVERSPENT = """

@@ -27,6 +27,7 @@ import datetime
 import hashlib
 import json
 import os
+import resource
 import runpy
 import shutil
 import subprocess
@@ -116,23 +117,38 @@ def pytest_command(*args: str, jobs: int) -> list[str]:
     return [sys.executable, "-m", "pytest", *args, *workers]
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds (user + system) of every finished child process so far, their own children included."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_phase(name: str, step: str, command: list[str], env: dict) -> dict:
-    """Run one phase, streaming its output; record its exit status and whether that status carries a verdict."""
+    """Run one phase, streaming its output; record its exit status and whether that status carries a verdict,
+    its wall seconds and its CPU seconds (all its processes: on a shared machine the wall clock counts the rest)."""
     say(f"[{step}] {name}: {' '.join(command[2:])}")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started, cpu_before = datetime.datetime.now(datetime.timezone.utc), children_cpu_seconds()
     exit_status = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
     seconds = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    cpu = children_cpu_seconds() - cpu_before
     problem = None
     if exit_status not in (PYTEST_PASSED, PYTEST_FAILED):
         problem = f"pytest exited {exit_status} (interrupted, internal or usage error, or nothing collected)"
-    say(f"[{step}] {name}: exit status {exit_status} after {seconds:.0f} s")
-    return {"name": name, "exit_status": exit_status, "seconds": round(seconds, 1), "problem": problem}
+    say(f"[{step}] {name}: exit status {exit_status} after {seconds:.0f} s ({cpu:.0f} CPU s)")
+    return {
+        "name": name,
+        "exit_status": exit_status,
+        "seconds": round(seconds, 1),
+        "cpu_s": round(cpu, 1),
+        "problem": problem,
+    }
 
 
 def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[dict]:
     """Planted bugs, then calibration and power, leaving mutants.json and calibration.json in `folder`."""
     into = f"--ncm-selftest-dir={folder}"
-    planted = pytest_command(*PLANTED_FILES, into, "-v", jobs=jobs)
+    # the sweep deals its planted modules to `jobs` processes of its own; the other planted-bug tests run beside it
+    planted = pytest_command(*PLANTED_FILES, into, "-v", f"--ncm-sweep-workers={jobs}", jobs=1)
     others = [f"--ignore={path}" for path in PLANTED_FILES]
     calibration = pytest_command("selftests", *others, into, "-v", jobs=jobs)
     phases = [

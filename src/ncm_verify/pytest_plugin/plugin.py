@@ -31,6 +31,7 @@ from ncm_verify.protocol import (
     load_implementation,
     own_names,
 )
+from ncm_verify.pytest_plugin import timing
 from ncm_verify.report.ledger import ledger_kernel_claims
 
 EVIDENCE_FILE = "evidence.json"
@@ -43,6 +44,7 @@ _STATISTICS = pytest.StashKey[dict]()
 _RECORDS_START = pytest.StashKey[int]()
 _COLLECTOR = pytest.StashKey["EvidenceCollector"]()
 _REUSE = pytest.StashKey[dict]()
+_TIMING = pytest.StashKey[timing.ProcessTiming]()
 
 
 def pytest_addoption(parser):
@@ -90,6 +92,8 @@ def _is_worker(config) -> bool:
 
 
 def pytest_configure(config):
+    process_timing = config.stash[_TIMING] = timing.ProcessTiming("worker" if _is_worker(config) else "controller")
+    config.pluginmanager.register(timing.TimingHooks(process_timing), "ncm-verify-timing")
     if config.getoption("--impl") != DEFAULT_IMPLEMENTATION and not _is_worker(config):
         try:  # one message and no test run, rather than one traceback per property
             load_implementation(config.getoption("--impl"))
@@ -302,6 +306,7 @@ def pytest_runtest_call(item):
 
     def keep(statistics):
         item.stash[_STATISTICS] = summarize_hypothesis_statistics(statistics)
+        item.stash[timing.HYPOTHESIS_TIMES] = timing.hypothesis_times(statistics)
         if outer is not None:
             outer(statistics)
 
@@ -483,6 +488,14 @@ class EvidenceCollector:
         self.reuse = read_reuse(config)
         self.reused = len(self.entries)
         self.budget: dict | None = None
+        self.worker_timings: list[dict] = []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """An xdist worker's CPU seconds by part (`timing.ProcessTiming`), as it handed them over."""
+        found = getattr(node, "workeroutput", {}).get(timing.WORKER_OUTPUT)
+        if found is not None:
+            self.worker_timings.append(found)
 
     def entry(self, report) -> dict:
         return self.entries.setdefault(
@@ -591,10 +604,16 @@ class EvidenceCollector:
             "policy": policy,
             "budget": self.budget,
             "properties": [self.entries[nodeid] for nodeid in sorted(self.entries)],
+            "timing": self.timing(),
         }
         self.report_dir.mkdir(parents=True, exist_ok=True)
         path = self.report_dir / EVIDENCE_FILE
         path.write_text(json.dumps(document, indent=1, default=float) + "\n", encoding="utf-8")
+
+    def timing(self) -> dict:
+        """Where this run's CPU time went: each process (the workers and this controller) by part, and the sum."""
+        processes = [*self.worker_timings, self.config.stash[_TIMING].describe()]
+        return {"processes": processes, "parts_cpu_s": timing.summed(processes), "unit": "CPU seconds"}
 
     def pytest_terminal_summary(self, terminalreporter):
         not_provided = sorted(e["nodeid"] for e in self.entries.values() if e["outcome"] == "not provided")

@@ -211,6 +211,7 @@ def build_report(
         "mlx_lm": mlx_lm_section.summarize(nodes, evidence["environment"] if evidence else None),
         "calibration": calibration_table,
         "bench": bench_summary(bench),
+        "timing": (evidence or {}).get("timing"),
         "sources": ledger["sources"],
     }
 
@@ -467,6 +468,34 @@ def environment_table(report: dict) -> Table | None:
         rows.append(("properties reused", facts["reuse"]["why"]))
     rows += [(key, str(value)) for key, value in environment.items()]
     return Table("Environment", ("item", "value"), rows)
+
+
+def timing_table(report: dict) -> Table | None:
+    """Where the run's time went: each phase's wall and CPU seconds, and the properties phase's CPU by part."""
+    phases = (report.get("run_facts") or {}).get("phases") or []
+    timing = report.get("timing")
+    if not phases and not timing:
+        return None
+    reused = ((report.get("run_facts") or {}).get("selftests") or {}).get("reused")
+    rows = [
+        (
+            phase["name"] + (" (reused: when it ran)" if reused and phase["name"] != "properties" else ""),
+            number(phase.get("seconds")),
+            number(phase.get("cpu_s")) if phase.get("cpu_s") is not None else "-",
+        )
+        for phase in phases
+    ]
+    if timing:
+        workers = sum(p["role"] == "worker" for p in timing["processes"])
+        rows += [(f"properties: {part}", "-", number(cpu)) for part, cpu in timing["parts_cpu_s"].items()]
+        note = (
+            f"CPU seconds are user + system of every process of a phase; the properties phase's parts are summed "
+            f"over its {workers or 1} pytest process{'es' if workers > 1 else ''} (and controller), examples split "
+            "by Hypothesis's own timings of each example"
+        )
+    else:
+        note = "CPU seconds are user + system of every process of a phase"
+    return Table("Where the time went", ("phase", "wall s", "CPU s"), rows, note)
 
 
 def bench_table(report: dict) -> Table | None:

@@ -68,6 +68,7 @@ SECTIONS = (
     ("evidence", "Evidence per claim"),
     ("unclaimed", "Runs under no claim"),
     ("benchmarks", "Benchmarks"),
+    ("timing", "Where the time went"),
     ("environment", "Environment"),
     ("sources", "Sources"),
 )
@@ -458,6 +459,9 @@ def body_sections(report: dict) -> list[str]:
         body.append(
             render_table(bench, section="benchmarks") + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>'
         )
+    timing = doc.timing_table(report)
+    if timing is not None:
+        body.append(render_table(timing, section="timing"))
     environment = doc.environment_table(report)
     if environment is not None:
         body.append(render_table(environment, section="environment"))

@@ -63,7 +63,12 @@ def render_markdown(report: dict) -> str:
             parts.append(render_table(doc.properties_table(claim), "###"))
     if report["unclaimed"]:
         parts += ["## Runs under no claim", ""] + [f"- `{n}`" for n in report["unclaimed"]] + [""]
-    for table in (doc.bench_table(report), doc.environment_table(report), doc.sources_table(report)):
+    for table in (
+        doc.bench_table(report),
+        doc.timing_table(report),
+        doc.environment_table(report),
+        doc.sources_table(report),
+    ):
         if table is not None:
             parts.append(render_table(table))
     return "\n\n".join(part.strip() for part in parts if part.strip()) + "\n"
