@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from planted_sweep import SWEEP
 
 SELFTEST_DIR = pytest.StashKey[Path]()
 OWN_SELFTEST_DIR = pytest.StashKey[Path]()
@@ -22,6 +23,12 @@ def pytest_addoption(parser):
         "--ncm-selftest-dir",
         default=None,
         help="folder for the self-tests' verdicts (mutants.json, calibration.json); default: a fresh one",
+    )
+    parser.addoption(
+        "--ncm-sweep-workers",
+        type=int,
+        default=2,
+        help="processes the planted-bug sweep deals its planted modules to (default: %(default)s)",
     )
 
 
@@ -46,20 +53,46 @@ def pytest_configure_node(node):
 
 def pytest_unconfigure(config):
     """The fresh folder holds nothing anyone reads once the session's verdicts are printed."""
-    folder = config.stash.get(OWN_SELFTEST_DIR, None)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
+    sweep = config.stash.get(SWEEP, None)
+    if sweep is not None:
+        sweep.stop()
+    for key in (OWN_SELFTEST_DIR, SWEEP_SCRATCH):
+        folder = config.stash.get(key, None)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def nested_environment_under(profile: str) -> dict[str, str]:
+    """The environment for a nested pytest run under a profile, free of this run's report and worker settings."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
+    return {**kept, "HYPOTHESIS_PROFILE": profile}
 
 
 @pytest.fixture
 def nested_environment():
-    """The environment for a nested pytest run under a profile, free of this run's report and worker settings."""
+    return nested_environment_under
 
-    def under(profile: str) -> dict[str, str]:
-        kept = {k: v for k, v in os.environ.items() if not k.startswith(("NCM_VERIFY_", "PYTEST_XDIST"))}
-        return {**kept, "HYPOTHESIS_PROFILE": profile}
 
-    return under
+SWEEP_SCRATCH = pytest.StashKey[Path]()
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that wait for the planted-bug sweep run last: the others run while its processes work."""
+    items.sort(key=lambda item: "sweep" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_finish(session):
+    """A collected module that sweeps planted bugs in processes of its own (`start_planted_sweep`) starts them
+    now, so that they work while the session's other tests run."""
+    if hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
+    users = [item for item in session.items if "sweep" in getattr(item, "fixturenames", ())]
+    for module in {id(item.module): item.module for item in users}.values():
+        start = getattr(module, "start_planted_sweep", None)
+        if start is not None:
+            scratch = session.config.stash[SWEEP_SCRATCH] = Path(tempfile.mkdtemp(prefix="ncm-verify-sweep-"))
+            workers = session.config.option.ncm_sweep_workers
+            session.config.stash[SWEEP] = start(scratch, nested_environment_under("selftest"), workers)
 
 
 def parts(folder: Path, name: str) -> dict[str, dict]:

@@ -7,11 +7,10 @@ suite itself is broken: the sweep fails and says so.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from planted_sweep import SWEEP, Sweep
 
 from ncm_verify.mutants import (
     EVIDENCE_MUTANTS,
@@ -42,8 +41,8 @@ KERNEL_PROPERTIES = [
     and path != "properties/test_tree.py"
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
-SWEEP_TIMEOUT = 600
-VERDICT_EXITS = {0: "every property passed", 1: "some property failed"}
+NO_VERDICT = "no verdict: a missing property file"
+"""A job of the sweep whose pytest session collects nothing (exit status 4): it must break the sweep."""
 BROKEN_KINDS = ("ImportError", "ModuleNotFoundError", "ImplementationError", "UsageError")
 """Exceptions that say the suite or its set-up is broken, wherever they are raised."""
 
@@ -54,41 +53,50 @@ def breaks_the_sweep(node: dict) -> bool:
     return failure.get("phase") != "call" or any(broken in kind for broken in BROKEN_KINDS)
 
 
-def run_properties(
-    module: str, files: list[str], scratch: Path, env: dict, *, stop_when_caught: bool = True
-) -> tuple[dict, str | None]:
-    """Run the properties in `files` against `module`: (evidence.json, why the sweep broke or None).
+def properties_for(name: str) -> list[str]:
+    """The property files the sweep runs against planted bug `name`, by the registry's routing sets."""
+    if name in PREFIX_CACHE_MUTANTS:
+        return PREFIX_PROPERTIES
+    if name in LEVEL_DRAFTING_MUTANTS:
+        return LEVEL_DRAFTING_PROPERTIES
+    if name in EXACT_STEP_MUTANTS:
+        return EXACT_STEP_PROPERTIES
+    if name in TREE_MUTANTS:
+        return TREE_PROPERTIES
+    return KERNEL_PROPERTIES
 
-    A bug is caught by one property failing by assertion, so the run stops there unless told otherwise.
-    """
-    try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                *files,
-                f"--impl={module}",
-                "-q",
-                "-p",
-                "no:xdist",
-                f"--ncm-report-dir={scratch}",
-                *(["--ncm-stop-when-caught"] if stop_when_caught else []),
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SWEEP_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {}, f"timed out after {SWEEP_TIMEOUT} s"
-    evidence = doc.read_json(scratch / doc.EVIDENCE_FILE) or {}
-    if done.returncode not in VERDICT_EXITS:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return evidence, f"pytest exited {done.returncode} (not a verdict): {' | '.join(tail)}"
-    return evidence, None
+
+def sweep_jobs(scratch: Path) -> list[dict]:
+    """Every planted bug against its properties (each stops at its first failure by assertion), the filtering
+    mutant against the properties it thins (run to the end), and one run that must break the sweep."""
+
+    def job(name: str, module: str, files: list[str], stop_when_caught: bool = True) -> dict:
+        folder = str(scratch / name.replace(" ", "-").replace(":", ""))
+        return {
+            "name": name,
+            "module": module,
+            "files": files,
+            "report_dir": folder,
+            "stop_when_caught": stop_when_caught,
+        }
+
+    return [
+        *(job(name, f"ncm_verify.mutants.{name}", properties_for(name)) for name in sorted(MUTANTS)),
+        *(job(name, f"ncm_verify.mutants.{name}", FILTERED_PROPERTIES, False) for name in sorted(EVIDENCE_MUTANTS)),
+        job(NO_VERDICT, "ncm_verify.reference", ["properties/test_missing.py"]),
+    ]
+
+
+def start_planted_sweep(scratch: Path, env: dict, workers: int) -> Sweep:
+    """Start the sweep's workers as soon as collection ends (selftests/conftest.py), so that the other planted-bug
+    self-tests run while they work; the tests below wait for its results."""
+    return Sweep(sweep_jobs(scratch), scratch, env, workers)
+
+
+@pytest.fixture(scope="session")
+def sweep(request) -> dict[str, tuple[dict, str | None]]:
+    """Job name -> (its evidence.json, why the sweep broke on it, or None)."""
+    return request.config.stash[SWEEP].results()
 
 
 def sweep_verdict(name: str, module: str, evidence: dict, broken: str | None) -> dict:
@@ -121,31 +129,20 @@ def keep(reports: Path, verdict: dict) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, nested_environment):
+def test_every_planted_bug_is_caught_by_some_property(name, sweep, reports):
     module = f"ncm_verify.mutants.{name}"
-    files = (
-        PREFIX_PROPERTIES
-        if name in PREFIX_CACHE_MUTANTS
-        else LEVEL_DRAFTING_PROPERTIES
-        if name in LEVEL_DRAFTING_MUTANTS
-        else EXACT_STEP_PROPERTIES
-        if name in EXACT_STEP_MUTANTS
-        else TREE_PROPERTIES
-        if name in TREE_MUTANTS
-        else KERNEL_PROPERTIES
-    )
-    evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))
+    evidence, broken = sweep[name]
     verdict = sweep_verdict(name, module, evidence, broken)
     keep(reports, verdict)
     assert verdict["sweep_error"] is None, f"the sweep against {module} broke: {verdict['sweep_error']}"
     assert verdict["caught"], f"planted bug {name} ({MUTANTS[name]}) passed every property: {verdict['passed']}"
 
 
-def test_filtered_evidence_is_never_called_shown(tmp_path, reports, nested_environment):
+def test_filtered_evidence_is_never_called_shown(sweep, reports):
     """Properties that pass on the few examples a kernel lets through are not evidence for their claims."""
     name = "filtered_evidence"
     module = f"ncm_verify.mutants.{name}"
-    evidence, broken = run_properties(module, FILTERED_PROPERTIES, tmp_path, nested_environment("selftest"))
+    evidence, broken = sweep[name]
     assert broken is None, f"the run against {module} broke: {broken}"
     ledger, _ = read_ledger(ROOT / "ledger.json")
     ran = {node["property"] for node in evidence["properties"]}
@@ -183,8 +180,6 @@ def test_only_a_failure_by_assertion_catches_a_bug_and_a_broken_set_up_breaks_th
     assert (verdict["sweep_error"] is None) if broken is None else (broken in verdict["sweep_error"])
 
 
-def test_a_pytest_exit_status_without_a_verdict_breaks_the_sweep(tmp_path, nested_environment):
-    evidence, broken = run_properties(
-        "ncm_verify.reference", ["properties/test_missing.py"], tmp_path, nested_environment("selftest")
-    )
+def test_a_pytest_exit_status_without_a_verdict_breaks_the_sweep(sweep):
+    evidence, broken = sweep[NO_VERDICT]
     assert broken is not None and broken.startswith("pytest exited 4")

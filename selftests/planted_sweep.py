@@ -1,0 +1,160 @@
+"""The planted-bug sweep without a fresh interpreter per planted bug: each judged in a forked pytest session.
+
+A subprocess per planted bug paid its start-up (Python, MLX, Hypothesis, scipy, the plugin: about 5 s of CPU) before
+any property ran, most of a mutant's cost. Here one process pays it: it imports what every pytest process imports
+before its first test (the plugin and what it reads), evaluates nothing in MLX, and forks one child per planted
+module, `workers` at a time; each child runs ``pytest.main`` with the arguments a subprocess was given. A child starts
+from the state a subprocess has after loading its plugins, and nothing one child does reaches another. That matters
+beyond isolation: Hypothesis draws some choices from constants it finds in the project's loaded modules, so a
+session that had imported other planted modules, or the sweep's own code, would draw other examples than the run it
+replaces; a child drops the sweep's own module first.
+
+What broke the sweep still breaks it: a pytest exit status other than 0 or 1, a child past `JOB_TIMEOUT` (killed),
+a child that died by a signal. Run as ``python selftests/planted_sweep.py PLAN.json`` it is that forking process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB_TIMEOUT = 600
+"""Seconds one planted module's session may take before it is killed and the sweep breaks."""
+RESULT_FILE, LOG_FILE = "session.json", "pytest.log"
+SWEEP = pytest.StashKey["Sweep"]()
+"""The sweep a self-test session started (selftests/conftest.py), stopped at the session's end."""
+
+
+def session_arguments(job: dict) -> list[str]:
+    """The pytest arguments of one job, as a subprocess of the sweep was given them."""
+    return [
+        *job["files"],
+        f"--impl={job['module']}",
+        "-q",
+        "-p",
+        "no:xdist",
+        f"--ncm-report-dir={job['report_dir']}",
+        *(["--ncm-stop-when-caught"] if job["stop_when_caught"] else []),
+    ]
+
+
+def judge(job: dict) -> None:
+    """In a forked child: one pytest session, its output in its own log; never returns."""
+    folder = Path(job["report_dir"])
+    exit_status = 3
+    try:
+        sys.modules["__main__"] = types.ModuleType("__main__")  # as `python -m pytest`'s: no constants of ours
+        log = os.open(folder / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        exit_status = int(pytest.main(session_arguments(job)))
+        (folder / RESULT_FILE).write_text(json.dumps({"exit_status": exit_status}) + "\n")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_status)
+
+
+def write_result(job: dict, **result) -> None:
+    (Path(job["report_dir"]) / RESULT_FILE).write_text(json.dumps(result) + "\n")
+
+
+def serve(plan_path: Path) -> int:
+    """The forking process: every job of the plan in a child of its own, `workers` at a time."""
+    plan = json.loads(plan_path.read_text())
+    sys.path[0] = str(ROOT)  # what `python -m pytest` run in ROOT has first
+    os.chdir(ROOT)
+    import ncm_verify.pytest_plugin.plugin  # noqa: F401  # what each pytest process imports as it starts
+
+    pending, running = list(plan["jobs"]), {}
+    while pending or running:
+        while pending and len(running) < plan["workers"]:
+            job = pending.pop(0)
+            Path(job["report_dir"]).mkdir(parents=True, exist_ok=True)
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                judge(job)
+            running[pid] = (job, time.monotonic())
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            job, started = running.pop(pid)
+            seconds = round(time.monotonic() - started, 2)
+            if os.WIFSIGNALED(status) and not (Path(job["report_dir"]) / RESULT_FILE).is_file():
+                write_result(job, exit_status=None, signal=os.WTERMSIG(status), seconds=seconds)
+            print(f"planted sweep: {job['name']}: exit status {os.waitstatus_to_exitcode(status)} after {seconds} s")
+            continue
+        for pid, (job, started) in list(running.items()):
+            if time.monotonic() - started > plan["timeout"]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                running.pop(pid)
+                write_result(job, exit_status=None, timed_out=plan["timeout"])
+        time.sleep(0.05)
+    return 0
+
+
+def order(jobs: list[dict]) -> list[dict]:
+    """The jobs with the most property files first, so that the longest do not start last."""
+    return sorted(jobs, key=lambda job: -len(job["files"]))
+
+
+class Sweep:
+    """The sweep's forking process, started at once; `results` waits for it and reads what each job left."""
+
+    def __init__(self, jobs: list[dict], scratch: Path, env: dict, workers: int, *, timeout: float = JOB_TIMEOUT):
+        self.jobs, self.scratch = jobs, scratch
+        scratch.mkdir(parents=True, exist_ok=True)
+        plan_path = scratch / "plan.json"
+        plan = {"jobs": order(jobs), "workers": max(workers, 1), "timeout": timeout}
+        plan_path.write_text(json.dumps(plan, indent=1) + "\n")
+        self.log = (scratch / "sweep.log").open("w")
+        command = [sys.executable, str(Path(__file__).resolve()), str(plan_path)]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self._results: dict[str, tuple[dict, str | None]] | None = None
+
+    def results(self) -> dict[str, tuple[dict, str | None]]:
+        """Job name -> (its evidence.json, why the sweep broke on it or None)."""
+        if self._results is None:
+            exit_status = self.process.wait()
+            self.log.close()
+            self._results = {job["name"]: read_job(job, exit_status, self.scratch) for job in self.jobs}
+        return self._results
+
+    def stop(self) -> None:
+        """Kill the sweep if it still runs (a session that ends before it asked for the results)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+def read_job(job: dict, sweep_exit: int, scratch: Path) -> tuple[dict, str | None]:
+    """What one job left: its evidence, and why the sweep broke on it (None when its session gave a verdict)."""
+    from ncm_verify.report import document as doc
+
+    folder = Path(job["report_dir"])
+    evidence = doc.read_json(folder / doc.EVIDENCE_FILE) or {}
+    result = doc.read_json(folder / RESULT_FILE)
+    if result is None:
+        return evidence, f"not judged: the sweep exited {sweep_exit} before it (see {scratch / 'sweep.log'})"
+    if result.get("timed_out"):
+        return evidence, f"timed out after {result['timed_out']:g} s"
+    if result.get("signal"):
+        return evidence, f"its pytest session died by signal {result['signal']} (see {folder / LOG_FILE})"
+    if result["exit_status"] not in (0, 1):
+        return evidence, f"pytest exited {result['exit_status']} (not a verdict)"
+    return evidence, None
+
+
+if __name__ == "__main__":
+    sys.exit(serve(Path(sys.argv[1])))
