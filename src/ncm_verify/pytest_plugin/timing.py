@@ -106,8 +106,8 @@ class TimingHooks:
     def pytest_collection_finish(self, session):
         self.timing.collected()
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_setup(self, item):
+    def fixtures(self):
+        """A hook wrapper's body that counts the CPU of what it wraps as fixtures."""
         started = cpu_seconds()
         try:
             return (yield)
@@ -115,12 +115,12 @@ class TimingHooks:
             self.timing.add("fixtures", cpu_seconds() - started)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self.fixtures())
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item):
-        started = cpu_seconds()
-        try:
-            return (yield)
-        finally:
-            self.timing.add("fixtures", cpu_seconds() - started)
+        return (yield from self.fixtures())
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item):
