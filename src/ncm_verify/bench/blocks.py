@@ -97,7 +97,7 @@ def latency_row(impl, case: LatencyCase, rounds: int, budget_s: float) -> dict:
     tokens = mx.random.randint(0, case.vocab, (case.batch, LATENCY_DRAFTS), key=keys[2]).astype(mx.int32)
     mx.eval(target, draft, tokens)
     key = mx.random.key(1)
-    contenders = {
+    contenders: dict[str, Callable[[], object]] = {
         verify: evaluated(lambda verify=verify: getattr(impl, verify)(target, draft, tokens, key=key))
         for verify in VERIFIERS.values()
     }

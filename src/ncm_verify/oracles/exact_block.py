@@ -228,7 +228,7 @@ def step(target, draft, drafts, num_draft, uniforms) -> tuple[np.ndarray, np.nda
 
 def boundaries(args: tuple, uniforms: np.ndarray, b: int, row: int, column: int) -> np.ndarray:
     """Where the float64 step's decision for ``uniforms[b, row, column]`` flips, given the uniforms before it."""
-    target, draft, drafts, num_draft, wide = _widened(*args, uniforms)
+    target, draft, drafts, num_draft, wide = _widened(args[0], args[1], args[2], args[3], uniforms)
     p, q, x = _sequence(target, draft, drafts, num_draft, b)
     quantities = block_quantities(p, q, x)
     if row == 0:

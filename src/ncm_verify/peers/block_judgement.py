@@ -121,7 +121,7 @@ def format_table(findings: Sequence[BlockFinding], *, rows: bool = True) -> str:
             f"{f.algorithm:28} {f.follows:32} {f.drafter:13} {verdict:22} {f.drafts or '':>2} {f.vocab or '':>2} "
             f"{tv:>9} {f.accepted_gap:>+15.4f}"
         )
-        if rows and not f.exact:
+        if rows and f.drafts is not None and f.vocab is not None:
             contexts = [c for depth in range(f.drafts + 1) for c in itertools.product(range(f.vocab), repeat=depth)]
             for context, p, q in zip(contexts, np.asarray(f.target), np.asarray(f.draft)):
                 lines.append(
