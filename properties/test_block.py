@@ -5,6 +5,8 @@ apply) is judged by the generic properties through the block's spec; here: the r
 float64, Theorem 2 exactly and the kernel's sampled round law (its apply step: `test_apply_exact.py`).
 """
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import event, given, note, settings, target
@@ -35,15 +37,6 @@ examples can repeat a law), and no more; the exact checks carry the rest."""
 
 def draft_length_rule(max_draft: int, length: int):
     return lambda context: min(max_draft, length - len(context) - 1)
-
-
-def block_round_law(fixture, max_draft: int) -> np.ndarray:
-    """Exact law of (drafts g, accepted count, emitted token) when g is uniform on 0..G: ``[G+1, G+1, V]``."""
-    law = np.zeros((max_draft + 1, max_draft + 1, fixture.vocab))
-    for drafts in range(max_draft + 1):
-        for tokens, probability in exact_block.round_law(exact_block.PAPER_RULE, fixture, (), drafts).items():
-            law[drafts, len(tokens) - 1, tokens[-1]] += probability / (max_draft + 1)
-    return law
 
 
 @given(fixture=autoregressive_fixtures(max_outcomes=ENUMERATED_OUTCOMES), max_draft=draft_lengths)
@@ -93,7 +86,9 @@ def test_block_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(i
         label="fixture",
     )
     max_draft = min(max_draft, fixture.length - 1)
-    law = block_round_law(fixture, max_draft)
+    law = exact_block.round_outcome_law(
+        functools.partial(exact_block.round_law, exact_block.PAPER_RULE), fixture, max_draft
+    )
     call = f"run_first_round(verify_block, V={fixture.vocab}, G={max_draft}, seed={seed})"
     note(call)
 

@@ -42,6 +42,7 @@ __all__ = [
     "round_law",
     "accepted_length_law",
     "chain_accepted_length_law",
+    "round_outcome_law",
     "output_distribution",
     "expected_accepted",
     "step",
@@ -168,6 +169,16 @@ def chain_accepted_length_law(fixture: AutoregressiveFixture, context: tuple, nu
     law = np.zeros(num_draft + 1)
     for tokens, probability in chain_round(fixture, context, num_draft).items():
         law[len(tokens) - 1] += probability
+    return law
+
+
+def round_outcome_law(round_law, fixture: AutoregressiveFixture, max_draft: int) -> np.ndarray:
+    """Exact law of (drafts g, accepted count, last token) of one round at the empty context when g is uniform
+    on 0..G: ``[G+1, G+1, V]``; ``round_law(fixture, context, g)`` is a rule's (`round_law`, `exact.chain_round`)."""
+    law = np.zeros((max_draft + 1, max_draft + 1, fixture.vocab))
+    for drafts in range(max_draft + 1):
+        for tokens, probability in round_law(fixture, (), drafts).items():
+            law[drafts, len(tokens) - 1, tokens[-1]] += probability / (max_draft + 1)
     return law
 
 

@@ -22,17 +22,16 @@ from ncm_verify.reference.speculative import (
     ChainOutcome,
     Rules,
     _as_float32,
-    _check_chain_inputs,
     _drafted_columns,
     _emit_tokens,
     _gather_drafted,
     _gather_row,
     _positions,
     _row_sums,
-    _run_compiled_step,
     _scale_rows,
     all_drafts,
     sample_residual,
+    verify_chain,
 )
 
 __all__ = ["BlockRules", "BLOCK_RULES", "apply_block", "verify_block"]
@@ -153,10 +152,14 @@ def verify_block(
     Returns:
         ChainOutcome: emitted tokens ``[B, G+1]`` and accepted counts ``[B]``.
     """
-    if validate:
-        num_draft = _check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
-    elif num_draft is None:
-        num_draft = all_drafts(target_probs.shape[0], draft_tokens.shape[1])
-    arrays = (target_probs, draft_probs, draft_tokens, num_draft)
-    # The chain's compiled step reads only `rules.uniforms` and hands `rules` on to `apply`.
-    return ChainOutcome(*_run_compiled_step(apply, cast(Rules, rules), arrays, key, draft_tokens.shape[1] + 1))
+    # The chain's entry point: the same validation, uniforms and compiled step, with this apply and its rules.
+    return verify_chain(
+        target_probs,
+        draft_probs,
+        draft_tokens,
+        key=key,
+        num_draft=num_draft,
+        validate=validate,
+        rules=cast(Rules, rules),
+        apply=apply,
+    )
