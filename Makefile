@@ -56,11 +56,12 @@ GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
 THRESHOLD ?= 0.6
 
-## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees
+## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
 bench: install
 	@mkdir -p $(REPORTS)
 	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
 	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --out $(REPORTS)/bench-trees.json
+	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
 

@@ -16,7 +16,7 @@ from hypothesis import event, given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
-from ncm_verify.harness.kernels import CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
+from ncm_verify.harness.kernels import BLOCK, CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
 from ncm_verify.harness.strategies import seeds, step_cases
 from ncm_verify.oracles import exact
 from ncm_verify.tolerances import normalisation_for
@@ -80,6 +80,14 @@ def test_apply_latent_chain_takes_the_float64_steps_decisions_on_drawn_uniforms(
 def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mode, data):
     """Each mode; excused near a boundary only within float32 rounding and the residual's drift before it."""
     check_apply_step(impl, data.draw(step_cases(TREE, options={"mode": mode}), label="step"))
+
+
+@pytest.mark.claim("C14")
+@pytest.mark.needs("apply")
+@given(step=step_cases(BLOCK))
+def test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
+    """Near u, a threshold is excused only within float32 rounding of w and rho (`threshold_boundary_slack`)."""
+    check_apply_step(impl, step)
 
 
 @pytest.mark.claim("C5", "C6")

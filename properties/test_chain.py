@@ -15,7 +15,7 @@ from ncm_verify.harness.strategies import (
     mean_total_variation,
     seeds,
 )
-from ncm_verify.oracles import exact
+from ncm_verify.oracles import exact, exact_block
 
 pytestmark = pytest.mark.claim("C5")
 
@@ -25,15 +25,6 @@ SAMPLED_OUTCOMES = 512
 
 def draft_length_rule(max_draft: int, length: int):
     return lambda context: min(max_draft, length - len(context) - 1)
-
-
-def first_round_law(fixture, max_draft: int) -> np.ndarray:
-    """Exact law of (drafts g, accepted count, emitted token) when g is uniform on 0..G: ``[G+1, G+1, V]``."""
-    law = np.zeros((max_draft + 1, max_draft + 1, fixture.vocab))
-    for drafts in range(max_draft + 1):
-        for tokens, probability in exact.chain_round(fixture, (), drafts).items():
-            law[drafts, len(tokens) - 1, tokens[-1]] += probability / (max_draft + 1)
-    return law
 
 
 @given(fixture=autoregressive_fixtures(), max_draft=draft_lengths)
@@ -95,7 +86,7 @@ def test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law(impl, m
         label="fixture",
     )
     max_draft = min(max_draft, fixture.length - 1)
-    law = first_round_law(fixture, max_draft)
+    law = exact_block.round_outcome_law(exact.chain_round, fixture, max_draft)
     call = f"run_first_round(V={fixture.vocab}, G={max_draft}, seed={seed})"
     note(call)
 

@@ -13,6 +13,7 @@ import pytest
 from planted_sweep import SWEEP, Sweep
 
 from ncm_verify.mutants import (
+    BLOCK_MUTANTS,
     EVIDENCE_MUTANTS,
     EXACT_STEP_MUTANTS,
     LEVEL_DRAFTING_MUTANTS,
@@ -31,6 +32,11 @@ LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
+BLOCK_PROPERTIES = [
+    "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
+    "properties/test_block.py",
+]
+"""A block mutant meets its exact step first (cheap), then the block's own properties."""
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
     path
@@ -39,6 +45,7 @@ KERNEL_PROPERTIES = [
     and "test_mlx_lm_loop" not in path
     and path not in LEVEL_DRAFTING_PROPERTIES
     and path != "properties/test_tree.py"
+    and path != "properties/test_block.py"
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 NO_VERDICT = "no verdict: a missing property file"
@@ -63,6 +70,8 @@ def properties_for(name: str) -> list[str]:
         return EXACT_STEP_PROPERTIES
     if name in TREE_MUTANTS:
         return TREE_PROPERTIES
+    if name in BLOCK_MUTANTS:
+        return BLOCK_PROPERTIES
     return KERNEL_PROPERTIES
 
 

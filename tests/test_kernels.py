@@ -32,13 +32,13 @@ def test_every_apply_step_takes_the_positional_arguments_then_the_lengths_then_t
 
 def test_every_sampling_entry_point_of_the_protocol_has_a_spec():
     described = {name for spec in KERNEL_SPECS.values() for name in (spec.verify, spec.apply) if name}
-    names = protocol.SPECULATIVE_NAMES + protocol.protocol_members(protocol.TreeVerification)
+    names = protocol.SPECULATIVE_NAMES + protocol.protocol_members(protocol.TreeVerification) + protocol.BLOCK_NAMES
     entry_points = {n for n in names if n.startswith("verify_") or n.startswith("apply_")}
     assert entry_points - {"apply_greedy"} <= described, "a protocol kernel the harness never drives"
 
 
 def test_the_registry_groups_are_derived_from_the_specs():
-    assert {s.name for s in SAMPLING_KERNELS} == {"chain", "factorized", "latent_chain", "tree"}
+    assert {s.name for s in SAMPLING_KERNELS} == {"chain", "factorized", "latent_chain", "tree", "block"}
     assert set(STEP_KERNELS) == set(SAMPLING_KERNELS)
     assert {s.name for s in SINGLE_ROW_KERNELS} == {"chain", "factorized"}
 

@@ -39,8 +39,8 @@ A module may declare what it cannot do, ``CAPABILITIES = {name: reason}`` over `
 third-party peer: not traceable, another error contract); a property marked ``needs(name)`` then reads
 "not applicable: <reason>" for it, neither a pass nor a failure. ``ACCEPTANCE_RULE`` names its rule. The protocol is
 written once, as the Protocol classes below (one per family: ``SpeculativeKernels``,
-``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``, ``TreeVerification``); every name list is derived
-from them. An implementation may provide any of the families; a property that needs a name
+``NCMModelAndCache``, ``Decoding``, ``LevelDrafting``, ``TreeVerification``, ``BlockVerification``); every name
+list is derived from them. An implementation may provide any of the families; a property that needs a name
 the module lacks is reported "not provided", and so is one whose calls reached only
 names the module re-exports from the reference (``from ncm_verify.reference import *``).
 """
@@ -207,6 +207,17 @@ class TreeVerification(Protocol):
         """verify_tree given its uniforms [B, 2, N+1]: unvalidated, traceable by mx.compile."""
 
 
+class BlockVerification(Protocol):
+    """Block verification (claim C14; Sun et al., arXiv 2403.10444): the chain's arguments and outcome, the
+    drafted block judged jointly; shapes in reference.block."""
+
+    def verify_block(self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True) -> Any:
+        """The longest prefix passing the block's thresholds, then one token -> ChainOutcome(tokens, num_accepted)."""
+
+    def apply_block(self, target_probs, draft_probs, draft_tokens, num_draft, uniforms) -> Any:
+        """verify_block given its uniforms [B, 2, G+1]: u[b, 0, i] judges position i + 1, u[b, 1, 0] the last draw."""
+
+
 def protocol_members(protocol: type) -> tuple[str, ...]:
     """The names a Protocol class asks a module for, in the order it declares them."""
     return tuple(
@@ -221,7 +232,15 @@ NCM_NAMES = protocol_members(NCMModelAndCache)
 MLX_LM_NAMES = protocol_members(Decoding)
 LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
 TREE_NAMES = protocol_members(TreeVerification)
-PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, LevelDrafting, TreeVerification)
+BLOCK_NAMES = protocol_members(BlockVerification)
+PROTOCOLS: tuple[type, ...] = (
+    SpeculativeKernels,
+    NCMModelAndCache,
+    Decoding,
+    LevelDrafting,
+    TreeVerification,
+    BlockVerification,
+)
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 NOT_PROVIDED = "not provided by"

@@ -86,3 +86,29 @@ def accept_boundary_slack(uq: float, p: float) -> float:
 def cdf_boundary_slack(total: float, positive_terms: int) -> float:
     """How far ``u S_V`` may sit from a cumulative boundary before a float32 draw must agree."""
     return (positive_terms + CDF_BOUNDARY_TERMS) * FLOAT32_EPS * total
+
+
+PREFIX_WEIGHT_ULPS = 2
+"""Each factor of block verification's prefix weight ``w_i = min(w_{i-1} p(x) / q(x), 1)`` moves it by at most
+2 eps32 of itself (a quotient and a product, each rounded once); after i drafts, ``2 i eps32 w_i``."""
+
+
+def prefix_weight_slack(position: int, weight: float) -> float:
+    """How far a float32 prefix weight after `position` drafts may sit from its float64 value."""
+    return PREFIX_WEIGHT_ULPS * position * FLOAT32_EPS * abs(weight)
+
+
+def threshold_boundary_slack(u: float, mass: float, weight: float, positive_terms: int, position: int) -> float:
+    """How far ``u`` may sit from a block threshold ``h = rho / (rho + 1 - w)`` before float32 must agree.
+
+    ``w`` is off by `prefix_weight_slack`; ``rho``, a sum of m positive terms of ``w p - q`` (their total at most
+    ``w + 1``), by that times ``sum p <= 1`` plus `cdf_boundary_slack`. Both carried through h's derivatives,
+    with the denominator at its smallest; a denominator within those errors of 0 excuses any decision.
+    """
+    weight_error = prefix_weight_slack(position, weight)
+    mass_error = weight_error + cdf_boundary_slack(weight + 1.0, positive_terms)
+    smallest = mass + 1.0 - weight - mass_error - weight_error
+    if smallest <= 0:
+        return 1.0
+    moved = (abs(1.0 - weight) * mass_error + abs(mass) * weight_error) / smallest**2
+    return moved + accept_boundary_slack(u, mass / (mass + 1.0 - weight))

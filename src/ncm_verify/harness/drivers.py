@@ -170,13 +170,18 @@ class FirstRound:
     emitted: np.ndarray
 
 
-def run_first_round(impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, seed: int) -> FirstRound:
-    """One round in which each sequence drafts a uniformly drawn 0..`max_draft` tokens (mixed lengths)."""
+def run_first_round(
+    impl, fixture: AutoregressiveFixture, *, batch: int, max_draft: int, seed: int, verify: str = "verify_chain"
+) -> FirstRound:
+    """One round in which each sequence drafts a uniformly drawn 0..`max_draft` tokens (mixed lengths).
+
+    `verify` names the entry point: any kernel with the chain's arguments and outcome (``verify_block``).
+    """
     seed = sampler_seed(seed, fixture)
     rng = np.random.default_rng(seed)
     caps = rng.integers(0, max_draft + 1, size=batch)
     target, draft, drafts, num_draft = first_round_inputs(fixture, caps=caps, max_draft=max_draft, rng=rng)
-    outcome = impl.verify_chain(target, draft, drafts, key=mx.random.key(seed), num_draft=num_draft)
+    outcome = getattr(impl, verify)(target, draft, drafts, key=mx.random.key(seed), num_draft=num_draft)
     drafts, num_draft = np.array(drafts), np.array(num_draft).astype(np.int64)
     assert_chain_outcome_well_formed(outcome, drafts, num_draft, fixture.vocab)
     tokens = np.array(outcome.tokens).astype(np.int64)

@@ -6,6 +6,8 @@ its kernel in the reference and its oracle in `ncm_verify.oracles`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -28,7 +30,7 @@ from ncm_verify.harness.tree_strategies import (
     tree_relations,
     tree_shapes,
 )
-from ncm_verify.oracles import exact, exact_tree
+from ncm_verify.oracles import exact, exact_block, exact_tree
 
 
 def _pick(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -319,7 +321,24 @@ TREE = KernelSpec(
 )
 
 
-KERNEL_SPECS = {spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION, TREE)}
+# --- block: the chain's arguments, the drafted block judged jointly (Sun et al., arXiv 2403.10444; C14) ---
+
+BLOCK = dataclasses.replace(
+    CHAIN,
+    name="block",
+    verify="verify_block",
+    apply="apply_block",
+    least_read=lambda drafts: (drafts + 1, 2 * drafts),  # every drafted row's residual mass, and the bonus row
+    compare_step=exact_block.compare_block_step,
+    boundaries=exact_block.boundaries,
+    acceptance_view=None,  # a draft is not judged by p(x) / q(x) alone
+    corrections=None,  # corrected from max(w p - q, 0), not the chain's residual
+)
+
+
+KERNEL_SPECS = {
+    spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION, TREE, BLOCK)
+}
 """Every kernel the harness drives, by name."""
 SAMPLING_KERNELS = tuple(spec for spec in KERNEL_SPECS.values() if spec.samples and spec.make_arguments)
 """Kernels that draw with a key and build cases of their own."""
@@ -329,5 +348,6 @@ SINGLE_ROW_KERNELS = tuple(
     spec
     for spec in SAMPLING_KERNELS
     if [(a.role, a.over) for a in spec.positional] == [("probs", "tokens"), ("probs", "tokens"), ("ids", "tokens")]
+    and spec.corrections is not None
 )
 """Kernels taking (target rows, draft rows, draft ids) per position: one residual per rejected draft."""

@@ -57,6 +57,18 @@ MUTANTS = {
     "tree_correction_from_target": "tree: the correction after every child is rejected drawn from p, not the residual",
     "tree_bonus_from_residual": "tree: the bonus after an accepted leaf drawn from max(p - q, 0) of the leaf's rows",
     "tree_parent_off_by_one": "tree: each node's parent index read one too low",
+    "block_tokenwise_acceptance": "block: each draft judged token-wise, u q(x) < p(x), up to the first rejection "
+    "(vllm-ascend#7807)",
+    "block_tokenwise_residual": "block: the correction drawn from max(p - q, 0), not max(w p - q, 0) "
+    "(vllm-ascend#7807)",
+    "block_draft_probability_one": "block: q(x) = 1 in the prefix weights, as for drafts without probabilities "
+    "(vllm-ascend#7603)",
+    "block_stops_at_first_failure": "block: the prefix stops at the first failed threshold, not the last passing one "
+    "(vllm-ascend#11985)",
+    "block_padding_read_as_draft": "block: a trailing -1 placeholder read as a drafted token (id 0): every sequence "
+    "judged over G drafts, its accepted count cut to its own",
+    "block_weight_unclipped": "block: the prefix weight w_i = w_{i-1} p(x) / q(x) not clipped at 1",
+    "block_residual_with_own_weight": "block: the residual of position i taken with w_i instead of w_{i-1}",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
@@ -64,6 +76,8 @@ LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
 TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
 """Mutants of tree verification: the tree properties must catch them."""
+BLOCK_MUTANTS = {name for name in MUTANTS if name.startswith("block_")}
+"""Mutants of block verification: the block's exact step and its own properties must catch them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
@@ -120,6 +134,17 @@ def with_tree_rule(**changes) -> dict:
     return {
         "apply_tree": partial(tree.apply_tree, rules=rules),
         "verify_tree": partial(tree.verify_tree, rules=rules),
+    }
+
+
+def with_block_rule(**changes) -> dict:
+    """The reference block verifier with one of its decisions (`block.BlockRules`) swapped."""
+    from ncm_verify.reference import block
+
+    rules = block.BLOCK_RULES._replace(**changes)
+    return {
+        "apply_block": partial(block.apply_block, rules=rules),
+        "verify_block": partial(block.verify_block, rules=rules),
     }
 
 

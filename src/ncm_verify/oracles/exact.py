@@ -140,12 +140,14 @@ def chain_round(fixture: AutoregressiveFixture, context: tuple[int, ...], num_dr
     return dict(emitted)
 
 
-def chain_output_distribution(fixture: AutoregressiveFixture, draft_length: DraftLength) -> dict:
+def chain_output_distribution(fixture: AutoregressiveFixture, draft_length: DraftLength, round_law=None) -> dict:
     """Distribution of the first `fixture.length` tokens of repeated chain rounds.
 
     ``draft_length(context)`` gives each round's number of drafts; it must leave
     room for the round's corrected or bonus token inside the fixture's length.
+    ``round_law(fixture, context, num_draft)`` replaces `chain_round` (another rule's rounds).
     """
+    round_law = round_law or chain_round
     finished: dict[tuple[int, ...], float] = defaultdict(float)
     frontier = {(): 1.0}
     while frontier:
@@ -154,7 +156,7 @@ def chain_output_distribution(fixture: AutoregressiveFixture, draft_length: Draf
             num_draft = draft_length(context)
             if not 0 <= num_draft <= fixture.length - len(context) - 1:
                 raise ValueError(f"draft_length: {num_draft} drafts do not fit after {context}")
-            for tokens, probability in chain_round(fixture, context, num_draft).items():
+            for tokens, probability in round_law(fixture, context, num_draft).items():
                 grown = context + tokens
                 target = finished if len(grown) == fixture.length else following
                 target[grown] += mass * probability

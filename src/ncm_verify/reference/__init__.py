@@ -1,5 +1,6 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
+from ncm_verify.reference.block import apply_block, verify_block
 from ncm_verify.reference.ncm import (
     KVCache,
     NCMConfig,
@@ -66,4 +67,6 @@ __all__ = [
     "verify_latent_chain",
     "apply_tree",
     "verify_tree",
+    "apply_block",
+    "verify_block",
 ]
