@@ -24,7 +24,7 @@ from ncm_verify.harness.strategies import (
     seeds,
     step_cases,
 )
-from ncm_verify.harness.tree_driver import run_tree
+from ncm_verify.harness.tree_driver import assert_chain_tree_agree, run_tree
 from ncm_verify.harness.tree_strategies import modes, sibling_cases, tree_shapes
 from ncm_verify.oracles import exact, exact_tree
 
@@ -123,31 +123,14 @@ def test_each_sibling_is_judged_by_the_residual_the_earlier_ones_left_and_its_ow
     checks.assert_step_matches(comparison, label="apply_tree's sibling decisions vs float64", call=step.describe())
 
 
-def chain_case(case):
-    """The chain a tree case would be with one child per node: the tree's nodes 0..N-1 made a path."""
-    (target, draft, tokens, _), num_nodes = case.args, case.num_draft
-    count = tokens.shape[1]
-    chain_parents = mx.where(mx.arange(count)[None] < num_nodes[:, None], mx.arange(-1, count - 1)[None], -1).astype(
-        mx.int32
-    )
-    return target, draft, tokens, chain_parents, num_nodes
-
-
 @given(step=step_cases(TREE, options={"mode": "with_replacement"}), seed=seeds)
 def test_a_chain_is_verified_as_verify_chain_verifies_it(impl, step, seed):
-    """parents [-1, 0, 1, ...] with num_nodes drafts: apply_chain's and verify_chain's outcome on the same uniforms."""
-    target, draft, tokens, parents, num_nodes = chain_case(step.case)
-    key = mx.random.key(seed)
-    call = f"chain of {tokens.shape[1]} nodes, num_nodes={np.array(num_nodes).tolist()}: {step.describe()}"
-    note(call)
-    as_tree = impl.apply_tree(target, draft, tokens, parents, num_nodes, mx.array(step.uniforms))
-    as_chain = impl.apply_chain(target, draft[:, :-1], tokens, num_nodes, mx.array(step.uniforms))
-    for field in ("tokens", "num_accepted"):
-        checks.assert_equal(getattr(as_tree, field), getattr(as_chain, field), label=f"apply: {field}", call=call)
-    tree = impl.verify_tree(target, draft, tokens, parents, key=key, num_nodes=num_nodes, validate=False)
-    chain = impl.verify_chain(target, draft[:, :-1], tokens, key=key, num_draft=num_nodes, validate=False)
-    for field in ("tokens", "num_accepted"):
-        checks.assert_equal(getattr(tree, field), getattr(chain, field), label=f"verify: {field}", call=call)
+    """parents [-1, 0, 1, ...] with num_nodes drafts: apply_chain's and verify_chain's outcome on the same uniforms.
+
+    Equal, or apart only where both stand within float32 rounding of a boundary of the float64 chain step
+    (the exact checks' one rule): a port's own chain may round a draw apart from the tree it inherits.
+    """
+    assert_chain_tree_agree(impl, step, mx.random.key(seed), provenance=impl.provenance)
 
 
 # --- bad input ------------------------------------------------------------------------------
