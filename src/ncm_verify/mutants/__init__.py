@@ -57,6 +57,9 @@ MUTANTS = {
     "tree_correction_from_target": "tree: the correction after every child is rejected drawn from p, not the residual",
     "tree_bonus_from_residual": "tree: the bonus after an accepted leaf drawn from max(p - q, 0) of the leaf's rows",
     "tree_parent_off_by_one": "tree: each node's parent index read one too low",
+    "tree_residual_in_half": "tree: half-precision inputs keep the residual in their own precision between siblings",
+    "tree_renormalised_naively": "tree: without replacement, q_i divided by 1 - q(tried ids), not by what is left",
+    "tree_tried_shared_across_batch": "tree: without replacement, one set of tried ids for the whole batch",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
