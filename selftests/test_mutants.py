@@ -20,6 +20,7 @@ from ncm_verify.mutants import (
     MUTANTS,
     PREFIX_CACHE_MUTANTS,
     TREE_MUTANTS,
+    TREE_WALK_MUTANTS,
 )
 from ncm_verify.report import document as doc
 from ncm_verify.report import status
@@ -32,6 +33,15 @@ LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
+TREE_WALK_PROPERTIES = [
+    "properties/test_tree.py::test_half_precision_walks_decide_as_their_float32_values",
+    "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone",
+    *(
+        f"properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level[{mode}]"
+        for mode in ("without_replacement", "with_replacement", "top_k")
+    ),
+]
+"""The walk properties, cheapest catch first: each walk mutant is caught by two of them (issue 28's sweep)."""
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
     path
@@ -130,6 +140,8 @@ def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, n
         if name in LEVEL_DRAFTING_MUTANTS
         else EXACT_STEP_PROPERTIES
         if name in EXACT_STEP_MUTANTS
+        else TREE_WALK_PROPERTIES
+        if name in TREE_WALK_MUTANTS
         else TREE_PROPERTIES
         if name in TREE_MUTANTS
         else KERNEL_PROPERTIES

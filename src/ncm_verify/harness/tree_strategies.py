@@ -82,8 +82,8 @@ def sibling_cases(draw, kernel, mode: str):
     rng = np.random.default_rng(draw(seeds, label="table seed"))
     rows = rng.dirichlet(np.full(vocab, 0.5), size=(2, count + 1))
     if peaked:  # the siblings tried first (q's largest excess over p) hold all but ~1e-4 of q
-        top = np.argsort(-(rows[1, 0] / rows[0, 0]))[: count - 1]
-        rows[1, 0, top] *= 1e4 / rows[1, 0, top].sum()
+        tried_first = np.argsort(-(rows[1, 0] / rows[0, 0]))[: count - 1]
+        rows[1, 0, tried_first] *= 1e4 / rows[1, 0, tried_first].sum()
         rows[1, 0] /= rows[1, 0].sum()
     placeholder = np.zeros((1, count), np.int64)
     arrays = (rows[0][None], rows[1][None], placeholder, np.full((1, count), -1), np.array([count]))
@@ -158,7 +158,7 @@ def walk_tree(rng: np.random.Generator, support: np.ndarray, widths: list[int]):
     tokens: list[int] = []
     parents: list[int] = []
     levels: list[list[int]] = []
-    parent, previous = -1, []
+    parent, previous = -1, list[int]()
     for width in widths:
         pool = list(previous) + [int(x) for x in rng.permutation(support) if x not in previous]
         ids = pool[:width] if rng.random() < 0.5 else [int(x) for x in rng.choice(support, width, replace=False)]

@@ -67,6 +67,9 @@ LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
 TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
 """Mutants of tree verification: the tree properties must catch them."""
+TREE_WALK_MUTANTS = {"tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"}
+"""Tree mutants of the walk's numerics and state (issue 28): swept against the walk properties alone, which
+reach them on purpose; the enumeration and sampling cannot see them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
