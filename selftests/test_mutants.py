@@ -20,6 +20,7 @@ from ncm_verify.mutants import (
     MUTANTS,
     PREFIX_CACHE_MUTANTS,
     TREE_MUTANTS,
+    TREE_WALK_MUTANTS,
 )
 from ncm_verify.report import document as doc
 from ncm_verify.report import status
@@ -37,6 +38,15 @@ BLOCK_PROPERTIES = [
     "properties/test_block.py",
 ]
 """A block mutant meets its exact step first (cheap), then the block's own properties."""
+TREE_WALK_PROPERTIES = [
+    "properties/test_tree.py::test_half_precision_walks_decide_as_their_float32_values",
+    "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone",
+    *(
+        f"properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level[{mode}]"
+        for mode in ("without_replacement", "with_replacement", "top_k")
+    ),
+]
+"""The walk properties, cheapest catch first: each walk mutant is caught by two of them (issue 28's sweep)."""
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
     path
@@ -68,6 +78,8 @@ def properties_for(name: str) -> list[str]:
         return LEVEL_DRAFTING_PROPERTIES
     if name in EXACT_STEP_MUTANTS:
         return EXACT_STEP_PROPERTIES
+    if name in TREE_WALK_MUTANTS:
+        return TREE_WALK_PROPERTIES
     if name in TREE_MUTANTS:
         return TREE_PROPERTIES
     if name in BLOCK_MUTANTS:

@@ -405,6 +405,11 @@ class RecordingImplementation:
         self.calls[name] = self.calls.get(name, 0) + 1
         self.example_names.add(name)
 
+    def provenance(self, name: str) -> str:
+        """Whose code `name` is, as a failure message says it: the module's own, or inherited from where."""
+        origin = origin_of(getattr(self._module, name, None))
+        return f"{name} is the module's own ({origin})" if self._own.get(name) else f"{name} inherited from {origin}"
+
     def call_records(self) -> dict[str, dict]:
         return {
             name: {"calls": n, "own": self._own.get(name, False), "origin": origin_of(getattr(self._module, name))}

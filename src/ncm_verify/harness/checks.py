@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from hypothesis import note, reject
@@ -422,4 +423,57 @@ def assert_step_matches(comparison, *, label: str, call: str = "") -> None:
             f"{label}: {len(comparison.mismatches)} of {comparison.decisions} decisions differ from the float64 "
             f"step beyond float32 rounding ({len(comparison.excused)} excused near a boundary):\n    {shown}\n"
             f"  call: {call}"
+        )
+
+
+def assert_kernels_agree(
+    outcomes: dict,
+    compare_row: Callable[[dict, int], Any],
+    *,
+    fields: tuple[str, ...],
+    provenance: dict[str, str],
+    label: str,
+    call: str = "",
+) -> None:
+    """Two kernels' outcomes on one input and one set of uniforms are equal, row by row, up to rounding.
+
+    A row where they differ stands only if each kernel's row agrees with the float64 step under the one
+    boundary rule (`tolerances.py`, as `assert_step_matches` applies it) and one of them took an excused
+    decision: two correct float32 kernels may round a near-boundary draw apart, nothing else. `outcomes`
+    maps each kernel's name to its outcome; ``compare_row(fields, b)`` gives the `exact.StepComparison` of
+    one kernel's row b (its `fields` as NumPy arrays); `provenance` says, per kernel, whose code it is.
+    """
+    (first, a), (second, b) = ((name, {f: as_numpy(getattr(o, f)) for f in fields}) for name, o in outcomes.items())
+    for field in fields:
+        if a[field].shape != b[field].shape:
+            raise AssertionError(
+                f"{label}: {field} of shape {a[field].shape} from {first}, {b[field].shape} from {second}\n"
+                f"  call: {call}"
+            )
+    differing = sorted({int(row) for field in fields for row in np.argwhere(a[field] != b[field])[:, 0]})
+    failures, excused = [], 0
+    for row in differing:
+        comparisons = {first: compare_row(a, row), second: compare_row(b, row)}
+        beyond = {name: c.mismatches for name, c in comparisons.items() if c.mismatches}
+        if not beyond and any(c.excused for c in comparisons.values()):
+            excused += 1
+            lines = [line for c in comparisons.values() for line in c.excused[:2]]
+            note(f"{label}: row {row} differs within float32 rounding: {lines}")
+            continue
+        shown = "; ".join(f"{first} {a[f][row].tolist()} vs {second} {b[f][row].tolist()} ({f})" for f in fields)
+        verdicts = (
+            "; ".join(f"{name} against float64: {lines[0]}" for name, lines in beyond.items())
+            or "neither takes a near-boundary decision, yet they differ"
+        )
+        failures.append(f"row {row}: {shown}\n      {verdicts}")
+    evidence.record_difference(f"{label}: rows differing beyond float32 rounding", float(len(failures)), 0.0)
+    evidence.record_difference(
+        f"{label}: rows differing within float32 rounding vs rows", float(excused), float(len(a[fields[0]]))
+    )
+    if failures:
+        shown = "\n    ".join(failures[:STEP_MISMATCH_LINES])
+        whose = "; ".join(provenance[name] for name in outcomes)
+        raise AssertionError(
+            f"{label}: {len(failures)} of {len(a[fields[0]])} rows differ beyond float32 rounding of a boundary "
+            f"({excused} excused):\n    {shown}\n  kernels: {whose}\n  call: {call}"
         )

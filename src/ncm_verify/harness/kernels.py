@@ -38,9 +38,16 @@ def _pick(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.take_along_axis(rows, np.maximum(ids, 0)[..., None], axis=-1)[..., 0]
 
 
+def _assert_ids_in_range(ids: np.ndarray, vocab: int, what: str) -> None:
+    """Emitted ids lie in [-1, V): an id out of range fails here by assertion, never as an IndexError."""
+    bad = np.argwhere((ids < -1) | (ids >= vocab))
+    assert not len(bad), f"{what}: id {ids[tuple(bad[0])]} at {tuple(bad[0].tolist())} outside [-1, {vocab})"
+
+
 def _emitted_token_probability(case, outcome) -> np.ndarray:
     """p of every emitted token, for kernels whose first argument holds the target rows of the tokens."""
     target, tokens = case.arrays()[0], np.array(outcome.tokens)
+    _assert_ids_in_range(tokens, target.shape[-1], f"{case.spec.verify}: tokens")
     return _pick(target[:, : tokens.shape[1]], tokens)[tokens >= 0]
 
 
@@ -199,6 +206,9 @@ def _latent_chain_corrections(case, outcome) -> np.ndarray:
 def _latent_chain_emitted_probability(case, outcome) -> np.ndarray:
     p_latent, _, _, p_tokens = case.arrays()[:4]
     latent, rows = np.array(outcome.latent), np.arange(case.batch)
+    _assert_ids_in_range(latent, p_latent.shape[-1], "verify_latent_chain: latent")
+    assert (latent >= 0).all(), f"verify_latent_chain: latent {latent.tolist()} holds padding"
+    _assert_ids_in_range(np.array(outcome.tokens), p_tokens.shape[-1], "verify_latent_chain: tokens")
     p_emitted = _pick(p_tokens[rows, latent], np.array(outcome.tokens))
     return np.concatenate([p_latent[rows, latent][:, None], p_emitted], axis=1).ravel()
 
@@ -288,6 +298,7 @@ def _tree_boundaries(args: tuple, uniforms: np.ndarray, b: int, row: int, column
 
 def _tree_emitted_probability(case, outcome) -> np.ndarray:
     """p of every emitted token under the row it was emitted from: the root's, then each path node's."""
+    assert_tree_outcome_well_formed(outcome, _tree_inputs(case), case.vocab)  # a path out of range fails here
     target, tokens = case.arrays()[0], np.array(outcome.tokens)
     path = np.array(outcome.path)
     rows = np.concatenate([np.zeros((case.batch, 1), dtype=np.int64), path + 1], axis=1)

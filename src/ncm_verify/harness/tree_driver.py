@@ -14,8 +14,11 @@ from collections.abc import Callable
 
 import mlx.core as mx
 import numpy as np
+from hypothesis import note
 
+from ncm_verify.harness import checks
 from ncm_verify.harness.drivers import round_seeds, sample_categorical, sampler_seed
+from ncm_verify.oracles import exact
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_rows
 from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, tree_nodes
 
@@ -156,11 +159,12 @@ def assert_tree_outcome_well_formed(outcome, inputs: TreeInputs, vocab: int) -> 
     assert not len(bad), f"verify_tree: sequence {bad[0]} accepted {accepted[bad[0]]} of {inputs.num_nodes[bad[0]]}"
     position = np.arange(count)[None]
     on_path = position < accepted[:, None]
-    node = np.maximum(path, 0)
+    # Clipped only to read the tree: a node out of range fails the walk check below, never an IndexError.
+    node = np.clip(path, 0, max(count - 1, 0))
     previous = np.concatenate([np.full((batch, 1), -1), path[:, :-1]], axis=1)
-    steps = np.take_along_axis(inputs.parents, node, axis=1) == previous
+    steps = (np.take_along_axis(inputs.parents, node, axis=1) if count else previous) == previous
     ok = np.where(on_path, (path >= 0) & (path < inputs.num_nodes[:, None]) & steps, path == PAD_TOKEN)
-    kept = np.take_along_axis(inputs.tokens, node, axis=1)
+    kept = np.take_along_axis(inputs.tokens, node, axis=1) if count else np.zeros((batch, 0), np.int64)
     ok &= np.where(on_path, tokens[:, :count] == kept, True)
     last = np.take_along_axis(tokens, accepted[:, None], axis=1)[:, 0]
     ok &= ((last >= 0) & (last < vocab))[:, None]
@@ -228,3 +232,62 @@ def continue_with_target(fixture: AutoregressiveFixture, tokens: np.ndarray, emi
         rows = context_rows(sequences[sampling, :t], np.full(int(sampling.sum()), t), fixture.vocab)
         sequences[sampling, t] = sample_categorical(rng, fixture.target[rows])
     return sequences
+
+
+# --- a chain is a tree: the relation between the two kernels ---
+
+
+def chain_case(case) -> tuple:
+    """The chain a tree case would be with one child per node: the tree's nodes 0..N-1 made a path."""
+    (target, draft, tokens, _), num_nodes = case.args, case.num_draft
+    count = tokens.shape[1]
+    chain_parents = mx.where(mx.arange(count)[None] < num_nodes[:, None], mx.arange(-1, count - 1)[None], -1).astype(
+        mx.int32
+    )
+    return target, draft, tokens, chain_parents, num_nodes
+
+
+def chain_comparer(step, uniforms: np.ndarray) -> Callable:
+    """``compare_row(fields, b)``: row b of a chain-shaped tree's outcome against the float64 chain step."""
+    target, draft, tokens, _, num_nodes = step.exact_args
+
+    def compare_row(fields: dict, b: int):
+        rows = slice(b, b + 1)
+        return exact.compare_chain_step(
+            target[rows],
+            draft[rows, :-1],
+            tokens[rows],
+            num_nodes[rows],
+            uniforms[rows].astype(np.float64),
+            fields["tokens"][rows],
+            fields["num_accepted"][rows],
+        )
+
+    return compare_row
+
+
+def assert_chain_tree_agree(impl, step, key, *, provenance: Callable[[str], str] = str) -> None:
+    """A chain-shaped tree (a step case of the tree kernel, made a path) through apply_tree and apply_chain on
+    the step's uniforms, and through verify_tree and verify_chain with `key`: the same outcome, or apart only
+    within float32 rounding of the float64 chain step's boundaries (`checks.assert_kernels_agree`)."""
+    target, draft, tokens, parents, num_nodes = chain_case(step.case)
+    call = f"chain of {tokens.shape[1]} nodes, num_nodes={np.array(num_nodes).tolist()}: {step.describe()}"
+    note(call)
+    for entry in ("apply", "verify"):
+        if entry == "apply":
+            uniforms = step.uniforms
+            as_tree = impl.apply_tree(target, draft, tokens, parents, num_nodes, mx.array(uniforms))
+            as_chain = impl.apply_chain(target, draft[:, :-1], tokens, num_nodes, mx.array(uniforms))
+        else:
+            uniforms = np.array(impl.draw_uniforms(key, step.case.batch, step.uniforms.shape[1:]))
+            as_tree = impl.verify_tree(target, draft, tokens, parents, key=key, num_nodes=num_nodes, validate=False)
+            as_chain = impl.verify_chain(target, draft[:, :-1], tokens, key=key, num_draft=num_nodes, validate=False)
+        names = (f"{entry}_tree", f"{entry}_chain")
+        checks.assert_kernels_agree(
+            dict(zip(names, (as_tree, as_chain))),
+            chain_comparer(step, uniforms),
+            fields=("tokens", "num_accepted"),
+            provenance={name: provenance(name) for name in names},
+            label=f"{entry}: tree vs chain",
+            call=call,
+        )

@@ -69,6 +69,9 @@ MUTANTS = {
     "judged over G drafts, its accepted count cut to its own",
     "block_weight_unclipped": "block: the prefix weight w_i = w_{i-1} p(x) / q(x) not clipped at 1",
     "block_residual_with_own_weight": "block: the residual of position i taken with w_i instead of w_{i-1}",
+    "tree_residual_in_half": "tree: half-precision inputs keep the residual in their own precision between siblings",
+    "tree_renormalised_naively": "tree: without replacement, q_i divided by 1 - q(tried ids), not by what is left",
+    "tree_tried_shared_across_batch": "tree: without replacement, one set of tried ids for the whole batch",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
@@ -78,6 +81,9 @@ TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
 """Mutants of tree verification: the tree properties must catch them."""
 BLOCK_MUTANTS = {name for name in MUTANTS if name.startswith("block_")}
 """Mutants of block verification: the block's exact step and its own properties must catch them."""
+TREE_WALK_MUTANTS = {"tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"}
+"""Tree mutants of the walk's numerics and state (issue 28): swept against the walk properties alone, which
+reach them on purpose; the enumeration and sampling cannot see them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",

@@ -169,7 +169,7 @@ def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tu
     if calls is None:
         return "unknown", ""
     if not calls:
-        return "suite", "made no call into the implementation: the suite's own check"
+        return "suite", "made no call into the implementation: the suite's own check, of its oracle, not of the module"
     relevant = {name: record for name, record in calls.items() if ledger_kernel_claims().get(name) == claim_id} or calls
     own = sorted(name for name, record in relevant.items() if record.get("own"))
     if not own:

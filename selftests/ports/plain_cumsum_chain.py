@@ -1,0 +1,26 @@
+"""A correct partial port: its own chain kernel draws the correction by one plain float32 cumulative sum.
+
+Exact to float32 (`tolerances.CDF_BOUNDARY_TERMS` covers any summation order), it rounds differently
+from the reference's two-level sampler near a boundary; every other name, the tree kernel included,
+is inherited. The suite must judge it correct: a relation between its chain and the inherited tree
+may differ from bit-for-bit equality only within the boundary rule.
+"""
+
+import mlx.core as mx
+
+from ncm_verify.mutants import with_rule
+from ncm_verify.reference import *  # noqa: F401,F403
+from ncm_verify.reference.speculative import RESIDUAL_FLOOR, SMALLEST_NORMAL
+
+
+def sample_with_float32_cumsum(p, q, u):
+    p = p.astype(mx.float32)
+    residual = mx.maximum(p - q.astype(mx.float32), 0.0)
+    weights = mx.where(residual.sum(axis=-1, keepdims=True) > RESIDUAL_FLOOR, residual, p)
+    cdf = mx.cumsum(weights, axis=-1)
+    # Floored at the smallest normal float32, as u * total may underflow to 0 and pick an id of weight 0.
+    threshold = mx.maximum(u[..., None] * cdf[..., -1:], SMALLEST_NORMAL)
+    return mx.minimum((cdf < threshold).sum(axis=-1), p.shape[-1] - 1).astype(mx.int32)
+
+
+globals().update(with_rule(correct=sample_with_float32_cumsum))
