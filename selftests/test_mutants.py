@@ -19,6 +19,7 @@ from ncm_verify.mutants import (
     LEVEL_DRAFTING_MUTANTS,
     MUTANTS,
     PREFIX_CACHE_MUTANTS,
+    TEXT_DRAFTING_MUTANTS,
     TREE_MUTANTS,
 )
 from ncm_verify.report import document as doc
@@ -31,6 +32,7 @@ PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
 LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
+TEXT_DRAFTING_PROPERTIES = ["properties/test_text_drafting.py"]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
@@ -40,6 +42,7 @@ KERNEL_PROPERTIES = [
     and "test_mlx_lm_loop" not in path
     and path not in LEVEL_DRAFTING_PROPERTIES
     and path != "properties/test_tree.py"
+    and path not in TEXT_DRAFTING_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 SWEEP_TIMEOUT = 600
@@ -132,6 +135,8 @@ def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, n
         if name in EXACT_STEP_MUTANTS
         else TREE_PROPERTIES
         if name in TREE_MUTANTS
+        else TEXT_DRAFTING_PROPERTIES
+        if name in TEXT_DRAFTING_MUTANTS
         else KERNEL_PROPERTIES
     )
     evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))

@@ -207,6 +207,26 @@ class TreeVerification(Protocol):
         """verify_tree given its uniforms [B, 2, N+1]: unvalidated, traceable by mx.compile."""
 
 
+class TextDrafting(Protocol):
+    """A text drafter's blocks verified by an mlx-lm target in one pass each (issue 24; reference.drafting)."""
+
+    def generate_drafted(
+        self,
+        target,
+        drafter,
+        prompt,
+        max_tokens,
+        *,
+        num_draft,
+        key,
+        temperature=1.0,
+        kernels=None,
+        target_cache=None,
+        drafter_cache=None,
+    ) -> Any:
+        """(mlx-lm target, TextDrafter, prompt [T], max_tokens, *, num_draft, key, ...) -> DraftedGeneration."""
+
+
 def protocol_members(protocol: type) -> tuple[str, ...]:
     """The names a Protocol class asks a module for, in the order it declares them."""
     return tuple(
@@ -221,7 +241,15 @@ NCM_NAMES = protocol_members(NCMModelAndCache)
 MLX_LM_NAMES = protocol_members(Decoding)
 LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
 TREE_NAMES = protocol_members(TreeVerification)
-PROTOCOLS: tuple[type, ...] = (SpeculativeKernels, NCMModelAndCache, Decoding, LevelDrafting, TreeVerification)
+TEXT_DRAFTING_NAMES = protocol_members(TextDrafting)
+PROTOCOLS: tuple[type, ...] = (
+    SpeculativeKernels,
+    NCMModelAndCache,
+    Decoding,
+    LevelDrafting,
+    TreeVerification,
+    TextDrafting,
+)
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 NOT_PROVIDED = "not provided by"

@@ -57,6 +57,13 @@ MUTANTS = {
     "tree_correction_from_target": "tree: the correction after every child is rejected drawn from p, not the residual",
     "tree_bonus_from_residual": "tree: the bonus after an accepted leaf drawn from max(p - q, 0) of the leaf's rows",
     "tree_parent_off_by_one": "tree: each node's parent index read one too low",
+    "drafting_q_from_latent_marginal": "text drafting: q is the drafter's latent marginal sum_z q(z) q(. | z)",
+    "drafting_q_under_another_code": "text drafting: q and codes of a second proposal, the tokens of the first",
+    "drafting_q_at_temperature_one": "text drafting: tokens drawn at temperature T, q reported at temperature 1",
+    "drafting_target_stale_after_rejection": (
+        "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
+    ),
+    "drafting_drafter_cache_not_rolled_back": "text drafting: the drafter's cache keeps its drafts' entries",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
@@ -64,6 +71,8 @@ LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
 TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
 """Mutants of tree verification: the tree properties must catch them."""
+TEXT_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("drafting_")}
+"""Mutants of the text drafting loop: its properties must catch them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
@@ -141,3 +150,10 @@ def with_level_step(**changes) -> dict:
     return {
         "generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))
     }
+
+
+def with_drafting_step(**changes) -> dict:
+    """The text drafting loop with one of its decisions (`drafting.loop.Steps`) swapped."""
+    from ncm_verify.reference.drafting.loop import REFERENCE_STEPS, generate_drafted
+
+    return {"generate_drafted": partial(generate_drafted, _steps=REFERENCE_STEPS._replace(**changes))}
