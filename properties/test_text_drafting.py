@@ -150,12 +150,12 @@ def test_sampled_drafted_generations_follow_the_target_law_and_first_drafts_stan
 
     Its plans detect a total-variation deviation of `stats.LOOP_TARGET_TV` (0.2) on the binned law with
     power 0.99 (`stats.make_plan`): gross errors (every draft standing, the drafter's law emitted), not
-    subtle ones. Laws needing more than `stats.LOOP_SMOKE_MAX_SAMPLES` generations are filtered out.
+    subtle ones. Each generation is one token (one round of one draft): later rounds are the exact check's.
+    Laws needing more than `stats.LOOP_SMOKE_MAX_SAMPLES` generations are filtered out.
     """
     spec, target, kind, drafter, built = draw_models(data, vocabs=(8,))
     prompt = draw_prompt(data, kind, spec.vocab_size, max_size=2)  # one or two passes a generation: cheap
-    length = data.draw(st.integers(1, 2), label="tokens")
-    num_draft = data.draw(st.integers(1, 2), label="num_draft")
+    length, num_draft = 1, 1  # one round a generation: the cheapest law that sees q, p and the acceptance rule
     temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
     seed = data.draw(strategies.seeds, label="seed")
     target_row, blocks = drafting_tables(target, drafter, prompt, length, num_draft, temperature)

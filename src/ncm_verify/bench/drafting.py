@@ -65,10 +65,14 @@ def default_drafters(target_spec: TinySpec = TARGET_SPEC) -> list[BenchDrafter]:
         BenchDrafter(
             "AR: small, random", make_drafter("autoregressive", small, 1), "1 layer, hidden 16, random (untrained)"
         ),
-        BenchDrafter("block: random", make_drafter("block", target_spec, 2), "1 layer, hidden 16, random (untrained)"),
+        BenchDrafter(
+            "block: random",
+            make_drafter("block", target_spec, 2, max_block=max(DRAFT_LENGTHS)),
+            "1 layer, hidden 16, random (untrained)",
+        ),
         BenchDrafter(
             "block + features: random",
-            make_drafter("block reading features", target_spec, 3),
+            make_drafter("block reading features", target_spec, 3, max_block=max(DRAFT_LENGTHS)),
             "1 layer, hidden 16, reads the target's state, random (untrained)",
         ),
     ]

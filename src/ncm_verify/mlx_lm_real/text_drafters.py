@@ -146,11 +146,12 @@ class BlockDrafter:
         return mx.sum(mx.stack(rows), axis=0)
 
 
-def make_drafter(kind: str, target_spec: TinySpec, seed: int, *, logit_scale: float | None = None):
+def make_drafter(kind: str, target_spec: TinySpec, seed: int, *, logit_scale: float | None = None, max_block: int = 4):
     """A test drafter of `kind` (`DRAFTER_KINDS`) over `target_spec`'s vocabulary.
 
     The autoregressive one is the target's architecture with other weights, or with `logit_scale` the
-    target's own weights under a scaled head (a draft close to the target).
+    target's own weights under a scaled head (a draft close to the target). `max_block` bounds a block
+    drafter's k.
     """
     if kind == "autoregressive":
         spec = (
@@ -162,7 +163,9 @@ def make_drafter(kind: str, target_spec: TinySpec, seed: int, *, logit_scale: fl
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"kind: expected one of {DRAFTER_KINDS}, got {kind!r}")
     features = target_spec.hidden_size if kind == "block reading features" else 0
-    return BlockDrafter(BlockSpec(vocab_size=target_spec.vocab_size, seed=seed, feature_size=features))
+    return BlockDrafter(
+        BlockSpec(vocab_size=target_spec.vocab_size, seed=seed, feature_size=features, max_block=max_block)
+    )
 
 
 def target_features(target, context: list[int]) -> mx.array:
