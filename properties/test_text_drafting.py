@@ -23,9 +23,11 @@ from ncm_verify.harness.checks import assert_distributions_equal, assert_joint_s
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, outcome_index
 from ncm_verify.mlx_lm_real.text_drafters import (
     DRAFTER_KINDS,
+    CountingModel,
     RecordingDrafter,
     RecordingKernels,
     check_drafted_calls,
+    check_one_pass_per_block,
     drafting_tables,
     make_drafter,
 )
@@ -75,7 +77,8 @@ def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_t
     must match one uncached forward pass of the target over the prompt, the tokens emitted before and the
     drafts; every q row the drafter's own rows under the codes it drew, recomputed without a cache; a
     feature-reading drafter's features the target's uncached hidden state; the emitted tokens what
-    `verify_chain` decided. A loop that raises is judged on the calls it made before.
+    `verify_chain` decided; the target ran one pass per block. A loop that raises is judged on the calls
+    it made before.
     """
     spec, target, kind, drafter, built = draw_models(data)
     prompt = draw_prompt(data, kind, spec.vocab_size)
@@ -89,9 +92,10 @@ def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_t
     )
     note(call)
     calls: list = []
+    passes: list = []
     try:
         generation = impl.generate_drafted(
-            target,
+            CountingModel(target, passes),
             RecordingDrafter(drafter, calls),
             prompt,
             max_tokens,
@@ -107,6 +111,7 @@ def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_t
         calls, generation.tokens, target, drafter, prompt, max_tokens, temperature, call=call
     )
     drafted = [record["drafts"].shape[1] for name, record in calls if name == "verify_chain"]
+    check_one_pass_per_block(passes, prompt, len(drafted), call=call)
     rejected = [a < d for a, d in zip(accepted, drafted)]
     event(f"drafter: {kind}")
     event("a round after a rejection" if any(rejected[:-1]) else "no round after a rejection")

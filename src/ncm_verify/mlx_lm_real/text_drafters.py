@@ -193,6 +193,43 @@ class RecordingDrafter:
         return getattr(self.drafter, name)
 
 
+class CountingModel:
+    """An mlx-lm model whose forward passes (through ``__call__`` or its ``model``) are counted into `passes`."""
+
+    def __init__(self, model, passes: list):
+        self.wrapped, self.passes = model, passes
+
+    def __call__(self, inputs, *args, **kwargs):
+        self.passes.append(tuple(inputs.shape))
+        return self.wrapped(inputs, *args, **kwargs)
+
+    @property
+    def model(self):
+        inner, passes = self.wrapped.model, self.passes
+
+        def forward(inputs, *args, **kwargs):
+            passes.append(tuple(inputs.shape))
+            return inner(inputs, *args, **kwargs)
+
+        forward.embed_tokens = inner.embed_tokens
+        return forward
+
+    def __getattr__(self, name):
+        if name == "wrapped":
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+def check_one_pass_per_block(passes: list, prompt: list[int], blocks: int, *, call: str) -> None:
+    """The target ran once over the prompt (all but its last token, when there are others) and once per block."""
+    expected = blocks + (len(prompt) > 1)
+    if len(passes) != expected:
+        raise AssertionError(
+            f"target forward passes: {len(passes)} (shapes {passes}), expected {expected}: one prefill of a "
+            f"{len(prompt)}-token prompt and one pass per verified block ({blocks})\n  call: {call}"
+        )
+
+
 class RecordingKernels:
     """An implementation whose `verify_chain` calls are logged into `calls`; every other name is its own."""
 
