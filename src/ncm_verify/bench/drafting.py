@@ -233,6 +233,30 @@ def size_sweep(sizes=SIZE_SWEEP, repeats: int = 10) -> list[dict]:
     return out
 
 
+def crossing_rows(result: dict) -> list[dict]:
+    """Leviathan's prediction per drafter and k were the target as slow as each swept size (acceptance and
+    proposal cost as measured): where a drafter's prediction crosses 1 as the target grows. Meaningless for
+    a drafter that is the target itself (its cost grows with it)."""
+    out = []
+    for row in result["rows"]:
+        propose = next(v for name, v in row["per_call_s"].items() if name.startswith("proposal"))
+        predicted = {
+            size["hidden_size"]: leviathan_speedup(row["alpha"], row["k"], propose / (row["k"] * size["target_step_s"]))
+            for size in result["size_sweep"]
+        }
+        out.append({"drafter": row["drafter"], "k": row["k"], "speedup_predicted_by_target_hidden_size": predicted})
+    return out
+
+
+def format_crossing(rows: list[dict]) -> str:
+    sizes = list(rows[0]["speedup_predicted_by_target_hidden_size"]) if rows else []
+    lines = [f"{'predicted speedup, target hidden size':37} " + " ".join(f"{size:>7}" for size in sizes)]
+    for row in rows:
+        figures = row["speedup_predicted_by_target_hidden_size"]
+        lines.append(f"{row['drafter']:32} k={row['k']:<2} " + " ".join(f"{figures[s]:7.2f}" for s in sizes))
+    return "\n".join(lines)
+
+
 def format_rows(result: dict) -> str:
     lines = [
         f"{'drafter':28} {'k':>2} {'alpha':>6} {'tok/pass pred':>13} {'measured':>9} {'c':>6} "
@@ -267,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     print("drafters (tiny, untrained; trained ones plug into the same list): " + "; ".join(d.name for d in drafters))
     result = measure(impl, target, drafters, tokens=args.tokens, rounds=args.rounds, ks=args.ks)
     result["size_sweep"] = size_sweep()
+    result["crossing"] = crossing_rows(result)
     result["environment"] = environment
     result["drafters"] = {entry.name: entry.note for entry in drafters}
     result["target"] = dataclasses.asdict(TARGET_SPEC)
@@ -276,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['round_trip_s'] * 1e3:.3f} ms; target step by hidden size: "
         + ", ".join(f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms" for s in result["size_sweep"])
     )
+    print(format_crossing(result["crossing"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     print(f"wrote {args.out}")
