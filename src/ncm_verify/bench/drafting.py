@@ -94,7 +94,7 @@ def median_seconds(function: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def target_step_seconds(target, tokens: int, repeats: int) -> float:
+def target_step(target, tokens: int) -> Callable[[], None]:
     """One cached target pass over `tokens` new tokens after the prompt, evaluated."""
     cache = make_prompt_cache(target)
     target(mx.array([PROMPT]), cache=cache)
@@ -105,10 +105,11 @@ def target_step_seconds(target, tokens: int, repeats: int) -> float:
         mx.eval(target(inputs, cache=cache))
         trim_prompt_cache(cache, tokens)
 
-    return median_seconds(step, repeats)
+    return step
 
 
-def proposal_seconds(drafter, k: int, features, repeats: int) -> float:
+def proposal(drafter, k: int, features) -> Callable[[], None]:
+    """One proposal of k tokens after the prompt, evaluated."""
     cache = drafter.make_cache()
     drafter.propose(cache, mx.array([PROMPT]), 1, mx.random.key(0), features=features)
     trim_prompt_cache(cache, cache[0].offset - len(PROMPT) + 1)
@@ -119,15 +120,15 @@ def proposal_seconds(drafter, k: int, features, repeats: int) -> float:
         mx.eval(block.tokens, block.probs)
         trim_prompt_cache(cache, cache[0].offset - len(PROMPT) + 1)
 
-    return median_seconds(propose, repeats)
+    return propose
 
 
-def verify_seconds(impl, k: int, vocab: int, repeats: int) -> float:
+def verification(impl, k: int, vocab: int) -> Callable[[], None]:
     """One `verify_chain` call on random rows of a block of k, evaluated."""
     p = mx.softmax(mx.random.normal((1, k + 1, vocab)), axis=-1)
     q = mx.softmax(mx.random.normal((1, k, vocab)), axis=-1)
     drafts = mx.zeros((1, k), dtype=mx.int32)
-    return median_seconds(lambda: mx.eval(impl.verify_chain(p, q, drafts, key=mx.random.key(0)).tokens), repeats)
+    return lambda: mx.eval(impl.verify_chain(p, q, drafts, key=mx.random.key(0)).tokens)
 
 
 def drafted_generation(impl, target, drafter, tokens: int, k: int, passes: list) -> Callable[[], None]:
@@ -178,13 +179,22 @@ def measure(impl, target, drafters: list[BenchDrafter], *, tokens: int, rounds: 
         for _ in generate_step(prompt, target, max_tokens=tokens, sampler=sampler):
             pass
 
-    step_1 = target_step_seconds(target, 1, 20)
     round_trip = median_seconds(lambda: mx.eval(mx.array(1.0) + 1), 50)
     features = mx.zeros((1, target.args.hidden_size))
     rows = []
     for k in ks:
-        verify_pass = target_step_seconds(target, k + 1, 20)
-        verify = verify_seconds(impl, k, target.args.vocab_size, 20)
+        # every per-call cost of this k timed interleaved, so that the machine's noise hits them alike
+        parts: dict[str, Callable[[], object]] = {
+            "target step (1 token)": target_step(target, 1),
+            f"target pass ({k + 1} tokens)": target_step(target, k + 1),
+            "verify_chain": verification(impl, k, target.args.vocab_size),
+        }
+        for entry in drafters:
+            parts[f"proposal ({k} tokens): {entry.name}"] = proposal(
+                entry.drafter, k, features if entry.drafter.reads_features else None
+            )
+        part_times = {name: statistics.median(t) for name, t in time_side_by_side(parts, 15, budget_s=20.0).items()}
+        step_1 = part_times["target step (1 token)"]
         contenders: dict[str, Callable[[], object]] = {"target alone": target_alone}
         counters: dict[str, list] = {entry.name: [] for entry in drafters}
         for entry in drafters:
@@ -193,7 +203,7 @@ def measure(impl, target, drafters: list[BenchDrafter], *, tokens: int, rounds: 
         alone = statistics.median(times["target alone"])
         for entry in drafters:
             seen = acceptance(impl, target, entry.drafter, k, tokens, seed=1000 + k)
-            propose = proposal_seconds(entry.drafter, k, features if entry.drafter.reads_features else None, 20)
+            propose = part_times[f"proposal ({k} tokens): {entry.name}"]
             c = propose / (k * step_1)
             loop = statistics.median(times[entry.name])
             rows.append(
@@ -214,14 +224,14 @@ def measure(impl, target, drafters: list[BenchDrafter], *, tokens: int, rounds: 
                     },
                     "per_call_s": {
                         "target step (1 token)": step_1,
-                        f"target pass ({k + 1} tokens)": verify_pass,
+                        f"target pass ({k + 1} tokens)": part_times[f"target pass ({k + 1} tokens)"],
                         f"proposal ({k} tokens)": propose,
-                        "verify_chain": verify,
+                        "verify_chain": part_times["verify_chain"],
                         "mlx round trip": round_trip,
                     },
                 }
             )
-    return {"rows": rows, "tokens": tokens, "target_step_s": step_1, "round_trip_s": round_trip}
+    return {"rows": rows, "tokens": tokens, "round_trip_s": round_trip}
 
 
 def size_sweep(sizes=SIZE_SWEEP, repeats: int = 10) -> list[dict]:
@@ -229,7 +239,9 @@ def size_sweep(sizes=SIZE_SWEEP, repeats: int = 10) -> list[dict]:
     out = []
     for hidden in sizes:
         spec = dataclasses.replace(TARGET_SPEC, hidden_size=hidden, num_heads=max(2, hidden // 32))
-        out.append({"hidden_size": hidden, "target_step_s": target_step_seconds(make_tiny_model(spec), 1, repeats)})
+        out.append(
+            {"hidden_size": hidden, "target_step_s": median_seconds(target_step(make_tiny_model(spec), 1), repeats)}
+        )
     return out
 
 
@@ -260,7 +272,7 @@ def format_crossing(rows: list[dict]) -> str:
 def format_rows(result: dict) -> str:
     lines = [
         f"{'drafter':28} {'k':>2} {'alpha':>6} {'tok/pass pred':>13} {'measured':>9} {'c':>6} "
-        f"{'speedup pred':>12} {'measured':>9} {'c for 1':>8} {'propose ms':>10} {'pass ms':>8}"
+        f"{'speedup pred':>12} {'measured':>9} {'c for 1':>8} {'propose ms':>10} {'pass ms':>8} {'step ms':>8}"
     ]
     for row in result["rows"]:
         calls = row["per_call_s"]
@@ -270,7 +282,7 @@ def format_rows(result: dict) -> str:
             f"{row['drafter']:28} {row['k']:>2} {row['alpha']:6.3f} {row['tokens_per_pass_predicted']:13.2f} "
             f"{row['tokens_per_pass_measured']:9.2f} {row['c']:6.2f} {row['speedup_predicted']:12.2f} "
             f"{row['speedup_measured']:9.2f} {row['c_for_speedup_1']:8.3f} {propose * 1e3:10.2f} "
-            f"{verify_pass * 1e3:8.2f}"
+            f"{verify_pass * 1e3:8.2f} {calls['target step (1 token)'] * 1e3:8.2f}"
         )
     return "\n".join(lines)
 
@@ -297,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     result["target"] = dataclasses.asdict(TARGET_SPEC)
     print(format_rows(result))
     print(
-        f"per call: target step {result['target_step_s'] * 1e3:.2f} ms, MLX round trip "
+        f"per call: MLX round trip "
         f"{result['round_trip_s'] * 1e3:.3f} ms; target step by hidden size: "
         + ", ".join(f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms" for s in result["size_sweep"])
     )
