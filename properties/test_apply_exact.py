@@ -82,7 +82,7 @@ def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mo
     check_apply_step(impl, data.draw(step_cases(TREE, options={"mode": mode}), label="step"))
 
 
-@pytest.mark.claim("C14")
+@pytest.mark.claim("C16")
 @pytest.mark.needs("apply")
 @given(step=step_cases(BLOCK))
 def test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):

@@ -1,4 +1,4 @@
-"""C14: block verification (Sun et al., arXiv 2403.10444) keeps the target's law and never accepts fewer drafts.
+"""C16: block verification (Sun et al., arXiv 2403.10444) keeps the target's law and never accepts fewer drafts.
 
 What every kernel keeps (same key, batch, compiled, half precision, impossible tokens, bad input, verify ==
 apply) is judged by the generic properties through the block's spec; here: the rule's law enumerated in
@@ -26,7 +26,7 @@ from ncm_verify.oracles import exact, exact_block
 from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 from ncm_verify.tolerances import EXACT_IDENTITY
 
-pytestmark = pytest.mark.claim("C14")
+pytestmark = pytest.mark.claim("C16")
 
 ENUMERATED_OUTCOMES = 512
 """Largest V^T enumerated: every block of every round's context, in pure Python."""

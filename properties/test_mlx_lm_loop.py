@@ -352,17 +352,6 @@ ACCEPTANCE_RULES = {
     "sum min(p, q)": lambda p, q: float(np.sum(np.minimum(p, q))),
 }
 """A decoder's `ACCEPTANCE_RULE` -> the first draft's exact acceptance rate given the target's p and the draft's q."""
-SMOKE_MAX_SAMPLES = 2048
-"""Sequences one example of the sampled smoke may draw (one Python call each, about 5 ms here)."""
-
-
-def smoke_sized(laws: dict[str, np.ndarray]) -> bool:
-    """Whether every testable law's plan at `stats.LOOP_TARGET_TV` needs at most `SMOKE_MAX_SAMPLES` draws."""
-    try:
-        sizes = [stats.make_plan(p, target_tv=stats.LOOP_TARGET_TV).n for p in laws.values() if np.count_nonzero(p) > 1]
-    except stats.UntestableDistribution:
-        return True  # the check itself rejects it, with its reason noted
-    return max(sizes, default=0) <= SMOKE_MAX_SAMPLES
 
 
 @pytest.mark.claim("C7")
@@ -381,7 +370,7 @@ def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate
     into one bin, where a deviation is unseen). It catches gross errors of the law
     or of the acceptance rate (every draft standing), not subtle ones;
     `test_every_target_sampler_call_...` sees any wrong conditional, however small.
-    Examples whose laws need more than `SMOKE_MAX_SAMPLES` sequences (an acceptance
+    Examples whose laws need more than `stats.LOOP_SMOKE_MAX_SAMPLES` sequences (an acceptance
     rate under about 1%, a nearly certain first token) are filtered out: at this
     budget the smoke cannot test them (one took 200k sequences, 25 minutes here).
     """
@@ -411,7 +400,7 @@ def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate
     )
     note(call)
     laws = {"first tokens": law, "first draft stood": np.array([accept, 1.0 - accept])}
-    assume(smoke_sized(laws))
+    assume(stats.loop_smoke_sized(laws))
 
     def sample(n: int) -> dict[str, np.ndarray]:
         mx.random.seed(seed)

@@ -19,6 +19,7 @@ from ncm_verify.mutants import (
     LEVEL_DRAFTING_MUTANTS,
     MUTANTS,
     PREFIX_CACHE_MUTANTS,
+    TEXT_DRAFTING_MUTANTS,
     TREE_MUTANTS,
     TREE_WALK_MUTANTS,
 )
@@ -33,6 +34,7 @@ LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
+TEXT_DRAFTING_PROPERTIES = ["properties/test_text_drafting.py"]
 BLOCK_PROPERTIES = [
     "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
     "properties/test_block.py",
@@ -56,6 +58,7 @@ KERNEL_PROPERTIES = [
     and path not in LEVEL_DRAFTING_PROPERTIES
     and path != "properties/test_tree.py"
     and path != "properties/test_block.py"
+    and path not in TEXT_DRAFTING_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 NO_VERDICT = "no verdict: a missing property file"
@@ -84,6 +87,8 @@ def properties_for(name: str) -> list[str]:
         return TREE_PROPERTIES
     if name in BLOCK_MUTANTS:
         return BLOCK_PROPERTIES
+    if name in TEXT_DRAFTING_MUTANTS:
+        return TEXT_DRAFTING_PROPERTIES
     return KERNEL_PROPERTIES
 
 

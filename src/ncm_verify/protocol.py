@@ -208,7 +208,7 @@ class TreeVerification(Protocol):
 
 
 class BlockVerification(Protocol):
-    """Block verification (claim C14; Sun et al., arXiv 2403.10444): the chain's arguments and outcome, the
+    """Block verification (claim C16; Sun et al., arXiv 2403.10444): the chain's arguments and outcome, the
     drafted block judged jointly; shapes in reference.block."""
 
     def verify_block(self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True) -> Any:
@@ -216,6 +216,26 @@ class BlockVerification(Protocol):
 
     def apply_block(self, target_probs, draft_probs, draft_tokens, num_draft, uniforms) -> Any:
         """verify_block given its uniforms [B, 2, G+1]: u[b, 0, i] judges position i + 1, u[b, 1, 0] the last draw."""
+
+
+class TextDrafting(Protocol):
+    """A text drafter's blocks verified by an mlx-lm target in one pass each (issue 24; reference.drafting)."""
+
+    def generate_drafted(
+        self,
+        target,
+        drafter,
+        prompt,
+        max_tokens,
+        *,
+        num_draft,
+        key,
+        temperature=1.0,
+        kernels=None,
+        target_cache=None,
+        drafter_cache=None,
+    ) -> Any:
+        """(mlx-lm target, TextDrafter, prompt [T], max_tokens, *, num_draft, key, ...) -> DraftedGeneration."""
 
 
 def protocol_members(protocol: type) -> tuple[str, ...]:
@@ -233,6 +253,7 @@ MLX_LM_NAMES = protocol_members(Decoding)
 LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
 TREE_NAMES = protocol_members(TreeVerification)
 BLOCK_NAMES = protocol_members(BlockVerification)
+TEXT_DRAFTING_NAMES = protocol_members(TextDrafting)
 PROTOCOLS: tuple[type, ...] = (
     SpeculativeKernels,
     NCMModelAndCache,
@@ -240,6 +261,7 @@ PROTOCOLS: tuple[type, ...] = (
     LevelDrafting,
     TreeVerification,
     BlockVerification,
+    TextDrafting,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))

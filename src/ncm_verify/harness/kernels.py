@@ -332,7 +332,7 @@ TREE = KernelSpec(
 )
 
 
-# --- block: the chain's arguments, the drafted block judged jointly (Sun et al., arXiv 2403.10444; C14) ---
+# --- block: the chain's arguments, the drafted block judged jointly (Sun et al., arXiv 2403.10444; C16) ---
 
 BLOCK = dataclasses.replace(
     CHAIN,

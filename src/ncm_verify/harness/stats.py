@@ -599,3 +599,16 @@ def record(result: ChiSquareResult) -> None:
             os.write(descriptor, line)
         finally:
             os.close(descriptor)
+
+
+LOOP_SMOKE_MAX_SAMPLES = 2048
+"""Sequences one example of a loop's sampled smoke may draw (one Python call each, about 5 ms here)."""
+
+
+def loop_smoke_sized(laws: dict[str, np.ndarray], max_samples: int = LOOP_SMOKE_MAX_SAMPLES) -> bool:
+    """Whether every testable law's plan at `LOOP_TARGET_TV` needs at most `max_samples` draws."""
+    try:
+        sizes = [make_plan(p, target_tv=LOOP_TARGET_TV).n for p in laws.values() if np.count_nonzero(p) > 1]
+    except UntestableDistribution:
+        return True  # the check itself rejects it, with its reason noted
+    return max(sizes, default=0) <= max_samples

@@ -72,6 +72,13 @@ MUTANTS = {
     "tree_residual_in_half": "tree: half-precision inputs keep the residual in their own precision between siblings",
     "tree_renormalised_naively": "tree: without replacement, q_i divided by 1 - q(tried ids), not by what is left",
     "tree_tried_shared_across_batch": "tree: without replacement, one set of tried ids for the whole batch",
+    "drafting_q_from_latent_marginal": "text drafting: q is the drafter's latent marginal sum_z q(z) q(. | z)",
+    "drafting_q_under_another_code": "text drafting: q and codes of a second proposal, the tokens of the first",
+    "drafting_q_at_temperature_one": "text drafting: tokens drawn at temperature T, q reported at temperature 1",
+    "drafting_target_stale_after_rejection": (
+        "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
+    ),
+    "drafting_drafter_cache_not_rolled_back": "text drafting: the drafter's cache keeps its drafts' entries",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
@@ -84,6 +91,8 @@ BLOCK_MUTANTS = {name for name in MUTANTS if name.startswith("block_")}
 TREE_WALK_MUTANTS = {"tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"}
 """Tree mutants of the walk's numerics and state (issue 28): swept against the walk properties alone, which
 reach them on purpose; the enumeration and sampling cannot see them."""
+TEXT_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("drafting_")}
+"""Mutants of the text drafting loop: its properties must catch them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
@@ -172,3 +181,10 @@ def with_level_step(**changes) -> dict:
     return {
         "generate_level_speculative": partial(generate_level_speculative, steps=REFERENCE_STEPS._replace(**changes))
     }
+
+
+def with_drafting_step(**changes) -> dict:
+    """The text drafting loop with one of its decisions (`drafting.loop.Steps`) swapped."""
+    from ncm_verify.reference.drafting.loop import REFERENCE_STEPS, generate_drafted
+
+    return {"generate_drafted": partial(generate_drafted, _steps=REFERENCE_STEPS._replace(**changes))}

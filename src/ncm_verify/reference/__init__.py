@@ -1,6 +1,7 @@
 """The reference implementation under test: the suite's own kernels and model."""
 
 from ncm_verify.reference.block import apply_block, verify_block
+from ncm_verify.reference.drafting.loop import generate_drafted
 from ncm_verify.reference.ncm import (
     KVCache,
     NCMConfig,
@@ -56,6 +57,7 @@ __all__ = [
     "trim_prompt_cache",
     "generate_level_speculative",
     "verify_drafted_levels",
+    "generate_drafted",
     "apply_chain",
     "apply_factorized",
     "apply_latent_chain",

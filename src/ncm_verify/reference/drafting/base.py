@@ -36,6 +36,8 @@ class TextDrafter(Protocol):
     vocab_size: int
     max_block: int
     """The most tokens one proposal can hold (an NCM drafter's decoded length; any k for an AR drafter)."""
+    reads_features: bool
+    """Whether `propose` reads `features` (the loop computes the target's hidden states only then)."""
 
     def make_cache(self) -> list[Any]:
         """A fresh per-layer cache (mlx-lm's cache classes, so `trim_prompt_cache` rolls it back)."""
@@ -57,4 +59,17 @@ class TextDrafter(Protocol):
         accepted context after verification. `features` (B, D) is the target's hidden state at the block's
         start, for feature-conditioned drafters (others ignore it).
         """
+        ...
+
+    def block_probs(
+        self,
+        context: mx.array,
+        tokens: mx.array,
+        codes: mx.array | None,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> mx.array:
+        """The rows ``(B, k, V)`` `propose` draws `tokens` ``(B, k)`` from after `context` ``(B, T)``, under
+        `codes`, recomputed without a cache: the suite checks each proposal's rows against them."""
         ...

@@ -1,0 +1,369 @@
+"""Tiny seeded text drafters (test-only), and the call-by-call check of a drafting loop that uses them.
+
+`ARDrafter` drafts with an mlx-lm model one token at a time; `BlockDrafter` is an NCM-style block
+drafter: from the context it samples a code z, then proposes k tokens factorised given z, q(x | z) =
+prod_i q_i(x_i | z), in one forward over k placeholder slots (which it leaves in its cache for the loop to
+trim), optionally reading the target's hidden state. Both are pure functions of their seeds. The trained
+drafters (issue 24's other half) implement the same `TextDrafter` face.
+
+`check_drafted_calls` judges a loop from what it handed the drafter and `verify_chain`, exactly: each
+call's p rows are the target's uncached conditionals of what was emitted before, its q rows the very rows
+the drafter's last proposal drew its tokens from (recomputed uncached under its codes), its features the
+target's uncached hidden state, and the loop emits what `verify_chain` decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
+from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
+from ncm_verify.reference.drafting import DraftBlock
+from ncm_verify.reference.drafting.loop import target_pass
+
+DRAFTER_KINDS = ("autoregressive", "block", "block reading features")
+"""The test drafters the properties draw."""
+
+
+def scaled_softmax(logits: mx.array, temperature: float) -> mx.array:
+    return mx.softmax(logits.astype(mx.float32) * (1.0 / temperature), axis=-1)
+
+
+class ARDrafter:
+    """An autoregressive `TextDrafter` over an mlx-lm model: k forward passes per block."""
+
+    reads_features = False
+
+    def __init__(self, model, max_block: int = 8):
+        self.model, self.vocab_size, self.max_block = model, model.args.vocab_size, max_block
+
+    def make_cache(self) -> list:
+        return make_prompt_cache(self.model)
+
+    def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None) -> DraftBlock:
+        logits = self.model(new_tokens, cache=cache)[:, -1]
+        tokens, rows = [], []
+        for i, step_key in enumerate(mx.random.split(key, k)):
+            scores = logits.astype(mx.float32) * (1.0 / temperature)
+            token = mx.random.categorical(scores, key=step_key)
+            tokens.append(token)
+            rows.append(mx.softmax(scores, axis=-1))
+            if i < k - 1:
+                logits = self.model(token[:, None], cache=cache)[:, -1]
+        return DraftBlock(tokens=mx.stack(tokens, axis=1).astype(mx.int32), probs=mx.stack(rows, axis=1))
+
+    def block_probs(self, context, tokens, codes=None, *, temperature=1.0, features=None) -> mx.array:
+        k = tokens.shape[1]
+        sequence = mx.concatenate([context, tokens[:, :-1]], axis=1).astype(mx.int32)
+        return scaled_softmax(self.model(sequence)[:, -k:], temperature)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """A tiny NCM-style block drafter: `num_codes` values of one code z, `max_block` factorised rows."""
+
+    vocab_size: int = 8
+    seed: int = 0
+    num_codes: int = 3
+    max_block: int = 4
+    feature_size: int = 0
+    hidden_size: int = 16
+    logit_scale: float = 2.0
+
+
+class BlockDrafter:
+    """An NCM-style block `TextDrafter`: z ~ q(z | context), then k tokens from q_i(. | z, context) at once.
+
+    Its backbone is an mlx-lm llama over the vocabulary and one placeholder id; the block's k slots are
+    placeholders after the context, read in the same forward pass as the new tokens.
+    """
+
+    def __init__(self, spec: BlockSpec):
+        self.spec, self.vocab_size, self.max_block = spec, spec.vocab_size, spec.max_block
+        self.reads_features = spec.feature_size > 0
+        self.placeholder = spec.vocab_size
+        self.backbone = make_tiny_model(
+            TinySpec(vocab_size=spec.vocab_size + 1, seed=spec.seed, hidden_size=spec.hidden_size, num_layers=1)
+        )
+        keys = mx.random.split(mx.random.key(spec.seed + 7919), 4)
+        h, scale = spec.hidden_size, spec.logit_scale / math.sqrt(spec.hidden_size)
+        self.heads = scale * mx.random.normal((spec.max_block, h, spec.vocab_size), key=keys[0])
+        self.code_embeddings = mx.random.normal((spec.num_codes, h), key=keys[1])
+        self.code_head = scale * mx.random.normal((h, spec.num_codes), key=keys[2])
+        self.feature_map = mx.random.normal((max(spec.feature_size, 1), h), key=keys[3]) / math.sqrt(
+            max(spec.feature_size, 1)
+        )
+        mx.eval(self.heads, self.code_embeddings, self.code_head, self.feature_map)
+
+    def make_cache(self) -> list:
+        return make_prompt_cache(self.backbone)
+
+    def _states(self, tokens: mx.array, cache, k: int, features) -> tuple[mx.array, mx.array]:
+        """Hidden states of the last context token ``[B, H]`` and of the k slots ``[B, k, H]``."""
+        slots = mx.full((tokens.shape[0], k), self.placeholder, dtype=mx.int32)
+        states = self.backbone.model(mx.concatenate([tokens.astype(mx.int32), slots], axis=1), cache)
+        if self.reads_features:
+            if features is None:
+                raise ValueError("features: this drafter reads the target's hidden state; got None")
+            states = states + (features.astype(mx.float32) @ self.feature_map)[:, None]
+        return states[:, -k - 1], states[:, -k:]
+
+    def _rows(self, slots: mx.array, codes: mx.array, temperature: float) -> mx.array:
+        k = slots.shape[1]
+        conditioned = slots + self.code_embeddings[codes[:, 0]][:, None]
+        logits = mx.einsum("bkh,khv->bkv", conditioned, self.heads[:k])
+        return scaled_softmax(logits, temperature)
+
+    def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None) -> DraftBlock:
+        last, slots = self._states(new_tokens, cache, k, features)
+        code_key, token_key = mx.random.split(key)
+        codes = mx.random.categorical(last @ self.code_head, key=code_key)[:, None].astype(mx.int32)
+        rows = self._rows(slots, codes, temperature)
+        tokens = mx.random.categorical(mx.log(rows), key=token_key).astype(mx.int32)
+        return DraftBlock(tokens=tokens, probs=rows, codes=codes)
+
+    def block_probs(self, context, tokens, codes, *, temperature=1.0, features=None) -> mx.array:
+        _, slots = self._states(context, None, tokens.shape[1], features)
+        return self._rows(slots, codes, temperature)
+
+    def code_law(self, context: mx.array, *, features=None) -> mx.array:
+        """q(z | context) ``[B, num_codes]``."""
+        last, _ = self._states(context, None, 1, features)
+        return mx.softmax(last @ self.code_head, axis=-1)
+
+    def marginal_probs(self, context: mx.array, k: int, *, temperature=1.0, features=None) -> mx.array:
+        """The latent marginal sum_z q(z) q_i(. | z) ``[B, k, V]``: not what the tokens were drawn from."""
+        _, slots = self._states(context, None, k, features)
+        law = self.code_law(context, features=features)
+        codes = [mx.full((context.shape[0], 1), z, dtype=mx.int32) for z in range(self.spec.num_codes)]
+        rows = [law[:, z, None, None] * self._rows(slots, c, temperature) for z, c in enumerate(codes)]
+        return mx.sum(mx.stack(rows), axis=0)
+
+
+def make_drafter(kind: str, target_spec: TinySpec, seed: int, *, logit_scale: float | None = None, max_block: int = 4):
+    """A test drafter of `kind` (`DRAFTER_KINDS`) over `target_spec`'s vocabulary.
+
+    The autoregressive one is the target's architecture with other weights, or with `logit_scale` the
+    target's own weights under a scaled head (a draft close to the target). `max_block` bounds a block
+    drafter's k.
+    """
+    if kind == "autoregressive":
+        spec = (
+            target_spec.with_seed(seed)
+            if logit_scale is None
+            else dataclasses.replace(target_spec, logit_scale=logit_scale)
+        )
+        return ARDrafter(make_tiny_model(spec))
+    if kind not in DRAFTER_KINDS:
+        raise ValueError(f"kind: expected one of {DRAFTER_KINDS}, got {kind!r}")
+    features = target_spec.hidden_size if kind == "block reading features" else 0
+    return BlockDrafter(
+        BlockSpec(vocab_size=target_spec.vocab_size, seed=seed, feature_size=features, max_block=max_block)
+    )
+
+
+def target_features(target, context: list[int]) -> mx.array:
+    """The target's uncached last hidden state at the position whose row emits `context`'s last token."""
+    _, states = target_pass(target, mx.array([context[:-1]], dtype=mx.int32), None, hidden=True)
+    if states is None:
+        raise ValueError("target: gave no hidden states")
+    return states[:, -1]
+
+
+class RecordingDrafter:
+    """A drafter that logs each proposal (what it was handed and what it returned) into `calls`."""
+
+    def __init__(self, drafter, calls: list):
+        self.drafter, self.calls = drafter, calls
+
+    def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None):
+        block = self.drafter.propose(cache, new_tokens, k, key, temperature=temperature, features=features)
+        self.calls.append(("propose", {"new_tokens": new_tokens, "features": features, "block": block}))
+        return block
+
+    def __getattr__(self, name):
+        if name == "drafter":
+            raise AttributeError(name)
+        return getattr(self.drafter, name)
+
+
+class CountingModel:
+    """An mlx-lm model whose forward passes (through ``__call__`` or its ``model``) are counted into `passes`."""
+
+    def __init__(self, model, passes: list):
+        self.wrapped, self.passes = model, passes
+
+    def __call__(self, inputs, *args, **kwargs):
+        self.passes.append(tuple(inputs.shape))
+        return self.wrapped(inputs, *args, **kwargs)
+
+    @property
+    def model(self):
+        inner, passes = self.wrapped.model, self.passes
+
+        def forward(inputs, *args, **kwargs):
+            passes.append(tuple(inputs.shape))
+            return inner(inputs, *args, **kwargs)
+
+        forward.embed_tokens = inner.embed_tokens
+        return forward
+
+    def __getattr__(self, name):
+        if name == "wrapped":
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+def check_one_pass_per_block(passes: list, prompt: list[int], blocks: int, *, call: str) -> None:
+    """The target ran once over the prompt (all but its last token, when there are others) and once per block."""
+    expected = blocks + (len(prompt) > 1)
+    if len(passes) != expected:
+        raise AssertionError(
+            f"target forward passes: {len(passes)} (shapes {passes}), expected {expected}: one prefill of a "
+            f"{len(prompt)}-token prompt and one pass per verified block ({blocks})\n  call: {call}"
+        )
+
+
+class RecordingKernels:
+    """An implementation whose `verify_chain` calls are logged into `calls`; every other name is its own."""
+
+    def __init__(self, kernels, calls: list):
+        self.kernels, self.calls = kernels, calls
+
+    def verify_chain(self, target_probs, draft_probs, draft_tokens, **kwargs):
+        outcome = self.kernels.verify_chain(target_probs, draft_probs, draft_tokens, **kwargs)
+        record = {"p": target_probs, "q": draft_probs, "drafts": draft_tokens, "outcome": outcome}
+        self.calls.append(("verify_chain", record))
+        return outcome
+
+    def __getattr__(self, name):
+        if name == "kernels":
+            raise AttributeError(name)
+        return getattr(self.kernels, name)
+
+
+def check_drafted_calls(
+    calls: list,
+    tokens: list[int] | None,
+    target,
+    drafter,
+    prompt: list[int],
+    max_tokens: int,
+    temperature: float,
+    *,
+    call: str,
+) -> list[int]:
+    """Every `verify_chain` call got the target's exact conditionals and the drafter's own rows; returns
+    the drafts each accepted.
+
+    `calls` is the log `RecordingDrafter` and `RecordingKernels` shared; `tokens` what the loop emitted
+    (None when it raised: only the calls it made are judged).
+    """
+    context, proposal = list(prompt), None
+    accepted: list[int] = []
+    for name, record in calls:
+        if name == "propose":
+            proposal = record
+            continue
+        number = len(accepted)
+        where = f"{call}  # verify_chain call {number}, after {len(context) - len(prompt)} emitted tokens"
+        if proposal is None:
+            raise AssertionError(f"verify_chain call {number} came before any proposal\n  call: {where}")
+        block, drafts = proposal["block"], record["drafts"]
+        assert_equal(drafts, block.tokens, label="drafts handed to verify_chain vs the last proposal's", call=where)
+        features = target_features(target, context) if drafter.reads_features else None
+        if drafter.reads_features:
+            assert_close(
+                proposal["features"],
+                features,
+                dtype=mx.float32,
+                label="features handed to the drafter vs the target's uncached hidden state at the block's start",
+                call=where,
+            )
+        context_array = mx.array([context], dtype=mx.int32)
+        own_rows = drafter.block_probs(context_array, drafts, block.codes, temperature=temperature, features=features)
+        assert_close(
+            record["q"],
+            own_rows,
+            dtype=mx.float32,
+            label="q rows handed to verify_chain vs the drafter's rows under its codes, recomputed uncached",
+            call=where,
+        )
+        sequence = mx.array([context + as_numpy(drafts).reshape(-1).tolist()], dtype=mx.int32)
+        exact = logprobs_at_every_position(target, sequence)[:, len(context) - 1 :]
+        assert_close(
+            record["p"],
+            scaled_softmax(exact, temperature),
+            dtype=mx.float32,
+            label="p rows handed to verify_chain vs the target's uncached conditionals of what precedes",
+            call=where,
+        )
+        stood = int(record["outcome"].num_accepted[0].item())
+        context += [int(t) for t in record["outcome"].tokens[0, : stood + 1].tolist()]
+        accepted.append(stood)
+        proposal = None
+    if tokens is None:  # the loop raised: judged on the calls it made
+        return accepted
+    replayed = context[len(prompt) :][:max_tokens]
+    assert_equal(np.asarray(tokens), np.asarray(replayed), label="emitted tokens vs verify_chain's outcomes", call=call)
+    if len(tokens) != max_tokens:
+        raise AssertionError(f"emitted {len(tokens)} tokens, asked for {max_tokens}\n  call: {call}")
+    return accepted
+
+
+def sequences(vocab: int, length: int) -> list[tuple[int, ...]]:
+    return list(itertools.product(range(vocab), repeat=length))
+
+
+def _rows_by_sequence(score, prompt: list[int], suffixes: list[tuple[int, ...]]) -> dict[tuple, np.ndarray]:
+    """`score(batch [N, T]) -> rows [N, V]` for prompt + each suffix (grouped by length), as float64 rows."""
+    table = {}
+    for length in sorted({len(s) for s in suffixes}):
+        group = [s for s in suffixes if len(s) == length]
+        rows = as_numpy(score(mx.array([prompt + list(s) for s in group], dtype=mx.int32))).astype(np.float64)
+        for suffix, row in zip(group, rows):
+            table[suffix] = row / row.sum()
+    return table
+
+
+def drafting_tables(target, drafter, prompt: list[int], length: int, num_draft: int, temperature: float):
+    """Float64 tables of both models after `prompt`, for the oracle: ``(target_row, drafter_blocks)``.
+
+    ``target_row(suffix)`` is p(. | prompt + suffix); ``drafter_blocks(suffix)`` lists ``(weight, row)``
+    per code, ``row(drafted)`` the drafter's row for the next draft (the block's first len(drafted) drawn).
+    """
+    vocab = target.args.vocab_size
+    contexts = [s for m in range(length) for s in sequences(vocab, m)]
+    reach = [s for m in range(length + num_draft) for s in sequences(vocab, m)]
+    target_table = _rows_by_sequence(
+        lambda batch: scaled_softmax(logprobs_at_every_position(target, batch)[:, -1], temperature), prompt, reach
+    )
+    features = {}
+    if drafter.reads_features:
+        for s in contexts:
+            features[s] = target_features(target, prompt + list(s))
+    if isinstance(drafter, ARDrafter):
+        table = _rows_by_sequence(lambda batch: scaled_softmax(drafter.model(batch)[:, -1], temperature), prompt, reach)
+        blocks = {s: [(1.0, lambda drafted, s=s: table[s + tuple(drafted)])] for s in contexts}
+    else:
+        blocks = {}
+        for s in contexts:
+            context = mx.array([prompt + list(s)], dtype=mx.int32)
+            law = as_numpy(drafter.code_law(context, features=features.get(s))).astype(np.float64)[0]
+            entries = []
+            for z in range(drafter.spec.num_codes):
+                codes = mx.array([[z]], dtype=mx.int32)
+                dummy = mx.zeros((1, num_draft), dtype=mx.int32)
+                rows = as_numpy(
+                    drafter.block_probs(context, dummy, codes, temperature=temperature, features=features.get(s))
+                ).astype(np.float64)[0]
+                rows /= rows.sum(axis=1, keepdims=True)
+                entries.append((law[z] / law.sum(), lambda drafted, rows=rows: rows[len(drafted)]))
+            blocks[s] = entries
+    return (lambda suffix: target_table[tuple(suffix)]), (lambda suffix: blocks[tuple(suffix)])
