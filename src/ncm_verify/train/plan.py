@@ -95,14 +95,13 @@ def make_all(only: set[str] | None) -> list[Made]:
 
     mx.random.seed(SEED)
     target = make_llama(TARGET_ARGS)
-    spec = RunSpec("target", TARGET_STEPS, 3e-3, SEED)
-    wall = _run(target, NextTokenTask(text.train, BATCH, LENGTH, SEED), spec)
-    target.eval()
-    made.append(
-        Made(
-            target, "llama", vars(TARGET_ARGS), "text", spec, wall, evaluate.next_token_loss(target, text.held_out), {}
-        )
-    )
+    # The distilled and feature-conditioned drafters learn from the target: it is trained first when they are.
+    if any(want(name) for name in ("target", "ncm_distilled", "ncm_features")):
+        spec = RunSpec("target", TARGET_STEPS, 3e-3, SEED)
+        wall = _run(target, NextTokenTask(text.train, BATCH, LENGTH, SEED), spec)
+        target.eval()
+        loss = evaluate.next_token_loss(target, text.held_out)
+        made.append(Made(target, "llama", vars(TARGET_ARGS), "text", spec, wall, loss, {}))
     target.freeze()
 
     if want("grammar"):
@@ -235,7 +234,7 @@ def write(made: list[Made], corpus: dict[str, Any], directory: Path = DRAFTING_F
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.train", description=__doc__)
     parser.add_argument("--fresh", action="store_true", help="drop the checkpoints in .train-cache/ first")
-    parser.add_argument("--only", nargs="*", help="train only these models (the target always)")
+    parser.add_argument("--only", nargs="*", help="train only these models (and the target when they learn from it)")
     args = parser.parse_args(argv)
     if args.fresh and CHECKPOINTS.exists():
         shutil.rmtree(CHECKPOINTS)
