@@ -158,3 +158,16 @@ def test_mlx_lm_s_own_loops_run_the_shipped_target_and_ar_draft_unchanged():
     drafted = speculative_generate_step(prompt, target, draft, num_draft_tokens=3, max_tokens=12)
     speculative = [int(t) for t, _, _ in drafted]
     assert speculative == greedy
+
+
+def test_shipped_ncm_drafters_propose_blocks_given_the_target_s_features_where_they_read_them():
+    from ncm_verify.reference.drafting.models import target_features
+
+    target = load_trained("target")
+    context = mx.array(encode("The return statement")[None], dtype=mx.int32)
+    features = target_features(target, context)[:, -1]
+    for name in ("ncm_data", "ncm_distilled", "ncm_features"):
+        drafter = load_trained(name)
+        block = drafter.propose(drafter.make_cache(), context, 8, mx.random.key(0), features=features)
+        assert block.tokens.shape == (1, 8) and block.codes.shape == (1, drafter.config.levels), name
+        np.testing.assert_allclose(np.array(block.probs.sum(axis=-1)), 1.0, atol=1e-5)
