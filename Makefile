@@ -13,7 +13,7 @@ JOBS ?= 2
 SEED ?=
 PYTEST := $(PY) -m pytest
 
-.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean
+.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
 
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,3 +92,10 @@ verify-peers: install-peers
 ## clean: remove reports, the cache (reference evidence, self-tests) and Hypothesis state
 clean:
 	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks
+
+# Issue 24's models: the AR target, the grammar model and four drafters of equal size, trained with MLX
+# (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
+# runs this; FRESH=1 drops the checkpoints first.
+## train: train the target and the drafters into fixtures/drafting/ (minutes on 2 cores; resumable)
+train: install
+	$(PY) -m ncm_verify.train $(if $(FRESH),--fresh)

@@ -612,3 +612,19 @@ def loop_smoke_sized(laws: dict[str, np.ndarray], max_samples: int = LOOP_SMOKE_
     except UntestableDistribution:
         return True  # the check itself rejects it, with its reason noted
     return max(sizes, default=0) <= max_samples
+
+
+DIRECTION_ALPHA = FAMILY_BUDGET / 2
+"""Each of C10's two paired tests (distilled, feature-conditioned drafter against the undistilled one): the
+rate at which a direction that does not lengthen accepted blocks reads *shown*, Bonferroni over the two."""
+
+
+def paired_improvement_p_value(challenger: np.ndarray, baseline: np.ndarray) -> float:
+    """One-sided paired t-test p-value of mean(challenger - baseline) > 0, per context (exact values, not samples:
+    the test is over which held-out contexts were drawn)."""
+    if challenger.shape != baseline.shape or challenger.ndim != 1 or len(challenger) < 2:
+        raise ValueError(f"challenger, baseline: need two equal 1-d arrays, got {challenger.shape}, {baseline.shape}")
+    difference = challenger - baseline
+    if np.ptp(difference) == 0:  # no spread: the t statistic is undefined, the sign decides
+        return 0.0 if difference[0] > 0 else 1.0
+    return float(scipy_stats.ttest_rel(challenger, baseline, alternative="greater").pvalue)

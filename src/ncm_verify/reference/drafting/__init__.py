@@ -2,5 +2,16 @@
 
 from ncm_verify.reference.drafting.base import DraftBlock, TextDrafter
 from ncm_verify.reference.drafting.loop import DraftedGeneration, generate_drafted
+from ncm_verify.reference.drafting.models import ARDrafter, NCMBlockDrafter, NCMDrafterConfig
+from ncm_verify.reference.drafting.trained import load_trained
 
-__all__ = ["DraftBlock", "DraftedGeneration", "TextDrafter", "generate_drafted"]
+__all__ = [
+    "ARDrafter",
+    "DraftBlock",
+    "DraftedGeneration",
+    "NCMBlockDrafter",
+    "NCMDrafterConfig",
+    "TextDrafter",
+    "generate_drafted",
+    "load_trained",
+]

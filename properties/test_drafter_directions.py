@@ -1,0 +1,29 @@
+"""C10: distillation and feature conditioning lengthen an NCM text drafter's accepted blocks.
+
+On 128 held-out contexts, each shipped drafter's expected accepted length of a 2-token block is computed
+exactly from the target's and the drafter's rows (`oracles.exact_acceptance`, every block enumerated; not
+sampled), and each direction must beat the undistilled NCM drafter of the same size by a one-sided paired
+t-test over the contexts at `stats.DIRECTION_ALPHA`. A direction that does not beat the baseline fails this
+property, with the table: the claim is tested, not assumed.
+"""
+
+import pytest
+
+from ncm_verify.harness import drafting_acceptance as c10
+
+
+@pytest.fixture(scope="module")
+def directions():
+    return c10.c10()
+
+
+@pytest.mark.claim("C10")
+@pytest.mark.parametrize("direction", c10.DIRECTIONS)
+def test_direction_lengthens_the_exact_expected_accepted_block_over_the_undistilled_drafter(directions, direction):
+    table, results = directions
+    result = next(r for r in results if r.direction == direction)
+    assert result.shown, (
+        f"{direction} does not accept longer blocks than {c10.BASELINE} at alpha {result.alpha:g}\n"
+        f"{c10.describe(table, results)}\n"
+        f"reproduce: .venv/bin/python -m ncm_verify.harness.drafting_acceptance"
+    )

@@ -1,0 +1,107 @@
+"""The exact expected accepted length of a drafted block, from the target's and the drafter's rows.
+
+Speculative sampling accepts the first i drafted tokens x_1..x_i with probability
+prod_{j<=i} min(p(x_j | c, x_<j), q_j(x_j | ...)), summed over the tokens. For a factorised NCM drafter,
+q_j = q(x_j | z, c) under codes z drawn with weight w_z, and the block's law is the mixture over z; for an AR
+drafter q_j = q(x_j | c, x_<j) and there is one component of weight 1. So, per component,
+
+    P(first i accepted) = sum over prefixes x_1..x_i of w * prod_j min(p_j, q_j),  E[accepted] = sum_i P(...).
+
+The sum runs over V^i prefixes; this recursion expands a prefix only while its mass (the product so far)
+is at least `floor` times its component's weight (each code z's tree is cut at the same relative depth;
+`floor` 0 enumerates every block). Every child's own mass is still counted exactly (it is known once its
+parent's rows are), so only the descendants of an unexpanded child are missing, and each depth below holds
+at most the child's mass: E[accepted] lies in [lower, lower + bound], bound = sum over unexpanded children of
+mass x (k - depth). Rows are float64 (the models' float32 rows, promoted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BlockAcceptance", "Component", "expected_accepted_length"]
+
+Prefix = tuple[int, ...]
+RowsFn = Callable[[Sequence[tuple[int, Prefix]]], np.ndarray]
+"""Rows (N, V) float64 for N (context index, prefix) pairs."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One mixture component of a drafter's block law for one context: its weight and its rows.
+
+    `rows` None: the drafter's rows come from `draft_rows` (an AR drafter, prefix-dependent); otherwise
+    (k, V) rows q(x_j | z, c) that do not depend on the prefix (an NCM drafter's codes z).
+    """
+
+    context: int
+    weight: float
+    rows: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class BlockAcceptance:
+    """Per context: P(first i accepted) for i = 1..k (lower bounds) and E[accepted] in [lower, lower + bound]."""
+
+    accepted_prefix: np.ndarray
+    """(contexts, k): lower bounds on P(the first i drafted tokens are all accepted)."""
+    lower: np.ndarray
+    bound: np.ndarray
+    nodes: int
+    """Prefixes whose rows were computed (the cost)."""
+
+    @property
+    def upper(self) -> np.ndarray:
+        return self.lower + self.bound
+
+    def per_position(self) -> np.ndarray:
+        """Mean over contexts of P(token i accepted | the first i-1 were), i = 1..k."""
+        mean = self.accepted_prefix.mean(axis=0)
+        return mean / np.concatenate([[1.0], mean[:-1]])
+
+
+def expected_accepted_length(
+    components: Sequence[Component],
+    contexts: int,
+    k: int,
+    target_rows: RowsFn,
+    draft_rows: RowsFn | None = None,
+    floor: float = 1e-3,
+) -> BlockAcceptance:
+    """Exact E[accepted tokens] of a k-token block per context, up to the stated bound (see the module)."""
+    if k < 1:
+        raise ValueError(f"k: {k} must be at least 1")
+    accepted = np.zeros((contexts, k))
+    bound = np.zeros(contexts)
+    # A frontier entry: (component index, prefix, mass so far).
+    frontier: list[tuple[int, Prefix, float]] = [(i, (), c.weight) for i, c in enumerate(components) if c.weight > 0]
+    nodes = 0
+    for depth in range(k):
+        if not frontier:
+            break
+        keys = sorted({(components[i].context, prefix) for i, prefix, _ in frontier})
+        position = {key: n for n, key in enumerate(keys)}
+        p = target_rows(keys)
+        nodes += len(keys)
+        ar_keys = [key for key in keys] if any(components[i].rows is None for i, _, _ in frontier) else []
+        q_ar = draft_rows(ar_keys) if ar_keys and draft_rows is not None else None
+        if ar_keys and draft_rows is None:
+            raise ValueError("draft_rows: a component without rows needs the drafter's rows")
+        following: list[tuple[int, Prefix, float]] = []
+        for i, prefix, mass in frontier:
+            component = components[i]
+            row = position[(component.context, prefix)]
+            q = component.rows[depth] if component.rows is not None else q_ar[row]  # type: ignore[index]
+            child = mass * np.minimum(p[row], q)
+            accepted[component.context, depth] += child.sum()
+            if depth + 1 == k:
+                continue
+            expand = np.flatnonzero(child >= floor * component.weight)
+            left = child.sum() - child[expand].sum()
+            bound[component.context] += max(left, 0.0) * (k - depth - 1)
+            following.extend((i, (*prefix, int(x)), float(child[x])) for x in expand)
+        frontier = following
+    return BlockAcceptance(accepted, accepted.sum(axis=1), bound, nodes)

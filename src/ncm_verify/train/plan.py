@@ -1,0 +1,257 @@
+"""The models `make train` makes, in order, and the record it writes beside their weights.
+
+Steps and sizes are chosen so the whole plan takes minutes on 2 idle cores. The NCM drafters (a) data alone
+and (b) distilled continue one shared pretrained checkpoint for the same number of steps with the same
+schedule, so (b)'s only difference is its objective; (c) reads the target's features and trains on the data
+for as many steps as (a) in all; (d), the AR draft, likewise. All four drafters hold the same number of
+parameters (the AR draft's MLP width and (c)'s decoder width are chosen so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from ncm_verify.reference.drafting import text as corpus
+from ncm_verify.reference.drafting.models import (
+    NCMBlockDrafter,
+    NCMDrafterConfig,
+    llama_args,
+    make_llama,
+    parameter_count,
+)
+from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256
+from ncm_verify.train import data, evaluate
+from ncm_verify.train.loop import RunSpec, Task, train
+from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NextTokenTask
+
+CHECKPOINTS = Path(".train-cache")
+SEED = 0
+CONTEXT = 32
+BLOCK = 8
+BATCH = 16
+STARTS = 4
+"""Blocks an NCM step scores per window: every z is decoded for each, so they cost most of its step."""
+LENGTH = 64
+TARGET_STEPS = 600
+PRETRAIN_STEPS = 300
+CONTINUE_STEPS = 150
+GRAMMAR_STEPS = 200
+
+# MLX's CPU backend runs these shapes at ~2 GFLOP/s on 2 shared cores, hence models of 20-90k parameters.
+TARGET_ARGS = llama_args(len(data.VOCAB), hidden=64, layers=2, intermediate=128)
+NCM_BASE = NCMDrafterConfig(
+    vocab_size=len(data.VOCAB),
+    hidden=32,
+    layers=2,
+    intermediate=64,
+    codebook=3,
+    levels=2,
+    max_block=BLOCK,
+    decoder_hidden=97,
+)
+# (c) gives the feature projection's 64 x 32 parameters back from its decoder's width (2 x 32 per unit).
+NCM_FEATURES = NCMDrafterConfig(**{**NCM_BASE.to_dict(), "feature_dim": TARGET_ARGS.hidden_size, "decoder_hidden": 65})
+# (d): the llama body's MLP widened by the NCM head's 6,912 parameters (3 x 32 x 2 layers = 192 per unit).
+AR_DRAFT_ARGS = llama_args(len(data.VOCAB), hidden=32, layers=2, intermediate=100)
+GRAMMAR_ARGS = llama_args(16, hidden=32, layers=1, intermediate=64)
+
+
+@dataclass
+class Made:
+    model: nn.Module
+    kind: str
+    config: dict[str, Any]
+    data: str
+    spec: RunSpec
+    wall_seconds: float
+    held_out_loss: float
+    extra: dict[str, Any]
+
+
+def _run(model: nn.Module, task: Task, spec: RunSpec, init: Path | None = None) -> float:
+    directory = CHECKPOINTS / spec.name
+    if init is not None and not (directory / "progress.json").exists():
+        model.load_weights(str(init))
+    wall = train(model, task, spec, directory)
+    mx.eval(model.parameters())
+    return wall
+
+
+def make_all(only: set[str] | None) -> list[Made]:
+    text = data.text_split()
+    made: list[Made] = []
+    want: Callable[[str], bool] = lambda name: only is None or name in only  # noqa: E731
+
+    mx.random.seed(SEED)
+    target = make_llama(TARGET_ARGS)
+    # The distilled and feature-conditioned drafters learn from the target: it is trained first when they are.
+    if any(want(name) for name in ("target", "ncm_distilled", "ncm_features")):
+        spec = RunSpec("target", TARGET_STEPS, 3e-3, SEED)
+        wall = _run(target, NextTokenTask(text.train, BATCH, LENGTH, SEED), spec)
+        target.eval()
+        loss = evaluate.next_token_loss(target, text.held_out)
+        made.append(Made(target, "llama", vars(TARGET_ARGS), "text", spec, wall, loss, {}))
+    target.freeze()
+
+    if want("grammar"):
+        grammar = data.make_grammar()
+        gsplit = data.grammar_split(grammar)
+        mx.random.seed(SEED)
+        model = make_llama(GRAMMAR_ARGS)
+        spec = RunSpec("grammar", GRAMMAR_STEPS, 3e-3, SEED)
+        wall = _run(model, NextTokenTask(gsplit.train, BATCH, LENGTH, SEED), spec)
+        model.eval()
+        extra = {
+            "kl_from_law": evaluate.grammar_kl(model, grammar, gsplit.held_out),
+            "law_entropy_rate": grammar.entropy_rate(gsplit.held_out),
+            "grammar_seed": grammar.seed,
+        }
+        made.append(
+            Made(
+                model,
+                "llama",
+                vars(GRAMMAR_ARGS),
+                "grammar",
+                spec,
+                wall,
+                evaluate.next_token_loss(model, gsplit.held_out),
+                extra,
+            )
+        )
+
+    total = PRETRAIN_STEPS + CONTINUE_STEPS
+    if want("ar_draft"):
+        mx.random.seed(SEED + 1)
+        model = make_llama(AR_DRAFT_ARGS)
+        spec = RunSpec("ar_draft", total, 3e-3, SEED + 1)
+        wall = _run(model, NextTokenTask(text.train, BATCH, LENGTH, SEED + 1), spec)
+        model.eval()
+        made.append(
+            Made(
+                model,
+                "llama",
+                vars(AR_DRAFT_ARGS),
+                "text",
+                spec,
+                wall,
+                evaluate.next_token_loss(model, text.held_out),
+                {},
+            )
+        )
+
+    if want("ncm_data") or want("ncm_distilled"):
+        mx.random.seed(SEED + 2)
+        pre = NCMBlockDrafter(NCM_BASE)
+        pre_spec = RunSpec("ncm_pretrain", PRETRAIN_STEPS, 3e-3, SEED + 2)
+        pre_wall = _run(pre, NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 2), pre_spec)
+        init = CHECKPOINTS / "ncm_pretrain" / "model.safetensors"
+        for name, objective in (("ncm_data", "data"), ("ncm_distilled", "distill")):
+            if not want(name):
+                continue
+            drafter = NCMBlockDrafter(NCM_BASE)
+            spec = RunSpec(name, CONTINUE_STEPS, 1e-3, SEED + 3, warmup=20)
+            task: Task
+            if objective == "data":
+                task = NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 3)
+            else:
+                task = DistillTask(text.train, target, BATCH, CONTEXT, BLOCK, SEED + 3)
+            wall = pre_wall + _run(drafter, task, spec, init=init)
+            drafter.eval()
+            made.append(
+                Made(
+                    drafter,
+                    "ncm",
+                    NCM_BASE.to_dict(),
+                    "text" if objective == "data" else "text+target",
+                    RunSpec(name, total, spec.learning_rate, spec.seed),
+                    wall,
+                    evaluate.block_loss(drafter, text.held_out, CONTEXT, BLOCK),
+                    {"objective": objective, "pretrain_steps": PRETRAIN_STEPS, "continue_steps": CONTINUE_STEPS},
+                )
+            )
+
+    if want("ncm_features"):
+        mx.random.seed(SEED + 4)
+        drafter = NCMBlockDrafter(NCM_FEATURES)
+        spec = RunSpec("ncm_features", total, 3e-3, SEED + 4)
+        wall = _run(drafter, NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 4, target=target), spec)
+        drafter.eval()
+        made.append(
+            Made(
+                drafter,
+                "ncm",
+                NCM_FEATURES.to_dict(),
+                "text+target features",
+                spec,
+                wall,
+                evaluate.block_loss(drafter, text.held_out, CONTEXT, BLOCK, target=target),
+                {"objective": "data, reading the target's final hidden state at the block's start"},
+            )
+        )
+    return made
+
+
+def write(made: list[Made], corpus: dict[str, Any], directory: Path = DRAFTING_FIXTURES) -> dict[str, Any]:
+    record_path = directory / "record.json"
+    record = json.loads(record_path.read_text()) if record_path.exists() else {"models": {}}
+    record["corpus"] = corpus
+    record["command"] = "make train"
+    for m in made:
+        path = directory / f"{m.spec.name}.safetensors"
+        weights = dict(tree_flatten(m.model.parameters()))
+        mx.save_safetensors(str(path), weights, metadata={"name": m.spec.name})
+        record["models"][m.spec.name] = {
+            "kind": m.kind,
+            "config": m.config,
+            "file": path.name,
+            "sha256": file_sha256(path),
+            "shapes": {k: list(v.shape) for k, v in weights.items()},
+            "parameters": parameter_count(m.model),
+            "data": m.data,
+            "seed": m.spec.seed,
+            "steps": m.spec.steps,
+            "learning_rate": m.spec.learning_rate,
+            "wall_seconds": round(m.wall_seconds, 1),
+            "held_out_loss": m.held_out_loss,
+            "device": str(mx.default_device()),
+            **m.extra,
+        }
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ncm_verify.train", description=__doc__)
+    parser.add_argument("--fresh", action="store_true", help="drop the checkpoints in .train-cache/ first")
+    parser.add_argument("--only", nargs="*", help="train only these models (and the target when they learn from it)")
+    args = parser.parse_args(argv)
+    if args.fresh and CHECKPOINTS.exists():
+        shutil.rmtree(CHECKPOINTS)
+    corpus_info = {
+        "file": corpus.CORPUS.name,
+        "sha256": data.sha256_text(corpus.load_text()),
+        "source": "pydoc_data.topics (values joined in key order)",
+        "held_out_fraction": corpus.HELD_OUT_FRACTION,
+        "vocab_size": len(corpus.VOCAB),
+    }
+    began = time.perf_counter()
+    made = make_all(set(args.only) if args.only else None)
+    record = write(made, corpus_info)
+    print(f"trained {len(made)} models in {time.perf_counter() - began:.0f} s (resumed work included in each)")
+    for name, entry in sorted(record["models"].items()):
+        print(
+            f"  {name:<14} {entry['parameters']:>8} params  held-out {entry['held_out_loss']:.4f}  "
+            f"{entry['wall_seconds']:>7.1f} s  {entry['steps']} steps"
+        )
+    return 0

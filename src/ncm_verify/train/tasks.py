@@ -1,0 +1,146 @@
+"""What each model of `make train` learns from: next-token data, NCM blocks, distillation, target features."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from ncm_verify.reference.drafting.models import NCMBlockDrafter, rows_at_temperature, target_features
+from ncm_verify.train.data import windows
+
+
+@dataclass
+class NextTokenTask:
+    """Cross-entropy of an mlx-lm model's next-token rows on random windows of `ids`."""
+
+    ids: np.ndarray
+    batch: int
+    length: int
+    seed: int
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.length
+
+    def loss(self, model: nn.Module, step: int) -> mx.array:
+        x = mx.array(windows(self.ids, self.batch, self.length + 1, self.seed, step))
+        logits = model(x[:, :-1])
+        return nn.losses.cross_entropy(logits, x[:, 1:], reduction="mean")
+
+
+def block_starts(context: int, count: int) -> np.ndarray:
+    """Positions (the last context token read) at which blocks start: the window's last `count`, every 4th."""
+    return np.arange(context - 1 - 4 * (count - 1), context, 4)
+
+
+@dataclass
+class NCMBlockTask:
+    """Exact negative log-likelihood per token of the data's blocks under the NCM drafter, z enumerated.
+
+    With `target` set the drafter also reads the target's hidden state at each block's start (frozen target).
+    """
+
+    ids: np.ndarray
+    batch: int
+    context: int
+    block: int
+    starts_per_window: int
+    seed: int
+    target: nn.Module | None = None
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * (self.context + self.block)
+
+    def loss(self, model: nn.Module, step: int) -> mx.array:
+        assert isinstance(model, NCMBlockDrafter)
+        w = mx.array(windows(self.ids, self.batch, self.context + self.block, self.seed, step))
+        return (
+            -ncm_block_log_likelihood(model, w, self.context, self.starts_per_window, self.target).mean() / self.block
+        )
+
+
+def ncm_block_log_likelihood(
+    model: NCMBlockDrafter, w: mx.array, context: int, starts_per_window: int, target: nn.Module | None
+) -> mx.array:
+    """log q(block) (B, S) of the blocks after each start of `block_starts` in windows `w` (B, context + k)."""
+    k = w.shape[1] - context
+    starts = block_starts(context, starts_per_window)
+    features = mx.stop_gradient(target_features(target, w[:, :context])) if target is not None else None
+    h = model.context_state(w[:, :context], features=features)[:, mx.array(starts)]
+    blocks = mx.stack([w[:, s + 1 : s + 1 + k] for s in starts], axis=1)
+    return model.block_log_likelihood(h, blocks)
+
+
+@dataclass
+class DistillTask:
+    """DistillSpec for the NCM drafter: forward KL on target-generated blocks, TV on its own on-policy blocks.
+
+    Target-generated: blocks sampled from the target after training contexts (made once, `target_blocks`),
+    scored by the drafter's exact marginal log q(x) (sequence-level forward KL up to a constant). On-policy:
+    the drafter draws z and a block from q(. | z); the target scores the block in one pass; the loss is the
+    total variation between the target's row and q(x_i | z) at each position (1 - TV is the acceptance rate).
+    """
+
+    ids: np.ndarray
+    target: nn.Module
+    batch: int
+    context: int
+    block: int
+    seed: int
+    target_contexts: np.ndarray = field(init=False)
+    target_blocks: np.ndarray = field(init=False)
+    generated: int = 1024
+
+    def __post_init__(self) -> None:
+        self.target_contexts, self.target_blocks = sample_target_blocks(
+            self.target, self.ids, self.generated, self.context, self.block, self.seed
+        )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return 2 * self.batch * (self.context + self.block)
+
+    def loss(self, model: nn.Module, step: int) -> mx.array:
+        assert isinstance(model, NCMBlockDrafter)
+        rng = np.random.default_rng([self.seed, step, 7])
+        pick = rng.integers(0, len(self.target_blocks), size=self.batch)
+        ctx = mx.array(self.target_contexts[pick])
+        h = model.context_state(ctx)[:, -1]
+        forward_kl = -model.block_log_likelihood(h, mx.array(self.target_blocks[pick])).mean() / self.block
+
+        ctx = mx.array(windows(self.ids, self.batch, self.context, self.seed + 1, step))
+        h = model.context_state(ctx)[:, -1]
+        log_prior, log_rows = model.block_law(h, self.block)
+        z = mx.stop_gradient(mx.random.categorical(log_prior))
+        rows = mx.exp(mx.take_along_axis(log_rows, z[:, None, None, None], axis=1)[:, 0])
+        drafted = mx.stop_gradient(mx.random.categorical(mx.log(rows + 1e-30)))
+        seq = mx.concatenate([ctx, drafted[:, :-1]], axis=1)
+        p = mx.stop_gradient(mx.softmax(self.target(seq)[:, self.context - 1 :].astype(mx.float32), axis=-1))
+        total_variation = 0.5 * mx.abs(p - rows).sum(axis=-1).mean()
+        return forward_kl + total_variation
+
+
+def sample_target_blocks(
+    target: nn.Module, ids: np.ndarray, count: int, context: int, block: int, seed: int, chunk: int = 512
+) -> tuple[np.ndarray, np.ndarray]:
+    """`count` training contexts and a block the target samples after each (temperature 1)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    contexts = windows(ids, count, context, seed + 2, 0)
+    blocks = []
+    mx.random.seed(seed + 3)
+    for begin in range(0, count, chunk):
+        ctx = mx.array(contexts[begin : begin + chunk])
+        cache = make_prompt_cache(target)
+        logits = target(ctx, cache=cache)[:, -1]
+        drawn = []
+        for _ in range(block):
+            token = mx.random.categorical(mx.log(rows_at_temperature(logits, 1.0) + 1e-30))
+            drawn.append(token)
+            logits = target(token[:, None], cache=cache)[:, -1]
+        blocks.append(np.array(mx.stack(drawn, axis=1)))
+    return contexts, np.concatenate(blocks).astype(np.int32)
