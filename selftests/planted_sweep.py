@@ -9,14 +9,16 @@ beyond isolation: Hypothesis draws some choices from constants it finds in the p
 session that had imported other planted modules, or the sweep's own code, would draw other examples than the run it
 replaces; a child drops the sweep's own module first.
 
-What broke the sweep still breaks it: a pytest exit status other than 0 or 1, a child past `JOB_TIMEOUT` (killed),
-a child that died by a signal. Run as ``python selftests/planted_sweep.py PLAN.json`` it is that forking process.
+What broke the sweep still breaks it: a pytest exit status other than 0 or 1, a child past `JOB_CPU_LIMIT` of CPU or
+`JOB_TIMEOUT` of wall time (killed), a child that died by a signal. Run as
+``python selftests/planted_sweep.py PLAN.json`` it is that forking process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,8 +29,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-JOB_TIMEOUT = 600
-"""Seconds one planted module's session may take before it is killed and the sweep breaks."""
+JOB_CPU_LIMIT = 600
+"""CPU seconds one planted module's session may use before the system stops it and the sweep breaks: a limit of
+its own work, where a wall clock would count a loaded machine's other work."""
+JOB_TIMEOUT = 1800
+"""Wall seconds one planted module's session may take before it is killed (a session that waits forever)."""
 RESULT_FILE, LOG_FILE = "session.json", "pytest.log"
 SWEEP = pytest.StashKey["Sweep"]()
 """The sweep a self-test session started (selftests/conftest.py), stopped at the session's end."""
@@ -52,6 +57,7 @@ def judge(job: dict) -> None:
     folder = Path(job["report_dir"])
     exit_status = 3
     try:
+        resource.setrlimit(resource.RLIMIT_CPU, (JOB_CPU_LIMIT, resource.RLIM_INFINITY))
         sys.modules["__main__"] = types.ModuleType("__main__")  # as `python -m pytest`'s: no constants of ours
         log = os.open(folder / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(log, 1)
@@ -149,6 +155,8 @@ def read_job(job: dict, sweep_exit: int, scratch: Path) -> tuple[dict, str | Non
         return evidence, f"not judged: the sweep exited {sweep_exit} before it (see {scratch / 'sweep.log'})"
     if result.get("timed_out"):
         return evidence, f"timed out after {result['timed_out']:g} s"
+    if result.get("signal") == signal.SIGXCPU:
+        return evidence, f"used more than {JOB_CPU_LIMIT} s of CPU"
     if result.get("signal"):
         return evidence, f"its pytest session died by signal {result['signal']} (see {folder / LOG_FILE})"
     if result["exit_status"] not in (0, 1):
