@@ -147,6 +147,7 @@ SMOKE_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
 must show, two more. The suite's costliest property per example; the exact check above is the proof."""
 
 
+@pytest.mark.thorough_only  # 80 CPU-s for TV 0.2; the loop's evidence is the exact call-by-call check
 @pytest.mark.statistical(tests=2)
 @settings(max_examples=SMOKE_EXAMPLES, deadline=None)
 @given(data=st.data())

@@ -291,3 +291,52 @@ def test_thin_evidence_on_what_a_port_provides_is_not_excused_by_what_it_does_no
     )
     claim = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C5"]
     assert claim["status"] == "not shown" and "1 distinct law < 10" in claim["reason"]
+
+
+def hypothesis_claim(ledger: dict) -> dict:
+    """C10 as the ledger states it: a research hypothesis, checked by one property (not a Hypothesis one)."""
+    claim = claims_by_id(ledger)["C10"]
+    claim.pop("not_checkable")
+    claim.update(hypothesis=True, properties=["properties/test_drafters.py::test_direction"])
+    return claim
+
+
+def test_a_refuted_hypothesis_is_a_finding_and_a_correct_run_still_passes(ledger, passing, tmp_path):
+    hypothesis_claim(ledger)
+    passing["properties"].append(
+        node(
+            "properties/test_drafters.py::test_direction",
+            ["C10"],
+            outcome="failed",
+            failure=assertion_failure(None, [], "AssertionError: distillation does not beat the baseline"),
+        )
+    )
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
+    assert claims_by_id(report)["C10"]["status"] == claim_status.REFUTED
+    assert "refute" in claims_by_id(report)["C10"]["reason"]
+    assert (exit_status, report["run"]["verdict"]) == (0, "passed"), report["run"]["reasons"]
+
+
+def test_an_error_in_a_hypothesis_property_still_fails_the_run(ledger, passing):
+    hypothesis_claim(ledger)
+    passing["properties"].append(
+        node(
+            "properties/test_drafters.py::test_direction",
+            ["C10"],
+            outcome="error",
+            failure={"phase": "call", "kind": "RuntimeError", "message": "RuntimeError: broke"},
+        )
+    )
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS)
+    assert claims_by_id(report)["C10"]["status"] == "failed"
+    assert report["run"]["verdict"] == "failed"
+
+
+def test_a_thorough_only_property_is_not_required_under_ci_but_counts_when_it_ran(ledger, passing):
+    smoke = "properties/test_greedy.py::test_sampled_smoke"
+    claims_by_id(ledger)["C7"]["thorough_properties"] = [smoke]
+    assert claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C7"]["status"] == "shown"
+    passing["properties"].append(
+        node(smoke, ["C7"], outcome="failed", failure=assertion_failure(["C7"], [], "AssertionError: chi-square"))
+    )
+    assert claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C7"]["status"] == "failed"

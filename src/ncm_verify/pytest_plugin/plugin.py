@@ -169,14 +169,22 @@ def balanced_order(items: list, workers: int) -> list:
     return [item for block in blocks for item in block]
 
 
+THOROUGH_PROFILE, THOROUGH_ONLY = "thorough", "thorough_only"
+"""Properties marked `thorough_only` run under the `thorough` profile alone (the ledger's `thorough_properties`)."""
+
+
 def pytest_collection_modifyitems(session, config, items):
     planned = config.getoption("--ncm-planned-tests")
     if planned is not None and planned < 1:
         raise pytest.UsageError(f"--ncm-planned-tests: must be a positive count, got {planned}")
-    run_state(config).policy = stats.Policy(planned_tests=planned or planned_statistical_tests(items))
     inventory = config.getoption("--ncm-inventory")
     if inventory:
         Path(inventory).write_text(json.dumps(collected_inventory(items), indent=1), encoding="utf-8")
+    if os.environ.get("HYPOTHESIS_PROFILE", "dev") != THOROUGH_PROFILE:  # before planning: not in this run's budget
+        thorough = [item for item in items if item.get_closest_marker(THOROUGH_ONLY)]
+        config.hook.pytest_deselected(items=thorough)
+        items[:] = [item for item in items if item not in thorough]
+    run_state(config).policy = stats.Policy(planned_tests=planned or planned_statistical_tests(items))
     reused = reused_entries(config)
     if reused:  # after the policy is planned over every property, so alpha and n are those of a full run
         config.hook.pytest_deselected(items=[item for item in items if item.nodeid in reused])

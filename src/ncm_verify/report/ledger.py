@@ -55,6 +55,8 @@ CLAIM_FIELDS = {
     "kernels": list,
     "benchmarks": list,
     "not_checkable": str,
+    "hypothesis": bool,
+    "thorough_properties": list,
 }
 CLAIM_REQUIRED = {"id", "statement", "sources", "paths", "properties"}
 
@@ -123,7 +125,7 @@ def schema_problems(ledger) -> list[str]:
         for source in claim.get("sources") or []:
             if source not in source_ids:
                 problems.append(f"{where}: source {source!r} is not in sources")
-        for node in claim.get("properties") or []:
+        for node in claim_properties(claim):
             if not PROPERTY_ID.match(str(node)):
                 problems.append(
                     f"{where}: {node!r} is not a property node id without parametrization "
@@ -190,11 +192,17 @@ def ledger_kernel_claims(path: Path | None = None) -> dict[str, str]:
     return kernel_claims(read_ledger(path)[0])
 
 
+def claim_properties(claim: dict) -> list[str]:
+    """Every property a claim lists: those every run must pass, then `thorough_properties`, which run only under
+    the `thorough` profile (sampled smokes of whole loops, weak by design: the exact checks are the evidence)."""
+    return [*(claim.get("properties") or []), *(claim.get("thorough_properties") or [])]
+
+
 def listed_properties(ledger: dict) -> dict[str, list[str]]:
     """Property node id -> the claims that list it."""
     listed: dict[str, list[str]] = {}
     for claim in ledger["claims"]:
-        for node in claim["properties"]:
+        for node in claim_properties(claim):
             listed.setdefault(node, []).append(claim["id"])
     return listed
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from ncm_verify.harness import stats
-from ncm_verify.report.ledger import ledger_kernel_claims
+from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
 NOT_SHOWN = "not shown"
@@ -34,8 +34,12 @@ NOT_RUN = "not run"
 KNOWN_UPSTREAM_BUGS = "known upstream bugs"
 """Every other property passed and those left ran only as strict xfails: bugs of the third-party code judged
 (mlx-lm), each with its upstream reference. Findings of the run, not failures of it; a fix turns them red."""
-STATUSES = (SHOWN, NOT_SHOWN, FAILED, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, NOT_RUN)
-ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS)
+REFUTED = "failed: hypothesis refuted"
+"""A research hypothesis (a ledger claim with `"hypothesis": true`, e.g. C10) whose properties failed by
+assertion: the data refute it. A finding of the run, reported with its numbers, not a failure of the
+implementation; an error in such a property still fails the run."""
+STATUSES = (SHOWN, NOT_SHOWN, FAILED, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED, NOT_RUN)
+ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED)
 """Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
 
 PASSED, RUN_FAILED = "passed", "failed"
@@ -253,7 +257,7 @@ def property_summary(node: dict, run: dict, claim_id: str | None = None) -> dict
 
 def claim_nodes(claim: dict, nodes: list[dict]) -> list[dict]:
     """Evidence entries behind a claim: listed by the ledger or marked with the claim id."""
-    listed = set(claim["properties"])
+    listed = set(claim_properties(claim))
     return [n for n in nodes if n["property"] in listed or claim["id"] in n.get("claims", [])]
 
 
@@ -275,6 +279,12 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
     runs = count(len(summaries), "property run")
     failing = [s["nodeid"] for s in summaries if fails_claim(s, claim["id"])]
+    if (
+        failing
+        and claim.get("hypothesis")
+        and all(s["outcome"] == "failed" for s in summaries if s["nodeid"] in failing)
+    ):
+        return REFUTED, f"the data refute it: {len(failing)} of {runs} failed by assertion: {', '.join(failing)}"
     if failing:
         return FAILED, f"{len(failing)} of {runs} failed: {', '.join(failing)}"
     # a failure on another claim's kernel says nothing of this claim's; if its calls to this claim's kernels
@@ -357,11 +367,18 @@ def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list
 # --- the parts of a run, and the run ---
 
 
-def properties_part(evidence: dict | None) -> list[str]:
+def refutes_a_hypothesis(node: dict, hypotheses: frozenset[str]) -> bool:
+    """A property of research hypotheses alone that failed by assertion: a finding (`REFUTED`), not a failure."""
+    return node["outcome"] == "failed" and bool(node.get("claims")) and set(node["claims"]) <= hypotheses
+
+
+def properties_part(evidence: dict | None, hypotheses: frozenset[str] = frozenset()) -> list[str]:
     if evidence is None:
         return ["no evidence: the properties were not run"]
     outcomes: dict[str, int] = {}
     for node in evidence["properties"]:
+        if refutes_a_hypothesis(node, hypotheses):
+            continue
         outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
     reasons = [f"{count(outcomes[o], 'property run')} {o}" for o in ("failed", "error", "skipped") if outcomes.get(o)]
     if not evidence["properties"]:
@@ -474,7 +491,7 @@ def make_verdict(
     nodes = evidence["properties"] if evidence else []
     parts = {
         "phases": phases_part(phases, evidence, run_id),
-        "properties": properties_part(evidence),
+        "properties": properties_part(evidence, frozenset(c["id"] for c in ledger_claims if c.get("hypothesis"))),
         "claims": claims_part(claims),
         "planted bugs": mutants_part(mutants),
         "calibration": calibration_part(calibration),
