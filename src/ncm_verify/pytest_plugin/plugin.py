@@ -53,6 +53,12 @@ def pytest_addoption(parser):
         help="module providing the kernels under test (default: %(default)s)",
     )
     group.addoption(
+        "--ncm-model",
+        default=os.environ.get("NCM_VERIFY_MODEL") or None,
+        help="checkpoint the model-level properties judge on path (b), loaded by the implementation's "
+        "load_concept_model (default: fixtures/ncm_concept_tiny.safetensors)",
+    )
+    group.addoption(
         "--ncm-report-dir",
         default=None,
         help="folder for the statistical records and evidence of this run",
@@ -247,7 +253,13 @@ def pytest_runtest_setup(item):
 
 
 def pytest_report_header(config):
-    return f"ncm-verify: implementation under test {config.getoption('--impl')}"
+    from ncm_verify.harness.concept_checkpoint import describe_checkpoint
+
+    checkpoint = describe_checkpoint(config.getoption("--ncm-model"))
+    return [
+        f"ncm-verify: implementation under test {config.getoption('--impl')}",
+        f"ncm-verify: checkpoint {checkpoint['path']} sha256 {checkpoint['sha256']}",
+    ]
 
 
 # --- evidence on the side that runs the test (a worker, or the only process) ---

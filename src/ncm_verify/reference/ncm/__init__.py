@@ -21,6 +21,7 @@ from ncm_verify.reference.ncm.concept import (
     concept_mask_of,
     concept_position_counts,
     concept_schedule,
+    make_concept_cache,
     reset_concept_counts,
 )
 from ncm_verify.reference.ncm.concept_config import CACHE_MODES, ConceptConfig, ConceptLayout
@@ -127,4 +128,5 @@ __all__ = [
     "level_logits",
     "prefix_kv",
     "training_logits",
+    "make_concept_cache",
 ]

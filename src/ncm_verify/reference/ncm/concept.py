@@ -1,7 +1,7 @@
 """The reference NCM's face to the model protocol (`ncm_verify.protocol.ConceptModels`): what the
 model-level properties call, for drawn instances and for a fixed checkpoint alike.
 
-Public API: `concept_configs()` (a Hypothesis strategy of tiny configs, every reading drawn),
+Public API: `concept_configs()` (a Hypothesis strategy of tiny configs, every reading drawn), `make_concept_cache`,
 `concept_layout`, `concept_mask_of`, `concept_schedule`, `concept_kv_bytes`,
 `concept_position_counts`, `reset_concept_counts`.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from ncm_verify.reference.ncm.cache import PrefixCache
 from ncm_verify.reference.ncm.concept_config import (
     INPUT_READINGS,
     MASK_READINGS,
@@ -24,6 +25,7 @@ from ncm_verify.reference.ncm.concept_model import ConceptModel
 
 __all__ = [
     "concept_configs",
+    "make_concept_cache",
     "concept_layout",
     "concept_mask_of",
     "concept_schedule",
@@ -59,6 +61,11 @@ def concept_configs(draw, dtypes=("float32",)) -> ConceptConfig:
         codec_seed=draw(st.integers(0, 2**16)),
         dtype=draw(st.sampled_from(dtypes)),
     )
+
+
+def make_concept_cache(max_bytes: int = 64 * 2**20) -> PrefixCache:
+    """An empty cross-request prefix cache (exact full keys, byte-bounded LRU, checksummed files)."""
+    return PrefixCache(max_bytes)
 
 
 def concept_layout(model: ConceptModel) -> ConceptLayout:
