@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ncm_verify.mutants import (
+    CONCEPT_MUTANTS,
     EVIDENCE_MUTANTS,
     EXACT_STEP_MUTANTS,
     LEVEL_DRAFTING_MUTANTS,
@@ -31,6 +32,7 @@ PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
 LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
+CONCEPT_PROPERTIES = ["properties/test_concept_model.py"]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
 # test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
 KERNEL_PROPERTIES = [
@@ -40,6 +42,7 @@ KERNEL_PROPERTIES = [
     and "test_mlx_lm_loop" not in path
     and path not in LEVEL_DRAFTING_PROPERTIES
     and path != "properties/test_tree.py"
+    and path not in CONCEPT_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 SWEEP_TIMEOUT = 600
@@ -132,6 +135,8 @@ def test_every_planted_bug_is_caught_by_some_property(name, tmp_path, reports, n
         if name in EXACT_STEP_MUTANTS
         else TREE_PROPERTIES
         if name in TREE_MUTANTS
+        else CONCEPT_PROPERTIES
+        if name in CONCEPT_MUTANTS
         else KERNEL_PROPERTIES
     )
     evidence, broken = run_properties(module, files, tmp_path, nested_environment("selftest"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -120,14 +121,19 @@ def _digest(module: nn.Module, header: str) -> str:
     return digest.hexdigest()
 
 
+def _shape_json(config: ConceptConfig) -> str:
+    # the seeds only make weights, which are hashed themselves: one stage's seed must not move the other's hash
+    return json.dumps({k: v for k, v in json.loads(config.to_json()).items() if k not in ("seed", "codec_seed")})
+
+
 def generator_fingerprint(model: ConceptModel) -> str:
-    """sha256 of the config and the generator's weights."""
-    return _digest(model.generator, "generator|" + model.config.to_json())
+    """sha256 of the config (seeds aside) and the generator's weights."""
+    return _digest(model.generator, "generator|" + _shape_json(model.config))
 
 
 def codec_fingerprint(model: ConceptModel) -> str:
-    """sha256 of the config and the codec's weights."""
-    return _digest(model.codec, "codec|" + model.config.to_json())
+    """sha256 of the config (seeds aside) and the codec's weights."""
+    return _digest(model.codec, "codec|" + _shape_json(model.config))
 
 
 def concept_fingerprint(model: ConceptModel) -> str:
