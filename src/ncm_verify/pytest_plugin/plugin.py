@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ncm_verify.harness import stats
+from ncm_verify.harness.concept_checkpoint import describe_checkpoint
 from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.harness.kernels import SAMPLING_KERNELS
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
@@ -253,8 +254,6 @@ def pytest_runtest_setup(item):
 
 
 def pytest_report_header(config):
-    from ncm_verify.harness.concept_checkpoint import describe_checkpoint
-
     checkpoint = describe_checkpoint(config.getoption("--ncm-model"))
     return [
         f"ncm-verify: implementation under test {config.getoption('--impl')}",
@@ -597,6 +596,7 @@ class EvidenceCollector:
             "run_id": self.config.getoption("--ncm-run-id"),
             "impl": self.config.getoption("--impl"),
             "implementation": implementation_facts(self.config.getoption("--impl")),
+            "checkpoint": describe_checkpoint(self.config.getoption("--ncm-model")),
             "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
             "exit_status": int(session.exitstatus),
             "environment": describe_environment(),
