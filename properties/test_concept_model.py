@@ -74,6 +74,13 @@ def draw_request(data, case: Case, batch=None):
     return mx.array(rows, dtype=mx.int32), [mx.array(c, dtype=mx.int32) for c in codes], start
 
 
+def draw_sampling(data, case: Case, batch: int, api=None):
+    """(temperature, top_k, seed, keys) for a generation of `batch` rows."""
+    temperature, top_k = data.draw(strategies.concept_sampling(case.layout), label="sampling")
+    seed = data.draw(strategies.seeds, label="seed")
+    return temperature, top_k, seed, (api or case.api).row_keys(seed, batch)
+
+
 def _reproduce(case: Case, text: str) -> str:
     return f"{case.rebuild}; {text}"
 
@@ -182,9 +189,7 @@ def test_cached_generation_equals_uncached_generation_cold_and_warm(impl, source
     case = draw_case(data, impl, source, request)
     api, model = case.api, case.model
     prefix, _, start = draw_request(data, case)
-    temperature, top_k = data.draw(strategies.concept_sampling(case.layout), label="sampling")
-    seed = data.draw(strategies.seeds, label="seed")
-    keys = api.row_keys(seed, prefix.shape[0])
+    temperature, top_k, seed, keys = draw_sampling(data, case, prefix.shape[0])
     options = dict(temperature=temperature, top_k=top_k, start=start)
     call = _reproduce(case, f"generate_*_concepts(model, {prefix.tolist()}, row_keys({seed}, B), **{options})")
     note(call)
@@ -279,9 +284,7 @@ def test_a_batch_generates_what_each_of_its_rows_generates_alone(impl, source, r
     case = draw_case(data, impl, source, request)
     api, model = case.api, case.model
     prefix, _, start = draw_request(data, case, batch=data.draw(st.integers(2, 3), label="batch"))
-    temperature, top_k = data.draw(strategies.concept_sampling(case.layout), label="sampling")
-    seed = data.draw(strategies.seeds, label="seed")
-    keys = api.row_keys(seed, prefix.shape[0])
+    temperature, top_k, seed, keys = draw_sampling(data, case, prefix.shape[0])
     options = dict(temperature=temperature, top_k=top_k, start=start)
     for generate in (api.generate_uncached_concepts, api.generate_cached_concepts):
         whole = generate(model, prefix, keys, **options)
@@ -553,9 +556,7 @@ def test_generation_with_earlier_levels_cached_equals_uncached_generation(impl, 
     case = draw_case(data, impl, source, request)
     api = concept_api(impl, CONCEPT_LEVEL_CACHE_NAMES)
     prefix, _, start = draw_request(data, case)
-    temperature, top_k = data.draw(strategies.concept_sampling(case.layout), label="sampling")
-    seed = data.draw(strategies.seeds, label="seed")
-    keys = impl.row_keys(seed, prefix.shape[0])
+    temperature, top_k, seed, keys = draw_sampling(data, case, prefix.shape[0])
     options = dict(temperature=temperature, top_k=top_k, start=start)
     call = _reproduce(case, f"generate_cached_levels(model, {prefix.tolist()}, row_keys({seed}, B), **{options})")
     cache = impl.make_concept_cache()

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from ncm_verify.reference.ncm.concept_config import ConceptConfig
 
-__all__ = ["Codec", "pool", "upsample", "codec_encode", "codec_reconstruction", "codec_decode"]
+__all__ = ["Codec", "ids_within", "pool", "upsample", "codec_encode", "codec_reconstruction", "codec_decode"]
 
 REFINE_BLEND = 0.5
 """Weight of the refinement beside the upsampled code vectors."""
@@ -42,6 +43,12 @@ class Codec(nn.Module):
         self.decoder_up = nn.Linear(width, 2 * width)
         self.decoder_down = nn.Linear(2 * width, width)
         self.head = nn.Linear(width, config.vocab_size)
+
+
+def ids_within(ids: mx.array, size: int) -> bool:
+    """Whether every id lies in ``[0, size)``."""
+    values = np.asarray(ids)
+    return bool(values.min() >= 0 and values.max() < size)
 
 
 def pool(x: mx.array, n: int) -> mx.array:
@@ -82,9 +89,7 @@ def _check_codes(model, codes) -> None:
             or not mx.issubdtype(level_codes.dtype, mx.integer)
         ):
             raise ValueError(f"codes: level {level} must be integer [B, {shape[1]}], got {level_codes.shape}")
-        if level_codes.size and (
-            mx.min(level_codes).item() < 0 or mx.max(level_codes).item() >= config.codebook_sizes[level]
-        ):
+        if level_codes.size and (not ids_within(level_codes, config.codebook_sizes[level])):
             raise ValueError(f"codes: level {level} ids must lie in [0, {config.codebook_sizes[level]})")
 
 
@@ -93,7 +98,7 @@ def codec_encode(model, tokens: mx.array) -> tuple[list[mx.array], mx.array]:
     config, codec = model.config, model.codec
     if tokens.ndim != 2 or tokens.shape[1] != config.sequence_length or not mx.issubdtype(tokens.dtype, mx.integer):
         raise ValueError(f"tokens: expected integer [B, {config.sequence_length}], got {tokens.shape} {tokens.dtype}")
-    if tokens.size and (mx.min(tokens).item() < 0 or mx.max(tokens).item() >= config.vocab_size):
+    if tokens.size and (not ids_within(tokens, config.vocab_size)):
         raise ValueError(f"tokens: ids must lie in [0, {config.vocab_size})")
     residual = codec.encoder(codec.embed(tokens) + codec.positions(mx.arange(config.sequence_length)))
     reconstruction = mx.zeros_like(residual)

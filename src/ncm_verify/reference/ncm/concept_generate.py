@@ -126,7 +126,8 @@ def _generate(model: ConceptModel, prefix, keys, temperature, top_k, start, serv
     _check_keys(keys, prefix.shape[0])
     level_keys = _split_keys(keys, config.layout.num_levels + 1)
     after = cached_path and model._seams.cached_top_k_after_temperature
-    codes, logits = [], []
+    codes: list[mx.array] = []
+    logits: list[mx.array] = []
     for level in range(config.layout.num_levels):
         level_logits = serve(level, codes)
         logits.append(level_logits)
@@ -162,14 +163,14 @@ def _cached_prefix_kv(model, prefix, start, cache: PrefixCache | None, namespace
     if cache is None:
         return prefix_kv(model, prefix, start)
     keys = concept_cache_keys(model, prefix, namespace, start)
-    entries = [cache.lookup(key) for key in keys]
-    missing = [b for b, entry in enumerate(entries) if entry is None]
-    if missing:
-        computed = prefix_kv(model, prefix[mx.array(missing)], start)
-        mx.eval(computed)
-        for position, b in enumerate(missing):
-            entries[b] = tuple((k[position], v[position]) for k, v in computed)
-            cache.store(keys[b], entries[b])
+    found = [cache.lookup(key) for key in keys]
+    missing = [b for b, entry in enumerate(found) if entry is None]
+    computed = prefix_kv(model, prefix[mx.array(missing)], start) if missing else []
+    mx.eval(computed)
+    fresh = {b: tuple((k[position], v[position]) for k, v in computed) for position, b in enumerate(missing)}
+    for b, entry in fresh.items():
+        cache.store(keys[b], entry)
+    entries = [fresh[b] if entry is None else entry for b, entry in enumerate(found)]
     return [
         (mx.stack([entry[i][0] for entry in entries]), mx.stack([entry[i][1] for entry in entries]))
         for i in range(model.config.num_layers)

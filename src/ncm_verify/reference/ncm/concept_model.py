@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -84,8 +85,12 @@ def _initial_value(name: str, shape: tuple[int, ...], key: mx.array) -> mx.array
     return (1.0 if table else 1.0 / math.sqrt(shape[-1])) * mx.random.normal(shape, key=key)
 
 
+def _parameters(module: nn.Module) -> list[tuple[str, mx.array]]:
+    return cast(list[tuple[str, mx.array]], tree_flatten(module.parameters()))
+
+
 def _seeded(module: nn.Module, seed: int) -> list[tuple[str, mx.array]]:
-    shapes = dict((name, value.shape) for name, value in tree_flatten(module.parameters()))
+    shapes = dict((name, value.shape) for name, value in _parameters(module))
     names = sorted(shapes)
     keys = mx.random.split(mx.random.key(seed), len(names))
     return [(name, _initial_value(name, shapes[name], keys[i])) for i, name in enumerate(names)]
@@ -114,7 +119,7 @@ def make_concept_model(config: ConceptConfig, _seams: _Seams = _Seams()) -> Conc
 
 def _digest(module: nn.Module, header: str) -> str:
     digest = hashlib.sha256(header.encode())
-    for name, value in sorted(tree_flatten(module.parameters()), key=lambda item: item[0]):
+    for name, value in sorted(_parameters(module), key=lambda item: item[0]):
         raw = value.view(mx.uint16) if value.dtype == mx.bfloat16 else value
         digest.update(f"{name}|{value.dtype}|{value.shape}|".encode())
         digest.update(np.asarray(raw).tobytes())
@@ -143,15 +148,13 @@ def concept_fingerprint(model: ConceptModel) -> str:
 
 def save_concept_model(model: ConceptModel, path: str | Path) -> None:
     """Both stages' weights as safetensors, the config in the metadata."""
-    mx.save_safetensors(
-        str(path), dict(tree_flatten(model.parameters())), metadata={CONFIG_METADATA: model.config.to_json()}
-    )
+    mx.save_safetensors(str(path), dict(_parameters(model)), metadata={CONFIG_METADATA: model.config.to_json()})
 
 
 def load_concept_model(path: str | Path, _seams: _Seams = _Seams()) -> ConceptModel:
     """The model saved at `path`, in evaluation mode; a ValueError naming `path` otherwise."""
     try:
-        weights, metadata = mx.load(str(path), return_metadata=True)
+        weights, metadata = cast(tuple[dict[str, mx.array], dict[str, str]], mx.load(str(path), return_metadata=True))
     except Exception as error:  # MLX raises RuntimeError or ValueError for unreadable files
         raise ValueError(f"path: {path} is not a readable safetensors checkpoint ({error})") from None
     if CONFIG_METADATA not in metadata:

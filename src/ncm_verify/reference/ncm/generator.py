@@ -29,7 +29,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ncm_verify.reference.ncm.codec import codec_reconstruction, pool
+from ncm_verify.reference.ncm.codec import codec_reconstruction, ids_within, pool
 from ncm_verify.reference.ncm.concept_config import ConceptConfig, concept_mask, forward_levels, level_offsets
 
 __all__ = [
@@ -142,7 +142,7 @@ def _check_prefix(model, prefix: mx.array) -> None:
         raise ValueError(f"prefix: expected integer token ids [B, P], got {getattr(prefix, 'shape', prefix)!r}")
     if prefix.shape[0] < 1 or prefix.shape[1] < 1:
         raise ValueError(f"prefix: expected at least one row and one position, got {prefix.shape}")
-    if mx.min(prefix).item() < 0 or mx.max(prefix).item() >= vocab:
+    if not ids_within(prefix, vocab):
         raise ValueError(f"prefix: token ids must lie in [0, {vocab})")
 
 
