@@ -91,7 +91,6 @@ class ConceptConfig:
     mask: str = "block_diagonal_own"
     level_input: str = "reconstruction"
     dropout: float = 0.0
-    level_corruption: float = 0.0
     rope_base: float = 10000.0
     tied_codes: bool = False
     seed: int = 0
@@ -152,9 +151,8 @@ def _validate(config: ConceptConfig) -> None:
         raise ValueError(f"mask: expected one of {MASK_READINGS}, got {config.mask!r}")
     if config.level_input not in INPUT_READINGS:
         raise ValueError(f"level_input: expected one of {INPUT_READINGS}, got {config.level_input!r}")
-    for name in ("dropout", "level_corruption"):
-        if not 0.0 <= getattr(config, name) < 1.0:
-            raise ValueError(f"{name}: expected a probability in [0, 1), got {getattr(config, name)!r}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise ValueError(f"dropout: expected a probability in [0, 1), got {config.dropout!r}")
     if config.dtype not in CONCEPT_DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(CONCEPT_DTYPES)}, got {config.dtype!r}")
 
