@@ -214,6 +214,11 @@ def apply_level(model, prefix: mx.array, codes, level: int, *, prefix_kv=None, l
     _check_start(start)
     _check_level(model, codes, level)
     length = prefix.shape[1]
+    if prefix_kv is not None and (
+        len(prefix_kv) != model.config.num_layers
+        or any(k.shape[0] != prefix.shape[0] or k.shape[2] != length or v.shape != k.shape for k, v in prefix_kv)
+    ):
+        raise ValueError(f"prefix_kv: expected {model.config.num_layers} layers of (K, V) [B, heads, {length}, dim]")
     levels = forward_levels(model.config.mask, level)
     cached = [j for j in levels if level_kv is not None and j in level_kv and j != level]
     run = [j for j in levels if j not in cached]
