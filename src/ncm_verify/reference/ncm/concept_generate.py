@@ -164,13 +164,15 @@ def _cached_prefix_kv(model, prefix, start, cache: PrefixCache | None, namespace
         return prefix_kv(model, prefix, start)
     keys = concept_cache_keys(model, prefix, namespace, start)
     found = [cache.lookup(key) for key in keys]
-    missing = [b for b, entry in enumerate(found) if entry is None]
+    encoded = [key.encode() for key in keys]
+    # one computation per distinct missing prefix: repeated rows of a request share it
+    missing = list({encoded[b]: b for b in reversed(range(len(keys))) if found[b] is None}.values())[::-1]
     computed = prefix_kv(model, prefix[mx.array(missing)], start) if missing else []
     mx.eval(computed)
-    fresh = {b: tuple((k[position], v[position]) for k, v in computed) for position, b in enumerate(missing)}
-    for b, entry in fresh.items():
-        cache.store(keys[b], entry)
-    entries = [fresh[b] if entry is None else entry for b, entry in enumerate(found)]
+    fresh = {encoded[b]: tuple((k[i], v[i]) for k, v in computed) for i, b in enumerate(missing)}
+    for b in missing:
+        cache.store(keys[b], fresh[encoded[b]])
+    entries = [fresh[encoded[b]] if entry is None else entry for b, entry in enumerate(found)]
     return [
         (mx.stack([entry[i][0] for entry in entries]), mx.stack([entry[i][1] for entry in entries]))
         for i in range(model.config.num_layers)
