@@ -11,6 +11,8 @@ CACHE ?= .ncm-verify-cache
 JOBS ?= 2
 # `make verify SEED=123` redraws the derandomized profile's examples from seed 123.
 SEED ?=
+# `make verify MODEL=path/to/checkpoint.safetensors`: the model-level properties' fixed checkpoint (path (b)).
+MODEL ?=
 PYTEST := $(PY) -m pytest
 
 .PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
@@ -30,7 +32,7 @@ install: $(VENV)/installed
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
 	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
-		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED))
+		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL)))
 
 ## lint: ruff's format check and lint rules, the import layers (lint-imports), types (mypy); see pyproject.toml
 lint: install

@@ -54,7 +54,7 @@ def assert_counts_match(api, config, batch, call: str) -> dict:
     return {"uncached": uncached.positions, "cold": cold.positions, "warm": warm.positions, "bytes": cache.nbytes}
 
 
-@pytest.mark.claim("C4")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_analytic_payload_and_position_counts_equal_the_instrumented_ones(impl, data):
     api = ncm_api(impl)
@@ -65,7 +65,7 @@ def test_analytic_payload_and_position_counts_equal_the_instrumented_ones(impl, 
     assert_counts_match(api, config, batch, call)
 
 
-@pytest.mark.claim("C4")
+@pytest.mark.claim("C15")
 def test_sudoku_shaped_config_counts_equal_the_instrumented_ones(impl):
     api = ncm_api(impl)
     config = api.NCMConfig(**fixture_fields("ncm_sudoku"))
@@ -79,7 +79,7 @@ def test_sudoku_shaped_config_counts_equal_the_instrumented_ones(impl):
     print(f"sudoku instrumented: {measured}")
 
 
-@pytest.mark.claim("C4")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_the_cache_evicts_least_recently_used_entries_to_stay_within_its_byte_budget(impl, data):
     api = ncm_api(impl)

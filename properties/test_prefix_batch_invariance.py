@@ -26,7 +26,7 @@ def row_keys(seeds: list[int]) -> mx.array:
     return mx.stack([mx.random.key(seed) for seed in seeds])
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @given(data=st.data())
 def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_results(impl, dtype, data):
@@ -81,7 +81,7 @@ def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, leve
         assert_equal(a, b, label=f"{label}: {what}", call=f"{call} ({where})")
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @given(data=st.data())
 def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_are_sampled_independently(
@@ -119,7 +119,7 @@ def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_ar
             )
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 def test_copies_of_one_prefix_under_one_key_are_not_all_sampled_alike_on_the_tiny_config(impl):
     api = ncm_api(impl)
     config = api.NCMConfig(**fixture_fields("ncm_tiny"))

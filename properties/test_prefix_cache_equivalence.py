@@ -28,7 +28,7 @@ def assert_cached_equals_uncached(api, config, batch: list, seed: int, call: str
     assert_generations_equal(warm, uncached, dtype=dtype, label="warm cache vs uncached", call=call)
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @given(data=st.data())
 def test_cached_generation_equals_uncached_generation(impl, dtype, data):
@@ -41,7 +41,7 @@ def test_cached_generation_equals_uncached_generation(impl, dtype, data):
     assert_cached_equals_uncached(api, config, batch, seed, call)
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_cached_generation_equals_uncached_generation_on_the_sudoku_shaped_config(impl, dtype):
     api = ncm_api(impl)

@@ -382,7 +382,7 @@ def make_models(api) -> tuple:
     )
 
 
-@pytest.mark.claim("C2", "C3")
+@pytest.mark.claim("C15")
 def test_the_prefix_cache_serves_stores_evicts_and_persists_as_a_byte_bounded_lru_model(impl):
     api = ncm_api(impl)
     run_state_machine_as_test(make_machine(api, make_models(api)), settings=machine_settings())

@@ -51,7 +51,7 @@ def edit_entries(field: str, change):
     return edit
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_a_saved_and_reloaded_cache_serves_generation_equal_to_a_fresh_computation(impl, data):
     api = ncm_api(impl)
@@ -115,7 +115,7 @@ def corrupted_file(api, kind: str, blob: bytes, model, config, prefix, data) -> 
     return edit_metadata(blob, lambda metadata: metadata.update(sha256="0" * 64))
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_every_corrupted_or_foreign_cache_file_is_rejected_or_misses_never_a_wrong_hit(impl, data):
     api = ncm_api(impl)
@@ -143,7 +143,7 @@ def test_every_corrupted_or_foreign_cache_file_is_rejected_or_misses_never_a_wro
             assert_equal(reader.hits, 0, label="hits from a rejected or foreign file", call=call)
 
 
-@pytest.mark.claim("C2")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_a_weight_change_makes_the_old_entry_miss(impl, data):
     api = ncm_api(impl)

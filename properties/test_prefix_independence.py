@@ -21,7 +21,7 @@ def prefix_rows(api, model, prefix, filling) -> list[mx.array]:
     return [state[:, : len(prefix)] for state in api.layer_states(model, tokens)]
 
 
-@pytest.mark.claim("C1")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_prefix_states_are_the_same_whatever_the_generated_levels_hold(impl, data):
     api = ncm_api(impl)
@@ -38,7 +38,7 @@ def test_prefix_states_are_the_same_whatever_the_generated_levels_hold(impl, dat
         assert_equal(a, b, label=f"prefix states at layer {layer}", call=call)
 
 
-@pytest.mark.claim("C1")
+@pytest.mark.claim("C15")
 @pytest.mark.parametrize("condition", ["full mask", "training mode with dropout"])
 def test_generated_levels_reach_prefix_states_under_full_mask_or_training_dropout_and_the_cache_refuses(
     impl, condition

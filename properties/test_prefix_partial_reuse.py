@@ -31,7 +31,7 @@ def shared_heads(config):
     )
 
 
-@pytest.mark.claim("C3")
+@pytest.mark.claim("C15")
 def test_bidirectional_prefix_states_of_a_shared_head_depend_on_the_rest_and_the_cache_misses(impl):
     api = ncm_api(impl)
     config = api.NCMConfig(**fixture_fields("ncm_tiny"))
@@ -60,7 +60,7 @@ def test_bidirectional_prefix_states_of_a_shared_head_depend_on_the_rest_and_the
     assert_equal(cache.hits, 0, label="cache hits")
 
 
-@pytest.mark.claim("C3")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_the_cache_misses_every_near_miss_of_a_stored_prefix_and_hits_the_prefix_itself(impl, data):
     api = ncm_api(impl)
@@ -91,7 +91,7 @@ def test_the_cache_misses_every_near_miss_of_a_stored_prefix_and_hits_the_prefix
     assert_equal(cache.hits, 1, label="hits for the exact prefix", call=call)
 
 
-@pytest.mark.claim("C3")
+@pytest.mark.claim("C15")
 @given(data=st.data())
 def test_causal_prefix_states_of_a_shared_head_do_not_depend_on_the_rest(impl, data):
     api = ncm_api(impl)

@@ -14,6 +14,7 @@ from planted_sweep import SWEEP, Sweep
 
 from ncm_verify.mutants import (
     BLOCK_MUTANTS,
+    CONCEPT_MUTANTS,
     EVIDENCE_MUTANTS,
     EXACT_STEP_MUTANTS,
     LEVEL_DRAFTING_MUTANTS,
@@ -34,6 +35,7 @@ LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
 EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
 TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
+CONCEPT_PROPERTIES = ["properties/test_concept_model.py"]
 TEXT_DRAFTING_PROPERTIES = ["properties/test_text_drafting.py"]
 BLOCK_PROPERTIES = [
     "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
@@ -59,6 +61,7 @@ KERNEL_PROPERTIES = [
     and path != "properties/test_tree.py"
     and path != "properties/test_block.py"
     and path not in TEXT_DRAFTING_PROPERTIES
+    and path not in CONCEPT_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 NO_VERDICT = "no verdict: a missing property file"
@@ -89,6 +92,8 @@ def properties_for(name: str) -> list[str]:
         return BLOCK_PROPERTIES
     if name in TEXT_DRAFTING_MUTANTS:
         return TEXT_DRAFTING_PROPERTIES
+    if name in CONCEPT_MUTANTS:
+        return CONCEPT_PROPERTIES
     return KERNEL_PROPERTIES
 
 

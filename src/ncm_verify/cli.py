@@ -44,6 +44,7 @@ def command_verify(args) -> int:
         rerun_selftests=args.rerun_selftests,
         seed=args.seed,
         cache=args.cache,
+        model=args.model,
     )
 
 
@@ -93,6 +94,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
     run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")
     run.add_argument("--rerun-selftests", action="store_true", help="rerun the self-tests even if cached")
+    run.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint the model-level properties judge on path (b) (default: fixtures/ncm_concept_tiny.safetensors)",
+    )
     run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")
     report.add_argument("--reports", default="reports", help="folder holding evidence.json (default: %(default)s)")

@@ -238,6 +238,103 @@ class TextDrafting(Protocol):
         """(mlx-lm target, TextDrafter, prompt [T], max_tokens, *, num_draft, key, ...) -> DraftedGeneration."""
 
 
+class ConceptModels(Protocol):
+    """The source's NCM (issue 23; claims C1-C4): what a checkpoint implements, without our config.
+
+    ``model`` is whatever `load_concept_model` returns; ``prefix`` ``[B, P]`` token ids (P any length
+    >= 1); ``codes`` a list, level l ``[B, n_l]``; ``keys`` ``[B, 2]`` (one per row, `row_keys`);
+    ``start`` the prefix's first position; K/V per layer ``(K, V)`` each ``[B, heads, rows, dim]``.
+    """
+
+    @property
+    def ConceptConfig(self) -> type:
+        """The implementation's own config type (what `concept_configs` draws)."""
+
+    def concept_configs(self) -> Any:
+        """A Hypothesis strategy of tiny configs (path (a): drawn instances)."""
+
+    def make_concept_model(self, config) -> Any:
+        """A model in evaluation mode built from a drawn config."""
+
+    def save_concept_model(self, model, path) -> None:
+        """Both stages' weights and whatever the loader needs, in one file."""
+
+    def load_concept_model(self, path) -> Any:
+        """The checkpoint at `path` (path (b)); a ValueError naming `path` when unreadable."""
+
+    def concept_fingerprint(self, model) -> str:
+        """A hash of the generator's and the codec's weights and config."""
+
+    def concept_layout(self, model) -> Any:
+        """prefix_length, level_lengths, codebook_sizes, vocab_size, sequence_length."""
+
+    def concept_mask_of(self, model, prefix_length) -> Any:
+        """Boolean ``[R, R]`` over ``prefix + levels`` rows, True where a row attends to a column."""
+
+    def prefix_kv(self, model, prefix, start=0) -> Any:
+        """Per layer, the prefix K/V the model would cache (K after its norm and rotation)."""
+
+    def level_logits(self, model, prefix, codes, level, *, prefix_kv=None, start=0) -> Any:
+        """Level `level`'s logits ``[B, n_l, K_l]`` given the coarser codes; prefix recomputed or given."""
+
+    def training_logits(self, model, prefix, codes, start=0) -> Any:
+        """Every level's logits from one forward over the whole layout given all codes."""
+
+    def row_keys(self, seed, batch) -> Any:
+        """``[batch, 2]`` keys, row b's a function of (seed, b) alone."""
+
+    def sample_codes(self, logits, keys, temperature=1.0, top_k=None) -> Any:
+        """Seeded codes ``[B, n]`` from logits ``[B, n, K]``: greedy at temperature 0."""
+
+    def sampling_law(self, logits, temperature, top_k=None) -> Any:
+        """The probabilities `sample_codes` draws from."""
+
+    def codec_decode(self, model, codes) -> Any:
+        """Token logits ``[B, T, V]``, one row per position, given every level's codes."""
+
+    def generate_uncached_concepts(self, model, prefix, keys, *, temperature=1.0, top_k=None, start=0) -> Any:
+        """Level by level, the prefix recomputed each level -> codes, logits, token_logits, tokens."""
+
+    def generate_cached_concepts(
+        self, model, prefix, keys, *, temperature=1.0, top_k=None, start=0, cache=None, namespace=""
+    ) -> Any:
+        """PC-1: prefix K/V once per generation (or from `cache` on an exact key), served to every level."""
+
+    def make_concept_cache(self, max_bytes=...) -> Any:
+        """An empty cross-request cache: lookup/store/save/load, hits, misses, nbytes."""
+
+    def concept_schedule(self, model, prefix_length, mode) -> Any:
+        """Declared positions per layer and row, forward by forward ('uncached', 'pc1', 'pc1_levels')."""
+
+    def concept_kv_bytes(self, model) -> int:
+        """K/V bytes (all layers) one cached position holds."""
+
+    def concept_position_counts(self, model) -> list:
+        """Instrumentation: per layer, positions processed since the last reset."""
+
+    def reset_concept_counts(self, model) -> None:
+        """Zero the position counters."""
+
+
+class ConceptCodec(Protocol):
+    """The codec's encoder side, for the codec's consistency (each level read with its own codebook)."""
+
+    def codec_encode(self, model, tokens) -> Any:
+        """tokens ``[B, T]`` -> (codes, the reconstruction the quantiser accumulated)."""
+
+    def codec_reconstruction(self, model, codes) -> Any:
+        """The cumulative reconstruction of the given levels' codes."""
+
+
+class ConceptLevelCache(Protocol):
+    """The named extension beyond PC-1: the earlier levels' K/V kept within a generation."""
+
+    def generate_cached_levels(
+        self, model, prefix, keys, *, temperature=1.0, top_k=None, start=0, cache=None, namespace=""
+    ) -> Any:
+        """PC-1 plus each level's K/V kept for the later levels."""
+
+
 def protocol_members(protocol: type) -> tuple[str, ...]:
     """The names a Protocol class asks a module for, in the order it declares them."""
     return tuple(
@@ -254,6 +351,9 @@ LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
 TREE_NAMES = protocol_members(TreeVerification)
 BLOCK_NAMES = protocol_members(BlockVerification)
 TEXT_DRAFTING_NAMES = protocol_members(TextDrafting)
+CONCEPT_NAMES = protocol_members(ConceptModels)
+CONCEPT_CODEC_NAMES = protocol_members(ConceptCodec)
+CONCEPT_LEVEL_CACHE_NAMES = protocol_members(ConceptLevelCache)
 PROTOCOLS: tuple[type, ...] = (
     SpeculativeKernels,
     NCMModelAndCache,
@@ -262,6 +362,9 @@ PROTOCOLS: tuple[type, ...] = (
     TreeVerification,
     BlockVerification,
     TextDrafting,
+    ConceptModels,
+    ConceptCodec,
+    ConceptLevelCache,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
@@ -482,3 +585,8 @@ def ncm_api(module: ModuleType) -> ModuleType:
 def mlx_lm_api(module: ModuleType) -> ModuleType:
     """`module` checked to provide autoregressive decoding (`MLX_LM_NAMES`)."""
     return require_names(module, MLX_LM_NAMES, "autoregressive decoding", "the mlx-lm convention properties (C8)")
+
+
+def concept_api(module: ModuleType, names: tuple[str, ...] = CONCEPT_NAMES) -> ModuleType:
+    """`module` checked to provide the source's NCM (`CONCEPT_NAMES`, or the family `names`)."""
+    return require_names(module, names, "source NCM model", "the model-level properties (C1-C4)")

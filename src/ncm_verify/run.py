@@ -36,6 +36,7 @@ import uuid
 from pathlib import Path
 
 from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.harness.concept_checkpoint import describe_checkpoint
 from ncm_verify.harness.run_state import RECORDS_FILE
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
@@ -305,6 +306,7 @@ def verify(
     rerun_selftests: bool = False,
     seed: int | None = None,
     cache: Path | None = None,
+    model: str | None = None,
 ) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start). `cache`: where the reference
     evidence and self-test results are kept (default `DEFAULT_CACHE`)."""
@@ -329,7 +331,11 @@ def verify(
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
-    kept_path = reference_evidence_path(cache, key, profile, seed)
+    # another checkpoint's model-level evidence is not the default one's: filed apart
+    checkpoint = describe_checkpoint(model)
+    evidence_key = key if model is None else f"{key}-model-{checkpoint['sha256'][:16]}"
+    kept_path = reference_evidence_path(cache, evidence_key, profile, seed)
+    say(f"[1/4] properties: model-level path (b) judges {checkpoint['path']} (sha256 {checkpoint['sha256']})")
     reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
@@ -340,6 +346,7 @@ def verify(
         f"--ncm-report-dir={reports}",
         f"--ncm-run-id={run_id}",
         *([f"--hypothesis-seed={seed}"] if seed is not None else []),
+        *([f"--ncm-model={Path(model).expanduser().resolve()}"] if model is not None else []),
         *([f"--ncm-reuse={reuse['file']}"] if reuse.get("file") else []),
         jobs=jobs,
     )

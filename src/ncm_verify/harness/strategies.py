@@ -577,3 +577,36 @@ def greedy_steps(draw):
     num_draft = rng.integers(0, max_draft + 1, size=batch)
     drafts = np.where(np.arange(max_draft)[None] < num_draft[:, None], drafts, -1)
     return scores, dtype, drafts, num_draft
+
+
+# --- the source's NCM (issue 23): what path (a) and path (b) draw besides a config ---
+
+concept_starts = st.one_of(st.just(0), st.integers(1, 40))
+"""Where the prefix's first position sits: 0, or elsewhere (a rotation offset a cache must keep)."""
+
+
+@st.composite
+def concept_prefixes(draw, layout, *, batch=None, any_length=False):
+    """``[B, P]`` token ids: P the layout's prefix length, or (for the reference's drawn instances,
+    whose prefixes may be any length) 1-8; B 1-3 unless given."""
+    length = draw(st.integers(1, 8)) if any_length else layout.prefix_length
+    rows = batch if batch is not None else draw(st.integers(1, 3))
+    row = st.lists(st.integers(0, layout.vocab_size - 1), min_size=length, max_size=length)
+    return draw(st.lists(row, min_size=rows, max_size=rows))
+
+
+@st.composite
+def concept_codes(draw, layout, batch: int):
+    """Every level's codes, level l ``[batch, n_l]`` ids of its own codebook (lists)."""
+    return [
+        draw(st.lists(st.lists(st.integers(0, size - 1), min_size=n, max_size=n), min_size=batch, max_size=batch))
+        for n, size in zip(layout.level_lengths, layout.codebook_sizes)
+    ]
+
+
+@st.composite
+def concept_sampling(draw, layout):
+    """(temperature, top_k): greedy, peaked, plain and flat temperatures; top-k None or 1..max K."""
+    temperature = draw(st.sampled_from((0.0, 0.5, 1.0, 2.0)))
+    top_k = draw(st.one_of(st.none(), st.integers(1, max(layout.codebook_sizes))))
+    return temperature, top_k

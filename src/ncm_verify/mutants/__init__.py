@@ -79,12 +79,25 @@ MUTANTS = {
         "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
     ),
     "drafting_drafter_cache_not_rolled_back": "text drafting: the drafter's cache keeps its drafts' entries",
+    "concept_prefix_k_before_rotation": "source NCM: PC-1 caches prefix K after QK-norm, before the rotation",
+    "concept_prefix_k_before_norm": "source NCM: PC-1 caches prefix K as projected, before QK-norm and rotation",
+    "concept_prefix_rotated_from_zero": "source NCM: PC-1 rotates cached prefix keys from 0, whatever the start",
+    "concept_prefix_kv_in_training_mode": "source NCM: PC-1 computes the prefix K/V in training mode (dropout active)",
+    "concept_prefix_kv_in_half": "source NCM: PC-1 stores prefix K/V in float16; the uncached path runs float32",
+    "concept_mask_leaks_next_level": "source NCM: the block-diagonal mask lets each level's rows see the next level",
+    "concept_top_k_after_temperature_when_cached": (
+        "source NCM: cached: temperature, then top-k keeping ties; uncached: top-k first"
+    ),
+    "concept_decoder_reads_previous_codebook": "source NCM: the decode reads level l with level l-1's codebook",
+    "concept_cache_key_without_codec": "source NCM: PC-1's cross-request key omits the codec's fingerprint",
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
 LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
 """Mutants of level drafting on the model: the level-drafting properties must catch them."""
 TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
+CONCEPT_MUTANTS = {name for name in MUTANTS if name.startswith("concept_")}
+"""Mutants of the source's NCM (issue 23): the model-level properties of test_concept_model.py must catch them."""
 """Mutants of tree verification: the tree properties must catch them."""
 BLOCK_MUTANTS = {name for name in MUTANTS if name.startswith("block_")}
 """Mutants of block verification: the block's exact step and its own properties must catch them."""
@@ -188,3 +201,14 @@ def with_drafting_step(**changes) -> dict:
     from ncm_verify.reference.drafting.loop import REFERENCE_STEPS, generate_drafted
 
     return {"generate_drafted": partial(generate_drafted, _steps=REFERENCE_STEPS._replace(**changes))}
+
+
+def with_concept_seams(**changes) -> dict:
+    """The source's NCM with one private decision (`concept_model._Seams`) changed, on drawn and loaded models."""
+    from ncm_verify.reference.ncm import concept_model
+
+    seams = concept_model._Seams(**changes)
+    return {
+        "make_concept_model": partial(concept_model.make_concept_model, _seams=seams),
+        "load_concept_model": partial(concept_model.load_concept_model, _seams=seams),
+    }

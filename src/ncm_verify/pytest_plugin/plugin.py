@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ncm_verify.harness import stats
+from ncm_verify.harness.concept_checkpoint import describe_checkpoint
 from ncm_verify.harness.hypothesis_internals import generated_seed, settings_of
 from ncm_verify.harness.kernels import SAMPLING_KERNELS
 from ncm_verify.harness.run_state import RECORDS_FILE, install, run_state, uninstall
@@ -53,6 +54,12 @@ def pytest_addoption(parser):
         "--impl",
         default=os.environ.get("NCM_VERIFY_IMPL", DEFAULT_IMPLEMENTATION),
         help="module providing the kernels under test (default: %(default)s)",
+    )
+    group.addoption(
+        "--ncm-model",
+        default=os.environ.get("NCM_VERIFY_MODEL") or None,
+        help="checkpoint the model-level properties judge on path (b), loaded by the implementation's "
+        "load_concept_model (default: fixtures/ncm_concept_tiny.safetensors)",
     )
     group.addoption(
         "--ncm-report-dir",
@@ -259,7 +266,11 @@ def pytest_runtest_setup(item):
 
 
 def pytest_report_header(config):
-    return f"ncm-verify: implementation under test {config.getoption('--impl')}"
+    checkpoint = describe_checkpoint(config.getoption("--ncm-model"))
+    return [
+        f"ncm-verify: implementation under test {config.getoption('--impl')}",
+        f"ncm-verify: checkpoint {checkpoint['path']} sha256 {checkpoint['sha256']}",
+    ]
 
 
 # --- evidence on the side that runs the test (a worker, or the only process) ---
@@ -606,6 +617,7 @@ class EvidenceCollector:
             "run_id": self.config.getoption("--ncm-run-id"),
             "impl": self.config.getoption("--impl"),
             "implementation": implementation_facts(self.config.getoption("--impl")),
+            "checkpoint": describe_checkpoint(self.config.getoption("--ncm-model")),
             "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
             "exit_status": int(session.exitstatus),
             "environment": describe_environment(),

@@ -154,6 +154,7 @@ def run_facts(evidence: dict | None, run: dict | None) -> dict:
             planned_tests=(evidence.get("policy") or {}).get("planned_tests"),
             run_id=evidence.get("run_id"),
             implementation=evidence.get("implementation"),
+            checkpoint=evidence.get("checkpoint"),
         )
         facts["impl_path"] = (evidence.get("implementation") or {}).get("path_argument")
     return {**facts, **(run or {})}
@@ -461,6 +462,10 @@ def environment_table(report: dict) -> Table | None:
         if implementation.get(key) is not None:
             value = implementation[key]
             rows.append((f"implementation {key}", ", ".join(value) if isinstance(value, list) else str(value)))
+    checkpoint = facts.get("checkpoint") or {}
+    for key in ("path", "sha256"):
+        if checkpoint.get(key) is not None:
+            rows.append((f"checkpoint (model-level path (b)) {key}", str(checkpoint[key])))
     for key in ("run_id", "suite_commit", "suite_dirty"):
         if facts.get(key) is not None:
             rows.append((key.replace("_", " "), str(facts[key])))

@@ -1,0 +1,28 @@
+"""The fixed checkpoint of the model-level properties' path (b): which file, named by path and sha256."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+__all__ = ["DEFAULT_CHECKPOINT", "checkpoint_path", "describe_checkpoint"]
+
+DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "data" / "fixtures" / "ncm_concept_tiny.safetensors"
+"""The seeded checkpoint `make verify` judges by default (`reference.ncm.concept_fixture` writes it)."""
+
+
+def checkpoint_path(option: str | None) -> Path:
+    """The checkpoint `--ncm-model` (or ``MODEL=``) names, else the default; a ValueError if absent."""
+    path = Path(option).expanduser().resolve() if option else DEFAULT_CHECKPOINT.resolve()
+    if not path.is_file():
+        raise ValueError(f"--ncm-model: no checkpoint file at {path}")
+    return path
+
+
+def describe_checkpoint(option: str | None) -> dict:
+    """``{"path", "sha256"}`` of the checkpoint (sha256 "missing" when the file is absent)."""
+    try:
+        path = checkpoint_path(option)
+    except ValueError:
+        return {"path": str(option), "sha256": "missing"}
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
