@@ -267,6 +267,23 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def store_new_prefixes_until_an_eviction(self, data):
         """Fill the cache until it evicts (up to `BURST` stores), so that the order of eviction shows now."""
+        self.fill_until_an_eviction(data)
+
+    @precondition(lambda self: len(self.model.entries) >= 2)
+    @rule(data=st.data(), refresh=st.sampled_from(("replace", "lookup")))
+    def refresh_the_least_recent_key_then_evict(self, data, refresh):
+        """The least recently used key made the most recent (replaced or hit), then the cache filled until it
+        evicts and the key looked up: a cache that ignores the refresh evicts it first. Aimed on purpose, so that
+        whether recency bugs are found does not hang on the derandomized draw reaching this order by chance."""
+        oldest = next(iter(self.model.entries))
+        if refresh == "replace":
+            self.store_payload(oldest, 1, 1)
+        else:
+            self.check_lookup(oldest)
+        self.fill_until_an_eviction(data)
+        self.check_lookup(oldest)
+
+    def fill_until_an_eviction(self, data) -> None:
         evictions = self.model.evictions
         for _ in range(BURST):
             if self.model.evictions > evictions:
