@@ -333,12 +333,25 @@ class PrefixCacheMachine(RuleBasedStateMachine):
 
     @rule(target=files)
     def save(self):
+        return self.save_and_read_back()
+
+    def save_and_read_back(self) -> SavedFile:
         self.saves += 1
         path = Path(self.folder.name) / f"cache{self.saves}.safetensors"
         self.cache.save(path)
         saved = SavedFile(path, tuple(self.model.entries.items()))
         self.check_round_trip(saved)
         return saved
+
+    @rule(
+        tokens=st.lists(TOKEN_IDS, min_size=1, max_size=MAX_PREFIX), namespace=st.sampled_from(("tenant-a", "tenant-b"))
+    )
+    def store_under_a_tenant_then_save(self, tokens, namespace):
+        """A tenant's entry saved and read back: it must serve under its own namespace, and only there. Aimed on
+        purpose, so that a file that drops namespaces is found whatever else the derandomized run draws."""
+        slot = Slot(tuple(tokens), self.current, namespace)
+        self.store_payload(slot, 1, 1)
+        self.save_and_read_back()
 
     def check_round_trip(self, saved: SavedFile) -> None:
         """A new cache of the same budget, loaded from the file, serves every saved entry under its own key."""

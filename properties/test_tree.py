@@ -196,9 +196,7 @@ def test_a_walk_that_reaches_a_node_goes_on_as_a_fresh_walk_from_it(impl, mode, 
 @given(mode=modes, data=st.data())
 def test_a_batch_of_walks_decides_as_each_walk_alone(impl, mode, data):
     """Walks sharing ids, each sequence's residual and tried set its own: state shared across a batch shows."""
-    step = data.draw(walk_cases(TREE, mode), label="walks")
-    if step.case.batch < 2:
-        reject()
+    step = data.draw(walk_cases(TREE, mode, min_batch=2), label="walks")
     batched = step.case.apply(impl, mx.array(step.uniforms))
     for b in range(step.case.batch):
         alone = step.case.rows(b, b + 1).apply(impl, mx.array(step.uniforms[b : b + 1]))

@@ -23,6 +23,7 @@ A bad ``--impl`` or ``--profile`` stops the run before any phase, with one messa
 
 from __future__ import annotations
 
+import copy
 import datetime
 import hashlib
 import json
@@ -46,7 +47,7 @@ from ncm_verify.protocol import (
     own_names,
 )
 from ncm_verify.report import document as doc
-from ncm_verify.report.ledger import read_ledger, repository_problems
+from ncm_verify.report.ledger import THOROUGH_PROFILE, read_ledger, repository_problems
 from ncm_verify.report.output import print_report, write_reports
 
 ROOT = suite_root()
@@ -294,7 +295,11 @@ def ledger_against_run(reports: Path) -> list[str]:
     if evidence is None:
         return []
     ledger, _ = read_ledger(ROOT / "ledger.json")
-    return repository_problems(doc.normalized_claims_ledger(ledger), ROOT, evidence["properties"])
+    claims_ledger = copy.deepcopy(doc.normalized_claims_ledger(ledger))
+    if evidence.get("profile") != THOROUGH_PROFILE:  # deselected under every other profile, so not collected
+        for claim in claims_ledger["claims"]:
+            claim.pop("thorough_properties", None)
+    return repository_problems(claims_ledger, ROOT, evidence["properties"])
 
 
 def verify(

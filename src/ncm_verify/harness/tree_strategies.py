@@ -62,6 +62,10 @@ def sibling_ratios(mode: str, state, allowed: np.ndarray) -> np.ndarray:
     return np.where(allowed, ratios, np.inf)
 
 
+SIBLING_ATTEMPTS = 4
+"""Tables drawn from one seed before a sibling case is filtered away."""
+
+
 @st.composite
 def sibling_cases(draw, kernel, mode: str):
     """One root with 2-3 leaf children: the earlier ones rejected (uniform near 1), the last judged at a uniform
@@ -79,38 +83,45 @@ def sibling_cases(draw, kernel, mode: str):
     dtype = draw(st.sampled_from(WALK_DTYPES), label="dtype")
     peaked = draw(st.booleans(), label="q's top ids hold nearly all of it")
     stray = draw(st.sampled_from([0.0, 0.5, -0.5]), label="draft sum strays by this share of its tolerance")
-    rng = np.random.default_rng(draw(seeds, label="table seed"))
-    rows = rng.dirichlet(np.full(vocab, 0.5), size=(2, count + 1))
-    if peaked:  # the siblings tried first (q's largest excess over p) hold all but ~1e-4 of q
-        tried_first = np.argsort(-(rows[1, 0] / rows[0, 0]))[: count - 1]
-        rows[1, 0, tried_first] *= 1e4 / rows[1, 0, tried_first].sum()
-        rows[1, 0] /= rows[1, 0].sum()
-    placeholder = np.zeros((1, count), np.int64)
-    arrays = (rows[0][None], rows[1][None], placeholder, np.full((1, count), -1), np.array([count]))
-    step = make_step_case(kernel, arrays, dtype, options={"mode": mode})
-    stray_draft_sums(step, stray)
-    target, draft = step.exact_args[0][0], step.exact_args[1][0]
-    rule = exact_tree.reference_rule(mode)
-    state = rule.start(target[0], draft[0])
-    top = [int(x) for x in np.argsort(-draft[0], kind="stable")[:count]]
-    children: list[int] = []
-    for i in range(count):
-        allowed = np.ones(vocab, dtype=bool)
-        if mode != "with_replacement":
-            allowed[children] = False
-        ratios = sibling_ratios(mode, state, allowed)
-        if i < count - 1:  # rejected by a uniform near 1: the likeliest rejected id, or top_k's next
-            x = top[i] if mode == "top_k" else int(np.argmin(ratios))
-            if not ratios[x] < 0.99:
-                reject()
-        else:  # judged near its boundary: an id with 0 < r(x) < q_i(x)
-            informative = np.flatnonzero((ratios > 0) & (ratios < 0.99))
-            x = top[i] if mode == "top_k" else int(rng.choice(informative)) if len(informative) else -1
-            if x not in informative:
-                reject()
-        children.append(x)
-        if i < count - 1:
-            state = rule.reject(state, i, x)
+    seed = draw(seeds, label="table seed")
+    # a few tables from one seed before the example is filtered: most rows give an informative last sibling
+    for attempt in range(SIBLING_ATTEMPTS):
+        rng = np.random.default_rng((seed, attempt))
+        rows = rng.dirichlet(np.full(vocab, 0.5), size=(2, count + 1))
+        if peaked:  # the siblings tried first (q's largest excess over p) hold all but ~1e-4 of q
+            tried_first = np.argsort(-(rows[1, 0] / rows[0, 0]))[: count - 1]
+            rows[1, 0, tried_first] *= 1e4 / rows[1, 0, tried_first].sum()
+            rows[1, 0] /= rows[1, 0].sum()
+        placeholder = np.zeros((1, count), np.int64)
+        arrays = (rows[0][None], rows[1][None], placeholder, np.full((1, count), -1), np.array([count]))
+        step = make_step_case(kernel, arrays, dtype, options={"mode": mode})
+        stray_draft_sums(step, stray)
+        target, draft = step.exact_args[0][0], step.exact_args[1][0]
+        rule = exact_tree.reference_rule(mode)
+        state = rule.start(target[0], draft[0])
+        top = [int(x) for x in np.argsort(-draft[0], kind="stable")[:count]]
+        children: list[int] = []
+        for i in range(count):
+            allowed = np.ones(vocab, dtype=bool)
+            if mode != "with_replacement":
+                allowed[children] = False
+            ratios = sibling_ratios(mode, state, allowed)
+            if i < count - 1:  # rejected by a uniform near 1: the likeliest rejected id, or top_k's next
+                x = top[i] if mode == "top_k" else int(np.argmin(ratios))
+                if not ratios[x] < 0.99:
+                    break
+            else:  # judged near its boundary: an id with 0 < r(x) < q_i(x)
+                informative = np.flatnonzero((ratios > 0) & (ratios < 0.99))
+                x = top[i] if mode == "top_k" else int(rng.choice(informative)) if len(informative) else -1
+                if x not in informative:
+                    break
+            children.append(x)
+            if i < count - 1:
+                state = rule.reject(state, i, x)
+        if len(children) == count:
+            break
+    else:
+        reject()
     r_x, q_x = rule.pair(state, count - 1, children[-1])
     uniforms = np.full((1, 2, count + 1), np.float32(1.0 - 2.0**-24), dtype=np.float32)
     uniforms[0, 0, count - 1] = np.float32(r_x / q_x * (1.0 + side * SIBLING_MARGIN))
@@ -193,7 +204,7 @@ def with_tokens(step, tokens: np.ndarray) -> None:
 
 
 @st.composite
-def walk_cases(draw, kernel, mode: str, dtypes: tuple[str, ...] = WALK_DTYPES):
+def walk_cases(draw, kernel, mode: str, dtypes: tuple[str, ...] = WALK_DTYPES, min_batch: int = 1):
     """A batch of 1-3 walks, each 2-3 levels deep: at each level every earlier sibling is drafted from most of q
     and rejected (uniform near 1), the last judged 2^-k from its boundary r(x)/q_i(x): just below it (accepted:
     the walk goes down) above the last level; at the last level either side, or rejected too and the correction
@@ -203,7 +214,7 @@ def walk_cases(draw, kernel, mode: str, dtypes: tuple[str, ...] = WALK_DTYPES):
     from ncm_verify.harness.drivers import make_step_case
 
     vocab = draw(WALK_VOCABS, label="vocab")
-    batch = draw(st.integers(1, 3), label="walks")
+    batch = draw(st.integers(min_batch, 3), label="walks")
     depth = draw(st.integers(2, 3), label="levels")
     widths = draw(st.lists(st.integers(2, 3), min_size=depth, max_size=depth), label="siblings per level")
     dtype = draw(st.sampled_from(dtypes), label="dtype")

@@ -33,7 +33,7 @@ from ncm_verify.protocol import (
     own_names,
 )
 from ncm_verify.pytest_plugin import timing
-from ncm_verify.report.ledger import ledger_kernel_claims
+from ncm_verify.report.ledger import THOROUGH_PROFILE, ledger_kernel_claims
 
 EVIDENCE_FILE = "evidence.json"
 EVIDENCE_SCHEMA = "ncm-verify/evidence/1"
@@ -176,8 +176,8 @@ def balanced_order(items: list, workers: int) -> list:
     return [item for block in blocks for item in block]
 
 
-THOROUGH_PROFILE, THOROUGH_ONLY = "thorough", "thorough_only"
-"""Properties marked `thorough_only` run under the `thorough` profile alone (the ledger's `thorough_properties`)."""
+THOROUGH_ONLY = "thorough_only"
+"""Properties marked so run under `THOROUGH_PROFILE` alone (the ledger's `thorough_properties`)."""
 
 
 def pytest_collection_modifyitems(session, config, items):

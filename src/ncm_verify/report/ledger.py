@@ -192,6 +192,10 @@ def ledger_kernel_claims(path: Path | None = None) -> dict[str, str]:
     return kernel_claims(read_ledger(path)[0])
 
 
+THOROUGH_PROFILE = "thorough"
+"""The profile under which a claim's `thorough_properties` run (properties marked `thorough_only`)."""
+
+
 def claim_properties(claim: dict) -> list[str]:
     """Every property a claim lists: those every run must pass, then `thorough_properties`, which run only under
     the `thorough` profile (sampled smokes of whole loops, weak by design: the exact checks are the evidence)."""
