@@ -89,6 +89,8 @@ def _draw(rows: mx.array, key: mx.array) -> mx.array:
 class ARDrafter:
     """A `TextDrafter` around an mlx-lm model: k tokens drawn one after another, each from its row."""
 
+    reads_features = False
+
     def __init__(self, model: llama.Model, max_block: int = 64):
         self.model = model
         self.vocab_size = int(model.args.vocab_size)
@@ -117,6 +119,19 @@ class ARDrafter:
             if i + 1 < k:
                 logits = self.model(token[:, None], cache=cache)[:, -1, :]
         return DraftBlock(tokens=mx.stack(tokens, axis=1), probs=mx.stack(rows, axis=1))
+
+    def block_probs(
+        self,
+        context: mx.array,
+        tokens: mx.array,
+        codes: mx.array | None = None,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> mx.array:
+        k = tokens.shape[1]
+        sequence = mx.concatenate([context, tokens[:, :-1]], axis=1).astype(mx.int32)
+        return rows_at_temperature(self.model(sequence)[:, -k:, :], temperature)
 
 
 @dataclass(frozen=True)
@@ -167,6 +182,10 @@ class NCMBlockDrafter(nn.Module):
         self.out_norm = nn.RMSNorm(d)
         if config.feature_dim:
             self.feature_proj = nn.Linear(config.feature_dim, d, bias=False)
+
+    @property
+    def reads_features(self) -> bool:
+        return bool(self.config.feature_dim)
 
     # -- the pieces -------------------------------------------------------------------------------
 
@@ -247,3 +266,19 @@ class NCMBlockDrafter(nn.Module):
         rows = rows_at_temperature(self.decode_logits(u, k), temperature)
         tokens = _draw(rows, token_key)
         return DraftBlock(tokens=tokens, probs=rows, codes=mx.stack(codes, axis=1))
+
+    def block_probs(
+        self,
+        context: mx.array,
+        tokens: mx.array,
+        codes: mx.array | None,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> mx.array:
+        if codes is None or tuple(codes.shape) != (context.shape[0], self.config.levels):
+            shape = None if codes is None else tuple(codes.shape)
+            raise ValueError(f"codes: expected ({context.shape[0]}, {self.config.levels}) code ids, got {shape}")
+        h = self._with_features(self.encoder(context)[:, -1, :], features)
+        _, u = self.code_logprobs(h, codes)
+        return rows_at_temperature(self.decode_logits(u, tokens.shape[1]), temperature)
