@@ -28,6 +28,7 @@ __all__ = [
     "make_llama",
     "parameter_count",
     "target_features",
+    "block_start_features",
     "rows_at_temperature",
 ]
 
@@ -68,6 +69,14 @@ def _flatten(tree: Any, prefix: str = "") -> list[tuple[str, mx.array]]:
 def target_features(target: Any, tokens: mx.array, cache: list[Any] | None = None) -> mx.array:
     """An mlx-lm model's final normed hidden states (B, n, D) over `tokens`: what EAGLE-style drafters read."""
     return target.model(tokens, cache)
+
+
+def block_start_features(target: Any, tokens: mx.array) -> mx.array:
+    """The target's hidden states (B, n, D) as the drafting loop hands them: position s holds the state at
+    s - 1 (zeros at 0), whose row emitted token s, never the state that has read token s (EAGLE's convention:
+    no extra target pass)."""
+    states = target_features(target, tokens)
+    return mx.concatenate([mx.zeros_like(states[:, :1]), states[:, :-1]], axis=1)
 
 
 def rows_at_temperature(logits: mx.array, temperature: float) -> mx.array:
