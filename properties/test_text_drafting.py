@@ -5,7 +5,8 @@ Judged call by call, as mlx-lm's loop is: every `verify_chain` call the implemen
 the very rows q(. | z) the drafter drew its tokens from (recomputed uncached under its codes). The law of
 the procedure is enumerated in float64 against the target's; a sampled smoke checks the whole loop's law.
 The drafters are the tiny seeded test drafters of `mlx_lm_real.text_drafters` (autoregressive; NCM-style
-block drafters with codes z, one of them reading the target's hidden state).
+block drafters with codes z, one of them reading the target's hidden state), and the call-by-call check
+also runs the shipped trained target and drafters (`make train`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from ncm_verify.mlx_lm_real.text_drafters import (
     make_drafter,
 )
 from ncm_verify.oracles import exact_text_drafting
+from ncm_verify.reference.drafting.models import ARDrafter
+from ncm_verify.reference.drafting.text import text_ids
+from ncm_verify.reference.drafting.trained import load_trained
 from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 
 pytestmark = pytest.mark.claim("C17")
@@ -68,6 +72,33 @@ def draw_prompt(data, kind: str, vocab: int, max_size: int = 6) -> list[int]:
     return data.draw(strategies.token_lists(vocab, 2 if "features" in kind else 1, max_size), label="prompt")
 
 
+def run_judged_call_by_call(impl, target, drafter, prompt, max_tokens, num_draft, temperature, seed, call):
+    """Run the implementation's loop with its drafter, target and `verify_chain` recorded, then judge every
+    call (`check_drafted_calls`) and its target passes; returns the drafts accepted and drafted per round."""
+    calls: list = []
+    passes: list = []
+    try:
+        generation = impl.generate_drafted(
+            CountingModel(target, passes),
+            RecordingDrafter(drafter, calls),
+            prompt,
+            max_tokens,
+            num_draft=num_draft,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=RecordingKernels(impl, calls),
+        )
+    except Exception:
+        check_drafted_calls(calls, None, target, drafter, prompt, max_tokens, temperature, call=call)
+        raise
+    accepted = check_drafted_calls(
+        calls, generation.tokens, target, drafter, prompt, max_tokens, temperature, call=call
+    )
+    drafted = [record["drafts"].shape[1] for name, record in calls if name == "verify_chain"]
+    check_one_pass_per_block(passes, prompt, len(drafted), call=call)
+    return accepted, drafted
+
+
 @settings(deadline=None)
 @given(data=st.data())
 def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_the_drafts_were_drawn_from(impl, data):
@@ -91,30 +122,57 @@ def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_t
         f"temperature={temperature})"
     )
     note(call)
-    calls: list = []
-    passes: list = []
-    try:
-        generation = impl.generate_drafted(
-            CountingModel(target, passes),
-            RecordingDrafter(drafter, calls),
-            prompt,
-            max_tokens,
-            num_draft=num_draft,
-            key=mx.random.key(seed),
-            temperature=temperature,
-            kernels=RecordingKernels(impl, calls),
-        )
-    except Exception:
-        check_drafted_calls(calls, None, target, drafter, prompt, max_tokens, temperature, call=call)
-        raise
-    accepted = check_drafted_calls(
-        calls, generation.tokens, target, drafter, prompt, max_tokens, temperature, call=call
+    accepted, drafted = run_judged_call_by_call(
+        impl, target, drafter, prompt, max_tokens, num_draft, temperature, seed, call
     )
-    drafted = [record["drafts"].shape[1] for name, record in calls if name == "verify_chain"]
-    check_one_pass_per_block(passes, prompt, len(drafted), call=call)
     rejected = [a < d for a, d in zip(accepted, drafted)]
     event(f"drafter: {kind}")
     event("a round after a rejection" if any(rejected[:-1]) else "no round after a rejection")
+
+
+TRAINED_DRAFTERS = ("ar_draft", "ncm_data", "ncm_distilled", "ncm_features")
+"""The shipped drafters (`make train`), judged against the shipped target: trained models' peaked rows."""
+TRAINED_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""A few short generations (20-60 ms each here): the distinct examples a claim's property must show, two more."""
+
+
+@functools.cache
+def trained(name: str):
+    model = load_trained(name)
+    return ARDrafter(model) if name == "ar_draft" else model
+
+
+@functools.lru_cache(maxsize=1)
+def held_out_ids():
+    return text_ids()[1]
+
+
+@settings(max_examples=TRAINED_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_every_verify_chain_call_on_the_trained_target_and_drafters_is_handed_the_exact_rows(impl, data):
+    """The call-by-call check above, on the shipped trained target and its four trained drafters.
+
+    Prompts are held-out text, so the rows are a trained model's: peaked, with long accepted runs and
+    rejections where the tiny seeded drafters rarely reach them (a wrong row near a one-hot row shows).
+    """
+    name = data.draw(st.sampled_from(TRAINED_DRAFTERS), label="trained drafter")
+    target, drafter, ids = trained("target"), trained(name), held_out_ids()
+    start = data.draw(st.integers(0, len(ids) - 32), label="held-out offset")
+    prompt = [int(t) for t in ids[start : start + data.draw(st.integers(2, 24), label="prompt length")]]
+    max_tokens = data.draw(st.integers(1, 16), label="max_tokens")
+    num_draft = data.draw(st.integers(1, drafter.max_block), label="num_draft")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_drafted(load_trained('target'), trained({name!r}), {prompt}, {max_tokens}, "
+        f"num_draft={num_draft}, key=mx.random.key({seed}), temperature={temperature})"
+    )
+    note(call)
+    accepted, drafted = run_judged_call_by_call(
+        impl, target, drafter, prompt, max_tokens, num_draft, temperature, seed, call
+    )
+    event(f"trained drafter: {name}")
+    event("a draft rejected" if any(a < d for a, d in zip(accepted, drafted)) else "every draft stood")
 
 
 ENUMERATION_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)

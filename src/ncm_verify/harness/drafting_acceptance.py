@@ -17,7 +17,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from ncm_verify.oracles.exact_acceptance import BlockAcceptance, Component, RowsFn, expected_accepted_length
-from ncm_verify.reference.drafting.models import NCMBlockDrafter, target_features
+from ncm_verify.reference.drafting.models import NCMBlockDrafter, block_start_features
 from ncm_verify.reference.drafting.text import text_ids
 from ncm_verify.reference.drafting.trained import load_record, load_trained
 
@@ -131,7 +131,7 @@ def drafter_table(contexts: np.ndarray, k: int, floor: float, names: Sequence[st
     target = load_trained("target")
     ctx = mx.array(contexts)
     target_rows = remembered(prefix_rows(target, ctx))
-    features = target_features(target, ctx)
+    features = block_start_features(target, ctx)  # what the drafting loop hands a feature reader
     table = []
     for name in names:
         model = load_trained(name)

@@ -196,7 +196,10 @@ def make_all(only: set[str] | None) -> list[Made]:
                 spec,
                 wall,
                 evaluate.block_loss(drafter, text.held_out, CONTEXT, BLOCK, target=target),
-                {"objective": "data, reading the target's final hidden state at the block's start"},
+                {
+                    "objective": "data, reading the target's final hidden state at the block's start"
+                    " (at s - 1, as the loop hands it)"
+                },
             )
         )
     return made

@@ -8,7 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ncm_verify.reference.drafting.models import NCMBlockDrafter, rows_at_temperature, target_features
+from ncm_verify.reference.drafting.models import NCMBlockDrafter, block_start_features, rows_at_temperature
 from ncm_verify.train.data import windows
 
 
@@ -40,7 +40,8 @@ def block_starts(context: int, count: int) -> np.ndarray:
 class NCMBlockTask:
     """Exact negative log-likelihood per token of the data's blocks under the NCM drafter, z enumerated.
 
-    With `target` set the drafter also reads the target's hidden state at each block's start (frozen target).
+    With `target` set the drafter also reads the target's hidden state at each block's start (frozen target):
+    the state whose row emitted the block's last context token (`block_start_features`), as the loop hands it.
     """
 
     ids: np.ndarray
@@ -69,7 +70,8 @@ def ncm_block_log_likelihood(
     """log q(block) (B, S) of the blocks after each start of `block_starts` in windows `w` (B, context + k)."""
     k = w.shape[1] - context
     starts = block_starts(context, starts_per_window)
-    features = mx.stop_gradient(target_features(target, w[:, :context])) if target is not None else None
+    # The drafter at s reads the target's state at s - 1, as the drafting loop can supply it.
+    features = mx.stop_gradient(block_start_features(target, w[:, :context])) if target is not None else None
     h = model.context_state(w[:, :context], features=features)[:, mx.array(starts)]
     blocks = mx.stack([w[:, s + 1 : s + 1 + k] for s in starts], axis=1)
     return model.block_log_likelihood(h, blocks)

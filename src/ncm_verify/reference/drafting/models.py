@@ -28,6 +28,7 @@ __all__ = [
     "make_llama",
     "parameter_count",
     "target_features",
+    "block_start_features",
     "rows_at_temperature",
 ]
 
@@ -70,6 +71,14 @@ def target_features(target: Any, tokens: mx.array, cache: list[Any] | None = Non
     return target.model(tokens, cache)
 
 
+def block_start_features(target: Any, tokens: mx.array) -> mx.array:
+    """The target's hidden states (B, n, D) as the drafting loop hands them: position s holds the state at
+    s - 1 (zeros at 0), whose row emitted token s, never the state that has read token s (EAGLE's convention:
+    no extra target pass)."""
+    states = target_features(target, tokens)
+    return mx.concatenate([mx.zeros_like(states[:, :1]), states[:, :-1]], axis=1)
+
+
 def rows_at_temperature(logits: mx.array, temperature: float) -> mx.array:
     """float32 rows a token is drawn from at `temperature` (0: the one-hot row of the argmax)."""
     logits = logits.astype(mx.float32)
@@ -88,6 +97,8 @@ def _draw(rows: mx.array, key: mx.array) -> mx.array:
 
 class ARDrafter:
     """A `TextDrafter` around an mlx-lm model: k tokens drawn one after another, each from its row."""
+
+    reads_features = False
 
     def __init__(self, model: llama.Model, max_block: int = 64):
         self.model = model
@@ -117,6 +128,19 @@ class ARDrafter:
             if i + 1 < k:
                 logits = self.model(token[:, None], cache=cache)[:, -1, :]
         return DraftBlock(tokens=mx.stack(tokens, axis=1), probs=mx.stack(rows, axis=1))
+
+    def block_probs(
+        self,
+        context: mx.array,
+        tokens: mx.array,
+        codes: mx.array | None = None,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> mx.array:
+        k = tokens.shape[1]
+        sequence = mx.concatenate([context, tokens[:, :-1]], axis=1).astype(mx.int32)
+        return rows_at_temperature(self.model(sequence)[:, -k:, :], temperature)
 
 
 @dataclass(frozen=True)
@@ -167,6 +191,10 @@ class NCMBlockDrafter(nn.Module):
         self.out_norm = nn.RMSNorm(d)
         if config.feature_dim:
             self.feature_proj = nn.Linear(config.feature_dim, d, bias=False)
+
+    @property
+    def reads_features(self) -> bool:
+        return bool(self.config.feature_dim)
 
     # -- the pieces -------------------------------------------------------------------------------
 
@@ -247,3 +275,19 @@ class NCMBlockDrafter(nn.Module):
         rows = rows_at_temperature(self.decode_logits(u, k), temperature)
         tokens = _draw(rows, token_key)
         return DraftBlock(tokens=tokens, probs=rows, codes=mx.stack(codes, axis=1))
+
+    def block_probs(
+        self,
+        context: mx.array,
+        tokens: mx.array,
+        codes: mx.array | None,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> mx.array:
+        if codes is None or tuple(codes.shape) != (context.shape[0], self.config.levels):
+            shape = None if codes is None else tuple(codes.shape)
+            raise ValueError(f"codes: expected ({context.shape[0]}, {self.config.levels}) code ids, got {shape}")
+        h = self._with_features(self.encoder(context)[:, -1, :], features)
+        _, u = self.code_logprobs(h, codes)
+        return rows_at_temperature(self.decode_logits(u, tokens.shape[1]), temperature)
