@@ -11,22 +11,17 @@ implementation's ``verify_block`` and ``verify_chain``, with its standard error.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from ncm_verify.bench.measure import evaluated, summarise, time_side_by_side
-from ncm_verify.bench.trees import LATENCY_CASES, LatencyCase, fixtures, truncated
-from ncm_verify.environment import describe_environment
+from ncm_verify.bench.trees import LATENCY_CASES, LatencyCase, fixtures, kernel_bench_main, truncated
 from ncm_verify.harness.drivers import first_round_inputs
 from ncm_verify.oracles import exact_block
-from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 
 __all__ = ["DRAFT_LENGTHS", "tokens_per_pass_rows", "latency_rows", "format_rows", "format_latency", "main"]
 
@@ -128,27 +123,14 @@ def format_latency(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.blocks", description=__doc__.split("\n")[0])
-    parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument("--blocks", type=int, default=4000, help="blocks drawn per (fixture, G, rule)")
-    parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--budget", type=float, default=8.0, help="seconds per latency case before stopping")
-    parser.add_argument("--no-latency", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
-    arguments = parser.parse_args(argv)
-    impl = load_implementation(arguments.impl)
-    if not hasattr(impl, "verify_block"):
-        print(f"blocks skipped: {arguments.impl} provides no verify_block")
-        return 0
-    figures: dict = {"impl": arguments.impl, "environment": describe_environment()}
-    figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=arguments.blocks)
-    if not arguments.no_latency:
-        figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget)
-    if arguments.out is not None:
-        arguments.out.parent.mkdir(parents=True, exist_ok=True)
-        arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
-        print(f"written to {arguments.out}")
-    return 0
+    return kernel_bench_main(
+        argv,
+        kernel="verify_block",
+        unit="block",
+        tokens_per_pass_rows=tokens_per_pass_rows,
+        latency_rows=latency_rows,
+        doc=__doc__ or "",
+    )
 
 
 if __name__ == "__main__":

@@ -191,21 +191,31 @@ def format_latency(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.trees", description=__doc__.split("\n")[0])
+def kernel_bench_main(
+    argv: list[str] | None,
+    *,
+    kernel: str,
+    unit: str,
+    tokens_per_pass_rows: Callable[..., list[dict]],
+    latency_rows: Callable[..., list[dict]],
+    doc: str,
+) -> int:
+    """The command line of a kernel family's bench (`python -m ncm_verify.bench.<unit>s`): tokens per pass for
+    `--<unit>s` draws, then latency beside verify_chain unless `--no-latency`, written as JSON to `--out`."""
+    parser = argparse.ArgumentParser(prog=f"python -m ncm_verify.bench.{unit}s", description=doc.split("\n")[0])
     parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument("--trees", type=int, default=4000, help="trees drawn per (fixture, mode, shape)")
+    parser.add_argument(f"--{unit}s", type=int, default=4000, help=f"{unit}s drawn per fixture and shape")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds per latency case before stopping")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     arguments = parser.parse_args(argv)
     impl = load_implementation(arguments.impl)
-    if not hasattr(impl, "verify_tree"):
-        print(f"trees skipped: {arguments.impl} provides no verify_tree")
+    if not hasattr(impl, kernel):
+        print(f"{unit}s skipped: {arguments.impl} provides no {kernel}")
         return 0
     figures: dict = {"impl": arguments.impl, "environment": describe_environment()}
-    figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=arguments.trees)
+    figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=getattr(arguments, f"{unit}s"))
     if not arguments.no_latency:
         figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget)
     if arguments.out is not None:
@@ -213,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
         arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
         print(f"written to {arguments.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return kernel_bench_main(
+        argv,
+        kernel="verify_tree",
+        unit="tree",
+        tokens_per_pass_rows=tokens_per_pass_rows,
+        latency_rows=latency_rows,
+        doc=__doc__ or "",
+    )
 
 
 if __name__ == "__main__":
