@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -30,11 +32,25 @@ from mlx_lm.sample_utils import make_sampler
 
 from ncm_verify.bench.measure import summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
+from ncm_verify.harness import drafting_acceptance
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, make_drafter
+from ncm_verify.oracles.exact_acceptance import BlockAcceptance
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
+from ncm_verify.reference.drafting.models import llama_args, make_llama
+from ncm_verify.reference.drafting.trained import load_drafter, load_record, load_trained
 
-__all__ = ["BenchDrafter", "default_drafters", "leviathan_speedup", "measure", "main"]
+__all__ = [
+    "BenchDrafter",
+    "default_drafters",
+    "exact_tokens_per_pass",
+    "iid_acceptance",
+    "leviathan_speedup",
+    "main",
+    "measure",
+    "measure_trained",
+    "trained_drafters",
+]
 
 PROMPT = [1, 2, 3, 4]
 DRAFT_LENGTHS = tuple(range(1, 9))
@@ -94,10 +110,10 @@ def median_seconds(function: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def target_step(target, tokens: int) -> Callable[[], None]:
+def target_step(target, tokens: int, prompt=PROMPT) -> Callable[[], None]:
     """One cached target pass over `tokens` new tokens after the prompt, evaluated."""
     cache = make_prompt_cache(target)
-    target(mx.array([PROMPT]), cache=cache)
+    target(mx.array([prompt]), cache=cache)
     mx.eval([c.state for c in cache])
     inputs = mx.array([[5] * tokens])
 
@@ -108,17 +124,17 @@ def target_step(target, tokens: int) -> Callable[[], None]:
     return step
 
 
-def proposal(drafter, k: int, features) -> Callable[[], None]:
+def proposal(drafter, k: int, features, prompt=PROMPT) -> Callable[[], None]:
     """One proposal of k tokens after the prompt, evaluated."""
     cache = drafter.make_cache()
-    drafter.propose(cache, mx.array([PROMPT]), 1, mx.random.key(0), features=features)
-    trim_prompt_cache(cache, cache[0].offset - len(PROMPT) + 1)
+    drafter.propose(cache, mx.array([prompt]), 1, mx.random.key(0), features=features)
+    trim_prompt_cache(cache, cache[0].offset - len(prompt) + 1)
     new = mx.array([[5]])
 
     def propose():
         block = drafter.propose(cache, new, k, mx.random.key(1), features=features)
         mx.eval(block.tokens, block.probs)
-        trim_prompt_cache(cache, cache[0].offset - len(PROMPT) + 1)
+        trim_prompt_cache(cache, cache[0].offset - len(prompt) + 1)
 
     return propose
 
@@ -234,21 +250,37 @@ def measure(impl, target, drafters: list[BenchDrafter], *, tokens: int, rounds: 
     return {"rows": rows, "tokens": tokens, "round_trip_s": round_trip}
 
 
-def size_sweep(sizes=SIZE_SWEEP, repeats: int = 10) -> list[dict]:
-    """A target step's cost by hidden size (layers as the bench's target): where c falls as the target grows."""
+def tiny_target_of_size(hidden: int):
+    """The bench's tiny target at another hidden size (random weights: only its cost is read)."""
+    return make_tiny_model(dataclasses.replace(TARGET_SPEC, hidden_size=hidden, num_heads=max(2, hidden // 32)))
+
+
+def size_sweep(
+    sizes=SIZE_SWEEP, repeats: int = 10, make_target=tiny_target_of_size, prompt=PROMPT, pass_lengths=()
+) -> list[dict]:
+    """A target step's cost by hidden size (layers as the bench's target): where c falls as the target grows;
+    with `pass_lengths`, also its verification passes of that many tokens, interleaved with its step."""
     out = []
     for hidden in sizes:
-        spec = dataclasses.replace(TARGET_SPEC, hidden_size=hidden, num_heads=max(2, hidden // 32))
-        out.append(
-            {"hidden_size": hidden, "target_step_s": median_seconds(target_step(make_tiny_model(spec), 1), repeats)}
-        )
+        target = make_target(hidden)
+        if not pass_lengths:
+            out.append(
+                {"hidden_size": hidden, "target_step_s": median_seconds(target_step(target, 1, prompt), repeats)}
+            )
+            continue
+        lengths = sorted(set(pass_lengths) | {1})
+        times = time_side_by_side({str(n): target_step(target, n, prompt) for n in lengths}, repeats, math.inf)
+        medians = {n: statistics.median(t) for n, t in times.items()}
+        out.append({"hidden_size": hidden, "target_step_s": medians["1"], "target_pass_s": medians})
     return out
 
 
 def crossing_rows(result: dict) -> list[dict]:
     """Leviathan's prediction per drafter and k were the target as slow as each swept size (acceptance and
     proposal cost as measured): where a drafter's prediction crosses 1 as the target grows. Meaningless for
-    a drafter that is the target itself (its cost grows with it)."""
+    a drafter that is the target itself (its cost grows with it). Where the sweep timed verification passes
+    and the row has measured tokens per pass, also the prediction from the round's parts at that size:
+    tokens per pass x step / (proposal + pass of k + 1 tokens + verify_chain)."""
     out = []
     for row in result["rows"]:
         propose = next(v for name, v in row["per_call_s"].items() if name.startswith("proposal"))
@@ -256,16 +288,335 @@ def crossing_rows(result: dict) -> list[dict]:
             size["hidden_size"]: leviathan_speedup(row["alpha"], row["k"], propose / (row["k"] * size["target_step_s"]))
             for size in result["size_sweep"]
         }
-        out.append({"drafter": row["drafter"], "k": row["k"], "speedup_predicted_by_target_hidden_size": predicted})
+        entry = {"drafter": row["drafter"], "k": row["k"], "speedup_predicted_by_target_hidden_size": predicted}
+        measured = row.get("tokens_per_pass_measured")
+        if isinstance(measured, dict) and all("target_pass_s" in size for size in result["size_sweep"]):
+            verify = row["per_call_s"]["verify_chain"]
+            entry["speedup_from_parts_by_target_hidden_size"] = {
+                size["hidden_size"]: measured["mean"]
+                * size["target_step_s"]
+                / (propose + size["target_pass_s"][str(row["k"] + 1)] + verify)
+                for size in result["size_sweep"]
+            }
+        out.append(entry)
     return out
 
 
-def format_crossing(rows: list[dict]) -> str:
-    sizes = list(rows[0]["speedup_predicted_by_target_hidden_size"]) if rows else []
-    lines = [f"{'predicted speedup, target hidden size':37} " + " ".join(f"{size:>7}" for size in sizes)]
+def linear_cost(lengths: list[int], seconds: list[float]) -> dict:
+    """Least-squares seconds = per_call + per_token x length: a call's fixed cost apart from its cost per token."""
+    if len(set(lengths)) < 2:
+        raise ValueError(f"lengths: a fit needs two distinct lengths, got {lengths}")
+    slope, intercept = np.polyfit(np.asarray(lengths, dtype=np.float64), np.asarray(seconds, dtype=np.float64), 1)
+    return {"per_call_s": float(intercept), "per_token_s": float(slope)}
+
+
+def cost_split(result: dict) -> dict:
+    """Each model's measured calls split into a fixed cost per call and a cost per token: the target's passes
+    by tokens scored (the step and every k + 1), each drafter's proposals by tokens drafted."""
+    rows = result["rows"]
+    lengths, seconds = [1], [statistics.median(row["per_call_s"]["target step (1 token)"] for row in rows)]
+    for k in sorted({row["k"] for row in rows}):
+        row = next(r for r in rows if r["k"] == k)
+        lengths.append(k + 1)
+        seconds.append(row["per_call_s"][f"target pass ({k + 1} tokens)"])
+    split = {"target": linear_cost(lengths, seconds)} if len(set(lengths)) > 1 else {}
+    for name in dict.fromkeys(row["drafter"] for row in rows):
+        mine = [row for row in rows if row["drafter"] == name]
+        if len({row["k"] for row in mine}) > 1:
+            split[name] = linear_cost(
+                [row["k"] for row in mine], [row["per_call_s"][f"proposal ({row['k']} tokens)"] for row in mine]
+            )
+    return split
+
+
+# --- the trained models (`make train`): C12 on the shipped target and drafters ----------------------------
+
+TRAINED_KS = (1, 2, 4, 8)
+"""Draft lengths of the default run (``--full``: 1..8)."""
+TRAINED_PROMPTS = 8
+"""Held-out prompts of the default run (``--full``: 32); each is generated from `TRAINED_REPEATS` times."""
+TRAINED_REPEATS = 2
+TRAINED_TOKENS = 64
+"""Tokens per generation: enough rounds that a generation's prefill is a small part of its time."""
+EXACT_FLOOR = 1e-4
+"""`expected_accepted_length`'s floor: at k = 8 it brackets E[accepted] within ~0.2 tokens in seconds."""
+TRAINED_SIZES = (64, 256, 512, 1024, 2048)
+"""Hidden sizes of a target shaped like the trained one (random weights) whose step cost is measured."""
+
+
+def trained_drafters(names=drafting_acceptance.DRAFTERS) -> list[BenchDrafter]:
+    """The shipped drafters as the loop runs them, each noted with its size and held-out loss."""
+    record = load_record()["models"]
+    return [
+        BenchDrafter(
+            name,
+            load_drafter(name),
+            f"{record[name]['parameters']} parameters, held-out loss {record[name]['held_out_loss']:.4f} nats "
+            f"({record[name]['data']})",
+        )
+        for name in names
+    ]
+
+
+def iid_acceptance(tokens_per_pass: float, k: int) -> float:
+    """The per-token acceptance a whose Leviathan tokens per pass, (1 - a^(k+1)) / (1 - a), equals
+    `tokens_per_pass` (in [1, k + 1]; bisection, the map being increasing in a)."""
+    if k < 1 or not 1 <= tokens_per_pass <= k + 1:
+        raise ValueError(f"tokens_per_pass: {tokens_per_pass} is outside [1, {k + 1}] for k = {k}")
+    if tokens_per_pass in (1, k + 1):
+        return float(tokens_per_pass > 1)
+    low, high = 0.0, 1.0
+    for _ in range(60):  # the sum 1 + a + ... + a^k, not the quotient, which cancels near a = 1
+        middle = (low + high) / 2
+        low, high = (middle, high) if sum(middle**i for i in range(k + 1)) < tokens_per_pass else (low, middle)
+    return (low + high) / 2
+
+
+def exact_tokens_per_pass(acceptance: BlockAcceptance, k: int) -> tuple[float, float]:
+    """1 + E[accepted] of a k-token block, averaged over the contexts: (lower, upper) from the exact oracle."""
+    block = acceptance.first(k)
+    return 1 + float(block.lower.mean()), 1 + float(block.upper.mean())
+
+
+def mean_and_error(samples: list[float]) -> tuple[float, float]:
+    """Mean and standard error (sample deviation / sqrt n; nan for one sample)."""
+    mean = statistics.fmean(samples)
+    return mean, statistics.stdev(samples) / math.sqrt(len(samples)) if len(samples) > 1 else math.nan
+
+
+def cycling(prompts: list[list[int]], run: Callable[[list[int]], object]) -> Callable[[], None]:
+    """A contender that runs the next prompt each call, round robin, so that contenders see the same prompts."""
+    calls = itertools.count()
+    return lambda: (run(prompts[next(calls) % len(prompts)]), None)[1]
+
+
+def trained_row(name: str, k: int, tokens: int, exact: tuple[float, float], generations: list, times, parts) -> dict:
+    """One drafter's C12 row at draft length k from its generations, their times and the per-call costs."""
+    first, first_error = mean_and_error([g.accepted[0] + 1.0 for g in generations])
+    per_pass, per_pass_error = mean_and_error([len(g.tokens) / g.target_passes for g in generations])
+    a = iid_acceptance(per_pass, k)
+    step, verify_pass, verify = (
+        parts["target step (1 token)"],
+        parts[f"target pass ({k + 1} tokens)"],
+        parts["verify_chain"],
+    )
+    propose = parts[f"proposal ({k} tokens): {name}"]
+    c = propose / (k * step)
+    alone, drafted = statistics.median(times["target alone"]), statistics.median(times[name])
+    round_s = drafted / statistics.fmean(g.target_passes for g in generations)
+    return {
+        "drafter": name,
+        "k": k,
+        "generations": len(generations),
+        "tokens_per_pass_exact": {"lower": exact[0], "upper": exact[1]},
+        "tokens_per_pass_first_round": {"mean": first, "standard_error": first_error},
+        "tokens_per_pass_measured": {"mean": per_pass, "standard_error": per_pass_error},
+        "alpha": a,
+        "c": c,
+        "speedup_predicted": leviathan_speedup(a, k, c),
+        "speedup_predicted_from_parts": per_pass * (alone / tokens) / (propose + verify_pass + verify),
+        "speedup_measured": alone / drafted,
+        "c_for_speedup_1": (leviathan_speedup(a, k, 0.0) - 1) / k,
+        "ms_per_token": {"drafted": drafted / tokens * 1e3, "target alone": alone / tokens * 1e3},
+        "round_ms": {
+            "proposal": propose * 1e3,
+            "target pass": verify_pass * 1e3,
+            "verify_chain": verify * 1e3,
+            "rest of the loop": (round_s - propose - verify_pass - verify) * 1e3,
+            "round": round_s * 1e3,
+        },
+        "seconds": {"target alone": summarise(times["target alone"]), "drafted": summarise(times[name])},
+        "per_call_s": {
+            "target step (1 token)": step,
+            f"target pass ({k + 1} tokens)": verify_pass,
+            f"proposal ({k} tokens)": propose,
+            "verify_chain": verify,
+        },
+    }
+
+
+def measure_trained(
+    impl,
+    target,
+    drafters: list[BenchDrafter],
+    contexts: np.ndarray,
+    *,
+    tokens: int = TRAINED_TOKENS,
+    repeats: int = TRAINED_REPEATS,
+    ks=TRAINED_KS,
+    floor: float = EXACT_FLOOR,
+) -> dict:
+    """Every trained drafter at every k beside mlx-lm's `generate_step` on the target alone, all on the
+    held-out `contexts` as prompts, interleaved per k: exact tokens per pass on those contexts
+    (`oracles.exact_acceptance`, once at the longest k), measured ones, per-call costs and speedups."""
+    if tokens < max(ks):
+        raise ValueError(f"tokens: {tokens} is fewer than the longest draft {max(ks)}: its first round is cut")
+    names = [entry.name for entry in drafters]
+    table = drafting_acceptance.drafter_table(contexts, max(ks), floor, names)
+    acceptance = {row.name: row.acceptance for row in table}
+    prompts = [[int(t) for t in context] for context in contexts]
+    sampler = make_sampler(temp=1.0)
+    features = mx.zeros((1, target.args.hidden_size))
+    round_trip = median_seconds(lambda: mx.eval(mx.array(1.0) + 1), 50)
+    seeds = itertools.count(1)
+
+    def alone(prompt: list[int]) -> None:
+        for _ in generate_step(mx.array(prompt), target, max_tokens=tokens, sampler=sampler):
+            pass
+
+    def drafted(drafter, kept: list, k: int) -> Callable[[list[int]], None]:
+        def run(prompt: list[int]) -> None:
+            key = mx.random.key(next(seeds))
+            kept.append(impl.generate_drafted(target, drafter, prompt, tokens, num_draft=k, key=key, kernels=impl))
+
+        return run
+
+    rows = []
+    for k in ks:
+        parts: dict[str, Callable[[], object]] = {
+            "target step (1 token)": target_step(target, 1, prompts[0]),
+            f"target pass ({k + 1} tokens)": target_step(target, k + 1, prompts[0]),
+            "verify_chain": verification(impl, k, target.args.vocab_size),
+        }
+        for entry in drafters:
+            parts[f"proposal ({k} tokens): {entry.name}"] = proposal(
+                entry.drafter, k, features if entry.drafter.reads_features else None, prompts[0]
+            )
+        part_times = {name: statistics.median(t) for name, t in time_side_by_side(parts, 15, budget_s=20.0).items()}
+        kept: dict[str, list] = {name: [] for name in names}
+        contenders: dict[str, Callable[[], object]] = {"target alone": cycling(prompts, alone)}
+        for entry in drafters:
+            contenders[entry.name] = cycling(prompts, drafted(entry.drafter, kept[entry.name], k))
+        # every prompt `repeats` times, none cut short by a budget; the warm-up call's generation is dropped
+        times = time_side_by_side(contenders, len(prompts) * repeats, budget_s=math.inf, burst=1)
+        for name in names:
+            exact = exact_tokens_per_pass(acceptance[name], k)
+            rows.append(trained_row(name, k, tokens, exact, kept[name][1:], times, part_times))
+    return {
+        "rows": rows,
+        "tokens": tokens,
+        "prompts": len(prompts),
+        "repeats": repeats,
+        "prompt_length": contexts.shape[1],
+        "exact_floor": floor,
+        "round_trip_s": round_trip,
+        "exact_acceptance_per_position": {
+            name: [round(float(x), 4) for x in acceptance[name].per_position()] for name in names
+        },
+    }
+
+
+def trained_target_of_size(hidden: int):
+    """A target shaped like the shipped one (layers, vocabulary, MLP ratio) at hidden size `hidden`, random
+    weights: only its step cost is read."""
+    config = load_record()["models"]["target"]["config"]
+    ratio = config["intermediate_size"] // config["hidden_size"]
+    layers, vocab = config["num_hidden_layers"], config["vocab_size"]
+    heads = max(config["num_attention_heads"], hidden // 64)
+    return make_llama(llama_args(vocab, hidden, layers, ratio * hidden, heads))
+
+
+def format_trained(result: dict) -> str:
+    lines = [
+        f"{'drafter':14} {'k':>2} {'tok/pass exact':>14} {'1st round':>11} {'all rounds':>11} {'a':>5} {'c':>5} "
+        f"{'speedup pred':>12} {'measured':>8} {'meas/pred':>9} {'ms/tok':>6} {'alone':>6}"
+    ]
+    for row in result["rows"]:
+        exact, first, every = (
+            row["tokens_per_pass_exact"],
+            row["tokens_per_pass_first_round"],
+            row["tokens_per_pass_measured"],
+        )
+        lines.append(
+            f"{row['drafter']:14} {row['k']:>2} {exact['lower']:6.3f}..{exact['upper']:<6.3f} "
+            f"{first['mean']:5.2f}+-{first['standard_error']:<4.2f} "
+            f"{every['mean']:5.2f}+-{every['standard_error']:<4.2f} "
+            f"{row['alpha']:5.3f} {row['c']:5.2f} {row['speedup_predicted']:12.2f} {row['speedup_measured']:8.2f} "
+            f"{row['speedup_measured'] / row['speedup_predicted']:9.2f} {row['ms_per_token']['drafted']:6.2f} "
+            f"{row['ms_per_token']['target alone']:6.2f}"
+        )
+    return "\n".join(lines)
+
+
+def format_round_times(result: dict) -> str:
+    """Where a drafted round's time goes, beside the target's own step and mlx-lm's time per token."""
+    lines = [
+        f"{'drafter':14} {'k':>2} {'proposal':>8} {'target pass':>11} {'verify_chain':>12} {'rest':>6} "
+        f"{'round':>6} {'step (1 tok)':>12} {'alone/tok':>9} {'pred from parts':>15}   (ms)"
+    ]
+    for row in result["rows"]:
+        spent = row["round_ms"]
+        lines.append(
+            f"{row['drafter']:14} {row['k']:>2} {spent['proposal']:8.2f} {spent['target pass']:11.2f} "
+            f"{spent['verify_chain']:12.2f} {spent['rest of the loop']:6.2f} {spent['round']:6.2f} "
+            f"{row['per_call_s']['target step (1 token)'] * 1e3:12.2f} {row['ms_per_token']['target alone']:9.2f} "
+            f"{row['speedup_predicted_from_parts']:15.2f}"
+        )
+    return "\n".join(lines)
+
+
+def run_trained(args, impl, environment: dict) -> dict:
+    target = load_trained("target")
+    contexts = drafting_acceptance.held_out_contexts(
+        args.prompts, drafting_acceptance.CONTEXT_LENGTH, drafting_acceptance.SEED
+    )
+    drafters = trained_drafters()
+    print(
+        f"C12 on the trained models (make train), MLX default device {environment.get('mlx_default_device')}: "
+        f"target {load_record()['models']['target']['parameters']} parameters; {args.prompts} held-out prompts of "
+        f"{contexts.shape[1]} characters x {args.repeats}, {args.tokens} tokens each, temperature 1, batch 1"
+    )
+    for entry in drafters:
+        print(f"  {entry.name}: {entry.note}")
+    result = measure_trained(
+        impl, target, drafters, contexts, tokens=args.tokens, repeats=args.repeats, ks=args.trained_ks, floor=args.floor
+    )
+    result["size_sweep"] = size_sweep(
+        TRAINED_SIZES,
+        repeats=5,
+        make_target=trained_target_of_size,
+        prompt=contexts[0].tolist(),
+        pass_lengths=[k + 1 for k in args.trained_ks],
+    )
+    result["crossing"] = crossing_rows(result)
+    result["cost_split"] = cost_split(result)
+    result["drafters"] = {entry.name: entry.note for entry in drafters}
+    print(
+        "tok/pass exact: 1 + E[accepted] on the prompts (oracles.exact_acceptance, lower..upper); 1st round: the "
+        "loop's first round on them (+- standard error); all rounds: tokens / target passes. a: the i.i.d. "
+        "acceptance giving all rounds' tok/pass; c: proposal / (k x target step); pred: Leviathan's "
+        "(1-a^(k+1))/((1-a)(kc+1)); measured: mlx-lm generate_step's time / the loop's, interleaved (medians)"
+    )
+    print(format_trained(result))
+    print("where a round's time goes (medians; rest = the loop's round minus its three calls)")
+    print(format_round_times(result))
+    print(
+        f"MLX round trip {result['round_trip_s'] * 1e3:.3f} ms; target step by hidden size (shaped as the trained "
+        "one, random weights): "
+        + ", ".join(f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms" for s in result["size_sweep"])
+    )
+    print(
+        "cost per call and per token (least squares over the k measured): "
+        + "; ".join(
+            f"{name} {fit['per_call_s'] * 1e3:.2f} ms + {fit['per_token_s'] * 1e3:.3f} ms/token"
+            for name, fit in result["cost_split"].items()
+        )
+    )
+    print(format_crossing(result["crossing"]))
+    if result["crossing"] and "speedup_from_parts_by_target_hidden_size" in result["crossing"][0]:
+        print(format_crossing(result["crossing"], "speedup_from_parts_by_target_hidden_size", "from parts"))
+    return result
+
+
+def format_crossing(rows: list[dict], field: str = "speedup_predicted_by_target_hidden_size", what: str = "") -> str:
+    sizes = list(rows[0][field]) if rows else []
+    title = f"predicted speedup{' ' + what if what else ''}, target hidden size"
+    width = max(len(title), 37)
+    lines = [f"{title:{width}} " + " ".join(f"{size:>7}" for size in sizes)]
     for row in rows:
-        figures = row["speedup_predicted_by_target_hidden_size"]
-        lines.append(f"{row['drafter']:32} k={row['k']:<2} " + " ".join(f"{figures[s]:7.2f}" for s in sizes))
+        figures = row[field]
+        label = f"{row['drafter']:32} k={row['k']:<2}"
+        lines.append(f"{label:{width}} " + " ".join(f"{figures[s]:7.2f}" for s in sizes))
     return "\n".join(lines)
 
 
@@ -287,24 +638,14 @@ def format_rows(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.drafting", description=__doc__.split("\n")[0])
-    parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument("--out", type=Path, default=Path("reports/bench-drafting.json"))
-    parser.add_argument("--tokens", type=int, default=32, help="tokens per generation")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per k")
-    parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS))
-    args = parser.parse_args(argv)
-    impl = load_implementation(args.impl)
+def run_untrained(args, impl, environment: dict) -> dict:
     target = make_tiny_model(TARGET_SPEC)
-    environment = describe_environment()
     print(f"C12 text drafting on {environment.get('mlx_default_device')}: target {TARGET_SPEC}, {args.tokens} tokens")
     drafters = default_drafters()
-    print("drafters (tiny, untrained; trained ones plug into the same list): " + "; ".join(d.name for d in drafters))
-    result = measure(impl, target, drafters, tokens=args.tokens, rounds=args.rounds, ks=args.ks)
+    print("drafters (tiny, untrained): " + "; ".join(d.name for d in drafters))
+    result = measure(impl, target, drafters, tokens=args.untrained_tokens, rounds=args.rounds, ks=args.ks)
     result["size_sweep"] = size_sweep()
     result["crossing"] = crossing_rows(result)
-    result["environment"] = environment
     result["drafters"] = {entry.name: entry.note for entry in drafters}
     result["target"] = dataclasses.asdict(TARGET_SPEC)
     print(format_rows(result))
@@ -314,6 +655,38 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms" for s in result["size_sweep"])
     )
     print(format_crossing(result["crossing"]))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.drafting", description=__doc__.split("\n")[0])
+    parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
+    parser.add_argument("--out", type=Path, default=Path("reports/bench-drafting.json"))
+    parser.add_argument(
+        "--drafters",
+        choices=("trained", "untrained", "both"),
+        default="trained",
+        help="the shipped trained models (default), the tiny untrained test drafters, or both",
+    )
+    parser.add_argument("--full", action="store_true", help="trained: k = 1..8 on 32 prompts (about 15 minutes)")
+    parser.add_argument("--tokens", type=int, default=TRAINED_TOKENS, help="trained: tokens per generation")
+    parser.add_argument("--prompts", type=int, default=TRAINED_PROMPTS, help="trained: held-out prompts")
+    parser.add_argument("--repeats", type=int, default=TRAINED_REPEATS, help="trained: generations per prompt")
+    parser.add_argument("--trained-ks", type=int, nargs="+", default=list(TRAINED_KS))
+    parser.add_argument("--floor", type=float, default=EXACT_FLOOR, help="trained: the exact oracle's floor")
+    parser.add_argument("--untrained-tokens", type=int, default=32, help="untrained: tokens per generation")
+    parser.add_argument("--rounds", type=int, default=5, help="untrained: interleaved rounds per k")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS), help="untrained: draft lengths")
+    args = parser.parse_args(argv)
+    if args.full:
+        args.trained_ks, args.prompts = list(DRAFT_LENGTHS), 32
+    impl = load_implementation(args.impl)
+    environment = describe_environment()
+    result: dict[str, Any] = {"environment": environment}
+    if args.drafters in ("trained", "both"):
+        result["trained"] = run_trained(args, impl, environment)
+    if args.drafters in ("untrained", "both"):
+        result["untrained"] = run_untrained(args, impl, environment)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     print(f"wrote {args.out}")

@@ -52,10 +52,22 @@ class BlockAcceptance:
     bound: np.ndarray
     nodes: int
     """Prefixes whose rows were computed (the cost)."""
+    unexpanded: np.ndarray | None = None
+    """(contexts, k): at column d, the mass of the prefixes of length d + 1 left unexpanded (the bound's terms)."""
 
     @property
     def upper(self) -> np.ndarray:
         return self.lower + self.bound
+
+    def first(self, k: int) -> BlockAcceptance:
+        """The same figures for a block of the first `k` tokens: P(first i accepted) does not depend on the
+        block's length, and an unexpanded prefix of length d + 1 bounds at most k - d - 1 deeper positions."""
+        if self.unexpanded is None or not 1 <= k <= self.accepted_prefix.shape[1]:
+            raise ValueError(f"k: {k} must be in 1..{self.accepted_prefix.shape[1]} of a result that kept its terms")
+        prefix = self.accepted_prefix[:, :k]
+        weights = np.maximum(k - 1 - np.arange(k), 0)
+        bound = self.unexpanded[:, :k] @ weights
+        return BlockAcceptance(prefix, prefix.sum(axis=1), bound, self.nodes, self.unexpanded[:, :k])
 
     def per_position(self) -> np.ndarray:
         """Mean over contexts of P(token i accepted | the first i-1 were), i = 1..k."""
@@ -76,6 +88,7 @@ def expected_accepted_length(
         raise ValueError(f"k: {k} must be at least 1")
     accepted = np.zeros((contexts, k))
     bound = np.zeros(contexts)
+    unexpanded = np.zeros((contexts, k))
     # A frontier entry: (component index, prefix, mass so far).
     frontier: list[tuple[int, Prefix, float]] = [(i, (), c.weight) for i, c in enumerate(components) if c.weight > 0]
     nodes = 0
@@ -102,6 +115,7 @@ def expected_accepted_length(
             expand = np.flatnonzero(child >= floor * component.weight)
             left = child.sum() - child[expand].sum()
             bound[component.context] += max(left, 0.0) * (k - depth - 1)
+            unexpanded[component.context, depth] += max(left, 0.0)
             following.extend((i, (*prefix, int(x)), float(child[x])) for x in expand)
         frontier = following
-    return BlockAcceptance(accepted, accepted.sum(axis=1), bound, nodes)
+    return BlockAcceptance(accepted, accepted.sum(axis=1), bound, nodes, unexpanded)

@@ -14,9 +14,18 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from ncm_verify.reference.drafting.models import NCMBlockDrafter, NCMDrafterConfig, make_llama
+from ncm_verify.reference.drafting.base import TextDrafter
+from ncm_verify.reference.drafting.models import ARDrafter, NCMBlockDrafter, NCMDrafterConfig, make_llama
 
-__all__ = ["DRAFTING_FIXTURES", "RECORD", "file_sha256", "load_record", "load_trained", "model_from_entry"]
+__all__ = [
+    "DRAFTING_FIXTURES",
+    "RECORD",
+    "file_sha256",
+    "load_drafter",
+    "load_record",
+    "load_trained",
+    "model_from_entry",
+]
 
 DRAFTING_FIXTURES = Path(__file__).parents[2] / "data" / "fixtures" / "drafting"
 RECORD = DRAFTING_FIXTURES / "record.json"
@@ -63,3 +72,10 @@ def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
     model.eval()
     mx.eval(model.parameters())
     return model
+
+
+def load_drafter(name: str, directory: Path = DRAFTING_FIXTURES) -> TextDrafter:
+    """The shipped model `name` as the drafting loop runs it: an NCM drafter as it is, a llama as an `ARDrafter`."""
+    model = load_trained(name, directory)
+    drafter: Any = model if isinstance(model, NCMBlockDrafter) else ARDrafter(model)  # type: ignore[arg-type]
+    return drafter
