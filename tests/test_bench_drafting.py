@@ -117,6 +117,7 @@ def test_cycling_hands_each_contender_the_prompts_round_robin():
 class _Generation:
     tokens: list
     accepted: list
+    drafted: list
 
     @property
     def target_passes(self):
@@ -125,7 +126,8 @@ class _Generation:
 
 def test_a_trained_row_s_figures_follow_from_its_generations_times_and_call_costs():
     k, tokens = 2, 6
-    generations = [_Generation([0] * 6, [2, 0, 1]), _Generation([0] * 6, [1, 2, 0])]  # 6 tokens in 3 passes each
+    # 6 tokens in 3 passes each; the second's last round drafted 1 of k and is left out of the full rounds
+    generations = [_Generation([0] * 6, [2, 0, 1], [2, 2, 2]), _Generation([0] * 6, [1, 2, 0], [2, 2, 1])]
     times = {"target alone": [0.060, 0.066, 0.062], "d": [0.040, 0.030, 0.036]}
     parts = {
         "target step (1 token)": 0.010,
@@ -136,12 +138,12 @@ def test_a_trained_row_s_figures_follow_from_its_generations_times_and_call_cost
     row = trained_row("d", k, tokens, (1.5, 1.7), generations, times, parts)
     assert row["generations"] == 2
     assert row["tokens_per_pass_first_round"]["mean"] == pytest.approx(2.5)
-    assert row["tokens_per_pass_measured"]["mean"] == pytest.approx(2.0)
-    assert row["tokens_per_pass_measured"]["standard_error"] == 0.0
+    assert row["tokens_per_pass_measured"]["mean"] == pytest.approx((2.0 + 2.5) / 2)
+    assert row["tokens_per_pass_measured"]["standard_error"] == pytest.approx(0.25)
     a = row["alpha"]
-    assert 1 + a + a**2 == pytest.approx(2.0)
+    assert 1 + a + a**2 == pytest.approx(2.25)
     assert row["c"] == pytest.approx(0.004 / (2 * 0.010))
-    assert row["speedup_predicted"] == pytest.approx(2.0 / (2 * row["c"] + 1))
+    assert row["speedup_predicted"] == pytest.approx(2.25 / (2 * row["c"] + 1))
     assert row["speedup_measured"] == pytest.approx(0.062 / 0.036)
     assert row["ms_per_token"] == pytest.approx({"drafted": 6.0, "target alone": 0.062 / 6 * 1e3})
     spent = row["round_ms"]
@@ -149,7 +151,7 @@ def test_a_trained_row_s_figures_follow_from_its_generations_times_and_call_cost
     assert spent["proposal"] + spent["target pass"] + spent["verify_chain"] + spent["rest of the loop"] == (
         pytest.approx(spent["round"])
     )
-    assert row["speedup_predicted_from_parts"] == pytest.approx(2.0 * (0.062 / 6) / 0.017)
+    assert row["speedup_predicted_from_parts"] == pytest.approx(2.25 * (0.062 / 6) / 0.017)
 
 
 def test_crossing_rows_price_a_trained_row_at_each_swept_target_size():

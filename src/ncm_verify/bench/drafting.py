@@ -269,7 +269,8 @@ def size_sweep(
             )
             continue
         lengths = sorted(set(pass_lengths) | {1})
-        times = time_side_by_side({str(n): target_step(target, n, prompt) for n in lengths}, repeats, math.inf)
+        calls = {str(n): target_step(target, n, prompt) for n in lengths}
+        times = time_side_by_side(calls, repeats, math.inf, burst=1)
         medians = {n: statistics.median(t) for n, t in times.items()}
         out.append({"hidden_size": hidden, "target_step_s": medians["1"], "target_pass_s": medians})
     return out
@@ -340,8 +341,9 @@ TRAINED_TOKENS = 64
 """Tokens per generation: enough rounds that a generation's prefill is a small part of its time."""
 EXACT_FLOOR = 1e-4
 """`expected_accepted_length`'s floor: at k = 8 it brackets E[accepted] within ~0.2 tokens in seconds."""
-TRAINED_SIZES = (64, 256, 512, 1024, 2048)
-"""Hidden sizes of a target shaped like the trained one (random weights) whose step cost is measured."""
+TRAINED_SIZES = (64, 256, 512, 1024)
+"""Hidden sizes of a target shaped like the trained one (random weights) whose step cost is measured
+(``--full`` adds 2048: its 9-token pass alone takes over a second here)."""
 
 
 def trained_drafters(names=drafting_acceptance.DRAFTERS) -> list[BenchDrafter]:
@@ -393,7 +395,9 @@ def cycling(prompts: list[list[int]], run: Callable[[list[int]], object]) -> Cal
 def trained_row(name: str, k: int, tokens: int, exact: tuple[float, float], generations: list, times, parts) -> dict:
     """One drafter's C12 row at draft length k from its generations, their times and the per-call costs."""
     first, first_error = mean_and_error([g.accepted[0] + 1.0 for g in generations])
-    per_pass, per_pass_error = mean_and_error([len(g.tokens) / g.target_passes for g in generations])
+    # rounds that drafted all k (the last round of a generation may draft fewer): each generation's mean
+    full = [[a + 1.0 for a, n in zip(g.accepted, g.drafted) if n == k] for g in generations]
+    per_pass, per_pass_error = mean_and_error([statistics.fmean(rounds) for rounds in full if rounds])
     a = iid_acceptance(per_pass, k)
     step, verify_pass, verify = (
         parts["target step (1 token)"],
@@ -572,7 +576,7 @@ def run_trained(args, impl, environment: dict) -> dict:
         impl, target, drafters, contexts, tokens=args.tokens, repeats=args.repeats, ks=args.trained_ks, floor=args.floor
     )
     result["size_sweep"] = size_sweep(
-        TRAINED_SIZES,
+        TRAINED_SIZES + ((2048,) if args.full else ()),
         repeats=5,
         make_target=trained_target_of_size,
         prompt=contexts[0].tolist(),
@@ -583,8 +587,9 @@ def run_trained(args, impl, environment: dict) -> dict:
     result["drafters"] = {entry.name: entry.note for entry in drafters}
     print(
         "tok/pass exact: 1 + E[accepted] on the prompts (oracles.exact_acceptance, lower..upper); 1st round: the "
-        "loop's first round on them (+- standard error); all rounds: tokens / target passes. a: the i.i.d. "
-        "acceptance giving all rounds' tok/pass; c: proposal / (k x target step); pred: Leviathan's "
+        "loop's first round on them (+- standard error over generations); all rounds: every round that drafted k "
+        "(per generation, then +- over generations). a: the i.i.d. acceptance giving all rounds' tok/pass; "
+        "c: proposal / (k x target step); pred: Leviathan's "
         "(1-a^(k+1))/((1-a)(kc+1)); measured: mlx-lm generate_step's time / the loop's, interleaved (medians)"
     )
     print(format_trained(result))
