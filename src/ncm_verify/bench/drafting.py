@@ -269,7 +269,7 @@ def size_sweep(
             )
             continue
         lengths = sorted(set(pass_lengths) | {1})
-        calls = {str(n): target_step(target, n, prompt) for n in lengths}
+        calls: dict[str, Callable[[], object]] = {str(n): target_step(target, n, prompt) for n in lengths}
         times = time_side_by_side(calls, repeats, math.inf, burst=1)
         medians = {n: statistics.median(t) for n, t in times.items()}
         out.append({"hidden_size": hidden, "target_step_s": medians["1"], "target_pass_s": medians})
@@ -585,6 +585,7 @@ def run_trained(args, impl, environment: dict) -> dict:
     result["crossing"] = crossing_rows(result)
     result["cost_split"] = cost_split(result)
     result["drafters"] = {entry.name: entry.note for entry in drafters}
+    result["mlx_default_device"] = environment.get("mlx_default_device")
     print(
         "tok/pass exact: 1 + E[accepted] on the prompts (oracles.exact_acceptance, lower..upper); 1st round: the "
         "loop's first round on them (+- standard error over generations); all rounds: every round that drafted k "
