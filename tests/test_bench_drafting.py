@@ -160,7 +160,7 @@ def test_crossing_rows_price_a_trained_row_at_each_swept_target_size():
         "k": 2,
         "alpha": 0.5,
         "tokens_per_pass_measured": {"mean": 1.75, "standard_error": 0.1},
-        "per_call_s": {"proposal (2 tokens)": 0.004, "verify_chain": 0.001},
+        "per_call_s": {"proposal (2 tokens)": 0.004, "verify_chain": 0.001, "target step (1 token)": 0.002},
     }
     sweep = [
         {"hidden_size": 64, "target_step_s": 0.002, "target_pass_s": {"1": 0.002, "3": 0.003}},
@@ -172,6 +172,15 @@ def test_crossing_rows_price_a_trained_row_at_each_swept_target_size():
     )
     assert out["speedup_from_parts_by_target_hidden_size"] == pytest.approx(
         {64: 1.75 * 0.002 / 0.008, 512: 1.75 * 0.02 / 0.030}
+    )
+    # measured beside a step of 4 ms, the sweep's ratios carry over, scaled by 4 / 2 (the sweep's at hidden 64)
+    row["per_call_s"]["target step (1 token)"] = 0.004
+    (scaled,) = crossing_rows({"rows": [row], "size_sweep": sweep}, reference_hidden=64)
+    assert scaled["speedup_predicted_by_target_hidden_size"] == pytest.approx(
+        {64: leviathan_speedup(0.5, 2, 0.004 / 0.008), 512: leviathan_speedup(0.5, 2, 0.004 / 0.08)}
+    )
+    assert scaled["speedup_from_parts_by_target_hidden_size"] == pytest.approx(
+        {64: 1.75 * 0.004 / (0.004 + 0.006 + 0.001), 512: 1.75 * 0.04 / (0.004 + 0.05 + 0.001)}
     )
 
 

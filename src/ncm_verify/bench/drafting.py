@@ -259,45 +259,58 @@ def size_sweep(
     sizes=SIZE_SWEEP, repeats: int = 10, make_target=tiny_target_of_size, prompt=PROMPT, pass_lengths=()
 ) -> list[dict]:
     """A target step's cost by hidden size (layers as the bench's target): where c falls as the target grows;
-    with `pass_lengths`, also its verification passes of that many tokens, interleaved with its step."""
-    out = []
+    with `pass_lengths`, also its verification passes of that many tokens, every size and length interleaved
+    in one run, so that their ratios share the machine's load."""
+    if not pass_lengths:
+        return [
+            {"hidden_size": h, "target_step_s": median_seconds(target_step(make_target(h), 1, prompt), repeats)}
+            for h in sizes
+        ]
+    lengths = sorted(set(pass_lengths) | {1})
+    calls: dict[str, Callable[[], object]] = {}
     for hidden in sizes:
         target = make_target(hidden)
-        if not pass_lengths:
-            out.append(
-                {"hidden_size": hidden, "target_step_s": median_seconds(target_step(target, 1, prompt), repeats)}
-            )
-            continue
-        lengths = sorted(set(pass_lengths) | {1})
-        calls: dict[str, Callable[[], object]] = {str(n): target_step(target, n, prompt) for n in lengths}
-        times = time_side_by_side(calls, repeats, math.inf, burst=1)
-        medians = {n: statistics.median(t) for n, t in times.items()}
+        calls.update({f"{hidden} {n}": target_step(target, n, prompt) for n in lengths})
+    times = time_side_by_side(calls, repeats, math.inf, burst=1)
+    out = []
+    for hidden in sizes:
+        medians = {str(n): statistics.median(times[f"{hidden} {n}"]) for n in lengths}
         out.append({"hidden_size": hidden, "target_step_s": medians["1"], "target_pass_s": medians})
     return out
 
 
-def crossing_rows(result: dict) -> list[dict]:
+def crossing_rows(result: dict, reference_hidden: int | None = None) -> list[dict]:
     """Leviathan's prediction per drafter and k were the target as slow as each swept size (acceptance and
     proposal cost as measured): where a drafter's prediction crosses 1 as the target grows. Meaningless for
     a drafter that is the target itself (its cost grows with it). Where the sweep timed verification passes
     and the row has measured tokens per pass, also the prediction from the round's parts at that size:
-    tokens per pass x step / (proposal + pass of k + 1 tokens + verify_chain)."""
+    tokens per pass x step / (proposal + pass of k + 1 tokens + verify_chain). With `reference_hidden` (the
+    measured target's size, in the sweep), the sweep's times are scaled by the row's step over the sweep's
+    step at that size: only the sweep's ratios are used, each measured side by side, never two clocks mixed."""
+    sweep = result["size_sweep"]
     out = []
     for row in result["rows"]:
         propose = next(v for name, v in row["per_call_s"].items() if name.startswith("proposal"))
+        scale = 1.0
+        if reference_hidden is not None:
+            reference = next(size for size in sweep if size["hidden_size"] == reference_hidden)
+            scale = row["per_call_s"]["target step (1 token)"] / reference["target_step_s"]
         predicted = {
-            size["hidden_size"]: leviathan_speedup(row["alpha"], row["k"], propose / (row["k"] * size["target_step_s"]))
-            for size in result["size_sweep"]
+            size["hidden_size"]: leviathan_speedup(
+                row["alpha"], row["k"], propose / (row["k"] * scale * size["target_step_s"])
+            )
+            for size in sweep
         }
         entry = {"drafter": row["drafter"], "k": row["k"], "speedup_predicted_by_target_hidden_size": predicted}
         measured = row.get("tokens_per_pass_measured")
-        if isinstance(measured, dict) and all("target_pass_s" in size for size in result["size_sweep"]):
+        if isinstance(measured, dict) and all("target_pass_s" in size for size in sweep):
             verify = row["per_call_s"]["verify_chain"]
             entry["speedup_from_parts_by_target_hidden_size"] = {
                 size["hidden_size"]: measured["mean"]
+                * scale
                 * size["target_step_s"]
-                / (propose + size["target_pass_s"][str(row["k"] + 1)] + verify)
-                for size in result["size_sweep"]
+                / (propose + scale * size["target_pass_s"][str(row["k"] + 1)] + verify)
+                for size in sweep
             }
         out.append(entry)
     return out
@@ -577,12 +590,13 @@ def run_trained(args, impl, environment: dict) -> dict:
     )
     result["size_sweep"] = size_sweep(
         TRAINED_SIZES + ((2048,) if args.full else ()),
-        repeats=5,
+        repeats=7,
         make_target=trained_target_of_size,
         prompt=contexts[0].tolist(),
         pass_lengths=[k + 1 for k in args.trained_ks],
     )
-    result["crossing"] = crossing_rows(result)
+    hidden = int(target.args.hidden_size)
+    result["crossing"] = crossing_rows(result, reference_hidden=hidden if hidden in TRAINED_SIZES else None)
     result["cost_split"] = cost_split(result)
     result["drafters"] = {entry.name: entry.note for entry in drafters}
     result["mlx_default_device"] = environment.get("mlx_default_device")
@@ -597,9 +611,14 @@ def run_trained(args, impl, environment: dict) -> dict:
     print("where a round's time goes (medians; rest = the loop's round minus its three calls)")
     print(format_round_times(result))
     print(
-        f"MLX round trip {result['round_trip_s'] * 1e3:.3f} ms; target step by hidden size (shaped as the trained "
-        "one, random weights): "
-        + ", ".join(f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms" for s in result["size_sweep"])
+        f"MLX round trip {result['round_trip_s'] * 1e3:.3f} ms; a target shaped as the trained one (random "
+        "weights) by hidden size, step and its longest pass, interleaved (the crossing tables scale them by the "
+        "trained target's step over the sweep's at its size): "
+        + ", ".join(
+            f"{s['hidden_size']}: {s['target_step_s'] * 1e3:.2f} ms, {max(s['target_pass_s'], key=int)} tokens "
+            f"{s['target_pass_s'][max(s['target_pass_s'], key=int)] * 1e3:.2f} ms"
+            for s in result["size_sweep"]
+        )
     )
     print(
         "cost per call and per token (least squares over the k measured): "
