@@ -3,11 +3,14 @@ pass (predicted from the rows each round was handed, and measured), wall time ag
 alone with mlx-lm's `generate_step`, and the speedup Leviathan et al.'s formula predicts,
 (1 - a^(k+1)) / ((1 - a)(k c + 1)), from the measured acceptance a and the measured cost ratio c.
 
-Drafters come as a list (`BenchDrafter`): `default_drafters` builds the tiny seeded test drafters, untrained,
-so their acceptance means nothing beyond this machine's cost structure; trained drafters plug in the same
-way. Where the time goes is split per call: a target step (one token), a target verification pass (k + 1
-tokens), a proposal of k tokens, `verify_chain`, and an MLX round trip. ``python -m ncm_verify.bench.drafting``
-prints the tables and writes ``reports/bench-drafting.json``; `make bench` runs it.
+By default it measures the models `make train` ships (`trained_drafters`, `measure_trained`): on held-out
+prompts, tokens per pass exact (`oracles.exact_acceptance` on those very prompts) beside the loop's, and every
+figure (generations and per-call costs) interleaved in one run. `default_drafters` (``--drafters untrained``)
+builds the tiny seeded test drafters, untrained, whose acceptance means nothing beyond this machine's cost
+structure. Where the time goes is split per call: a target step (one token), a target verification pass (k + 1
+tokens), a proposal of k tokens, `verify_chain`, the rest of the loop, and an MLX round trip; each model's
+calls are fitted as a cost per call plus one per token. ``python -m ncm_verify.bench.drafting`` prints the
+tables and writes ``reports/bench-drafting.json``; `make bench` runs it.
 """
 
 from __future__ import annotations
@@ -399,6 +402,18 @@ def mean_and_error(samples: list[float]) -> tuple[float, float]:
     return mean, statistics.stdev(samples) / math.sqrt(len(samples)) if len(samples) > 1 else math.nan
 
 
+PART_CALLS = 5
+"""Calls of one part (a target step, a proposal, ...) per interleaved round: each is a few ms."""
+
+
+def repeated(function: Callable[[], object], times: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(times):
+            function()
+
+    return run
+
+
 def cycling(prompts: list[list[int]], run: Callable[[list[int]], object]) -> Callable[[], None]:
     """A contender that runs the next prompt each call, round robin, so that contenders see the same prompts."""
     calls = itertools.count()
@@ -499,13 +514,15 @@ def measure_trained(
             parts[f"proposal ({k} tokens): {entry.name}"] = proposal(
                 entry.drafter, k, features if entry.drafter.reads_features else None, prompts[0]
             )
-        part_times = {name: statistics.median(t) for name, t in time_side_by_side(parts, 15, budget_s=20.0).items()}
         kept: dict[str, list] = {name: [] for name in names}
         contenders: dict[str, Callable[[], object]] = {"target alone": cycling(prompts, alone)}
         for entry in drafters:
             contenders[entry.name] = cycling(prompts, drafted(entry.drafter, kept[entry.name], k))
+        # the calls interleaved with the generations, so that c and the speedups share the machine's load
+        contenders.update({f"part: {name}": repeated(call, PART_CALLS) for name, call in parts.items()})
         # every prompt `repeats` times, none cut short by a budget; the warm-up call's generation is dropped
         times = time_side_by_side(contenders, len(prompts) * repeats, budget_s=math.inf, burst=1)
+        part_times = {name: statistics.median(times[f"part: {name}"]) / PART_CALLS for name in parts}
         for name in names:
             exact = exact_tokens_per_pass(acceptance[name], k)
             rows.append(trained_row(name, k, tokens, exact, kept[name][1:], times, part_times))
