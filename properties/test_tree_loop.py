@@ -18,9 +18,10 @@ import pytest
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import as_numpy, assert_decodings_equal, top_two_gap
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
 from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
@@ -125,3 +126,59 @@ def test_greedy_tree_decoding_emits_the_tokens_of_plain_greedy_decoding(impl, da
         label="greedy tree-decoded tokens vs mlx-lm generate_step's",
         call=call,
     )
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_caches_after_tree_decoding_hold_exactly_the_context_their_offset_claims(impl, data):
+    """After the loop both caches hold the prompt and every emitted token but the last, as a chain would have.
+
+    Judged as the model attends to them (mlx-lm's `state` is opaque): a probe continuation's logits through
+    each cache vs one uncached pass over the tokens it claims and the probe. K/V kept from a rejected branch,
+    or computed under a wrong mask or position, show.
+    """
+    spec, target, draft_spec, draft = draw_pair(data)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
+    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    probe = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="probe")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature}, "
+        f"target_cache=..., draft_cache=...); probe {probe}"
+    )
+    note(call)
+    caches = {"target": make_prompt_cache(target), "draft": make_prompt_cache(draft)}
+    generation = impl.generate_tree_drafted(
+        target,
+        draft,
+        prompt,
+        max_tokens,
+        branching=branching,
+        mode=mode,
+        key=mx.random.key(seed),
+        temperature=temperature,
+        target_cache=caches["target"],
+        draft_cache=caches["draft"],
+    )
+    tokens = prompt + list(generation.tokens)
+    event(f"mode: {mode}")
+    for name, model in (("target", target), ("draft", draft)):
+        offsets = [layer.offset for layer in caches[name]]
+        held = offsets[0]
+        assert len(set(offsets)) == 1 and held <= len(tokens), (
+            f"{name} cache: layer offsets {offsets} after {len(tokens)} tokens (prompt {len(prompt)}, "
+            f"{len(generation.tokens)} emitted): a cache cannot hold more positions than tokens exist\n  call: {call}"
+        )
+        got = model(mx.array([probe], dtype=mx.int32), cache=caches[name])[0].astype(mx.float32)
+        want = model(mx.array([tokens[:held] + probe], dtype=mx.int32))[0, held:].astype(mx.float32)
+        assert_close(
+            got,
+            want,
+            dtype=mx.float32,
+            label=f"{name} cache after tree decoding vs built from the {held} tokens it claims",
+            call=call,
+        )

@@ -61,13 +61,14 @@ def check_tree_calls(
     temperature 0 the target's rows are one-hot at its argmax and the draft's are at temperature 1.
     """
     vocab = target.args.vocab_size
-    expected_parents, _ = tree_shape(branching)
     context = list(prompt)
     rounds: list[tuple[int, list[int], list[int]]] = []
     for name, record in calls:
         if name != "verify_tree":
             continue
         where = f"{call}  # verify_tree call {len(rounds)}, after {len(context) - len(prompt)} emitted tokens"
+        # a round drafts no deeper than the tokens still wanted
+        expected_parents, _ = tree_shape(tuple(branching)[: max_tokens - (len(context) - len(prompt))])
         parents = as_numpy(record["parents"]).reshape(-1).astype(int).tolist()
         nodes = as_numpy(record["tree_tokens"]).reshape(-1).astype(int).tolist()
         assert_equal(

@@ -228,7 +228,7 @@ def generate_tree_drafted(
         prompt: 1-D token ids, at least one.
         max_tokens: tokens to emit, 0 or more.
         branching: children per node at each depth, each >= 1 (at most V unless i.i.d.): (1, 1, 1) is a chain
-            of three drafts, (2, 2) a tree of 6 nodes.
+            of three drafts, (2, 2) a tree of 6 nodes; a round drafts no deeper than the tokens still wanted.
         mode: how children are drawn, one of `tree.MODES`; temperature 0 needs "top_k".
         key: an ``mx.random.key``; each round splits it for the draft and for `verify_tree`.
         temperature: >= 0; the target's rows are ``softmax(logits / temperature)``, the draft's alike.
@@ -271,9 +271,11 @@ def generate_tree_drafted(
     while len(emitted) < max_tokens:
         key, draft_key, verify_key = mx.random.split(key, 3)
         offset = target_cache[0].offset
-        grown = _expand(draft, draft_cache, context[-1], branching, mode, draft_key, temperature, _steps)
+        # no deeper than the tokens still wanted, as the chain loop drafts: the caches never run past them
+        shape = branching[: max_tokens - len(emitted)]
+        grown = _expand(draft, draft_cache, context[-1], shape, mode, draft_key, temperature, _steps)
         count = len(grown.tokens)
-        parents, depths = tree_shape(branching)
+        parents, depths = tree_shape(shape)
         inputs = mx.array([[context[-1]] + grown.tokens], dtype=mx.int32)
         logits = tree_pass(target, inputs, _steps.positions(depths, offset), _steps.mask(parents, offset), target_cache)
         p = _rows(logits, temperature)
