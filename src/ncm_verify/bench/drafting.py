@@ -287,6 +287,96 @@ def format_rows(result: dict) -> str:
     return "\n".join(lines)
 
 
+TREE_LOOP_PAIRS = {
+    "tiny llama V=8 (seeds 1/2)": (TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=2)),
+    "tiny llama V=8 (tempered)": (TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=1, logit_scale=1.5)),
+}
+"""The tiny target/draft pairs of `bench.trees` (there as tables, here as models in the tree-decoding loop)."""
+
+
+def tree_loop_rows(impl, *, generations: int = 200, tokens: int = 16, seed: int = 0) -> list[dict]:
+    """Tokens per target pass in `generate_tree_drafted`, chain vs trees of `bench.trees.BUDGET` nodes, per mode.
+
+    Per row: the mean of accepted + 1 over every round drafted at full depth (the last round of a generation
+    may be cut shorter), and over first rounds alone beside the exact first-round figure `bench.trees`
+    enumerates from the same pair's rows after the same prompt (a z-score: the loop against the kernel's law).
+    """
+    from ncm_verify.bench.trees import BUDGET_SHAPES, MODEL_PROMPT, exact_tokens_per_pass, model_fixture
+
+    rows = []
+    for pair, (target_spec, draft_spec) in TREE_LOOP_PAIRS.items():
+        target, draft = make_tiny_model(target_spec), make_tiny_model(draft_spec)
+        fixture = model_fixture(target_spec, draft_spec)
+        for mode in ("with_replacement", "without_replacement", "top_k"):
+            for name, shape in BUDGET_SHAPES.items():
+                full: list[int] = []
+                first: list[int] = []
+                started = time.perf_counter()
+                for key in mx.random.split(mx.random.key(seed), generations):
+                    generation = impl.generate_tree_drafted(
+                        target, draft, list(MODEL_PROMPT), tokens, branching=shape, mode=mode, key=key
+                    )
+                    wanted = tokens
+                    for accepted in generation.accepted:
+                        if wanted > len(shape):  # drafted at full depth
+                            full.append(accepted + 1)
+                        wanted -= accepted + 1
+                    first.append(generation.accepted[0] + 1)
+                seconds = time.perf_counter() - started
+                exact = exact_tokens_per_pass(fixture, shape, mode)
+                first_mean = float(np.mean(first))
+                first_error = float(np.std(first, ddof=1) / np.sqrt(len(first)))
+                rows.append(
+                    {
+                        "pair": pair,
+                        "mode": mode,
+                        "tree": name,
+                        "nodes": sum(int(np.prod(shape[: d + 1])) for d in range(len(shape))),
+                        "tokens_per_pass": float(np.mean(full)),
+                        "stderr": float(np.std(full, ddof=1) / np.sqrt(len(full))),
+                        "passes": len(full),
+                        "first_round": first_mean,
+                        "first_round_exact": exact,
+                        "first_round_z": (first_mean - exact) / first_error if first_error > 0 else float("nan"),
+                        "seconds": seconds,
+                    }
+                )
+                print(format_tree_loop_rows(rows[-1:], header=len(rows) == 1), flush=True)
+    return rows
+
+
+def format_tree_loop_rows(rows: list[dict], header: bool = True) -> str:
+    lines = []
+    if header:
+        lines.append(
+            f"{'pair':28s} {'mode':20s} {'tree':15s} {'nodes':>5s} {'tok/pass':>9s} {'+-':>6s} {'passes':>6s} "
+            f"{'1st round':>9s} {'exact':>7s} {'z':>6s} {'s':>6s}"
+        )
+    for r in rows:
+        lines.append(
+            f"{r['pair']:28s} {r['mode']:20s} {r['tree']:15s} {r['nodes']:5d} {r['tokens_per_pass']:9.4f} "
+            f"{r['stderr']:6.4f} {r['passes']:6d} {r['first_round']:9.4f} {r['first_round_exact']:7.4f} "
+            f"{r['first_round_z']:6.2f} {r['seconds']:6.1f}"
+        )
+    return "\n".join(lines)
+
+
+def tree_loop_main(args) -> int:
+    """``--tree-loop``: the tree-decoding loop's tokens per target pass alone, into ``--out``."""
+    impl = load_implementation(args.impl)
+    environment = describe_environment()
+    print(
+        f"tree decoding loop on {environment.get('mlx_default_device')}: {args.generations} generations of "
+        f"{args.tokens} tokens per row"
+    )
+    rows = tree_loop_rows(impl, generations=args.generations, tokens=args.tokens)
+    out = args.out if args.out != Path("reports/bench-drafting.json") else Path("reports/bench-tree-loop.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "environment": environment}, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.drafting", description=__doc__.split("\n")[0])
     parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
@@ -294,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=32, help="tokens per generation")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per k")
     parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS))
+    parser.add_argument("--tree-loop", action="store_true", help="only the tree-decoding loop's tokens per pass")
+    parser.add_argument("--generations", type=int, default=200, help="--tree-loop: generations per row")
     args = parser.parse_args(argv)
+    if args.tree_loop:
+        return tree_loop_main(args)
     impl = load_implementation(args.impl)
     target = make_tiny_model(TARGET_SPEC)
     environment = describe_environment()

@@ -29,7 +29,7 @@ def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) 
             at = parents[at]
         paths.append(path[::-1])
     children = {parent for parent in parents}
-    leaves = [node for node in range(len(tokens)) if node not in children] or [None]
+    leaves: list[int | None] = [node for node in range(len(tokens)) if node not in children] or [None]
     rows: list[mx.array | None] = [None] * (len(tokens) + 1)
     for leaf in leaves:
         path = [] if leaf is None else paths[leaf]

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
@@ -162,7 +163,7 @@ def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[i
         drawn = mx.argsort(-(mx.log(row) + mx.random.gumbel(row.shape, key=key)))[:count]
     else:
         drawn = mx.argsort(-row)[:count]
-    return [int(t) for t in drawn.tolist()]
+    return [int(t) for t in np.array(drawn).reshape(-1)]
 
 
 def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: TreeSteps) -> DraftTree:
