@@ -294,35 +294,45 @@ TREE_LOOP_PAIRS = {
 """The tiny target/draft pairs of `bench.trees` (there as tables, here as models in the tree-decoding loop)."""
 
 
-def tree_loop_rows(impl, *, generations: int = 200, tokens: int = 16, seed: int = 0) -> list[dict]:
+def tree_loop_rows(
+    impl, *, generations: int = 100, tokens: int = 16, first_rounds: int = 400, seed: int = 0
+) -> list[dict]:
     """Tokens per target pass in `generate_tree_drafted`, chain vs trees of `bench.trees.BUDGET` nodes, per mode.
 
-    Per row: the mean of accepted + 1 over every round drafted at full depth (the last round of a generation
-    may be cut shorter), and over first rounds alone beside the exact first-round figure `bench.trees`
-    enumerates from the same pair's rows after the same prompt (a z-score: the loop against the kernel's law).
+    Per row: the mean of accepted + 1 over every round drafted at full depth in `generations` generations of
+    `tokens` tokens (a generation's last round may be cut shorter), and over `first_rounds` one-round
+    generations beside the exact first-round figure `bench.trees` enumerates from the same pair's rows after the
+    same prompt (a z-score: the loop against the kernel's law). Each row draws its own keys (`row_seed`).
     """
-    from ncm_verify.bench.trees import BUDGET_SHAPES, MODEL_PROMPT, exact_tokens_per_pass, model_fixture
+    from ncm_verify.bench.trees import BUDGET_SHAPES, MODEL_PROMPT, exact_tokens_per_pass, model_fixture, row_seed
 
     rows = []
-    for pair, (target_spec, draft_spec) in TREE_LOOP_PAIRS.items():
+    for p, (pair, (target_spec, draft_spec)) in enumerate(TREE_LOOP_PAIRS.items()):
         target, draft = make_tiny_model(target_spec), make_tiny_model(draft_spec)
         fixture = model_fixture(target_spec, draft_spec)
-        for mode in ("with_replacement", "without_replacement", "top_k"):
-            for name, shape in BUDGET_SHAPES.items():
+        for m, mode in enumerate(("with_replacement", "without_replacement", "top_k")):
+            for s, (name, shape) in enumerate(BUDGET_SHAPES.items()):
+                key = mx.random.key(row_seed(seed, p, m, s))
+                loop_keys, first_keys = mx.random.split(key)
                 full: list[int] = []
-                first: list[int] = []
                 started = time.perf_counter()
-                for key in mx.random.split(mx.random.key(seed), generations):
+                for generation_key in mx.random.split(loop_keys, generations):
                     generation = impl.generate_tree_drafted(
-                        target, draft, list(MODEL_PROMPT), tokens, branching=shape, mode=mode, key=key
+                        target, draft, list(MODEL_PROMPT), tokens, branching=shape, mode=mode, key=generation_key
                     )
                     wanted = tokens
                     for accepted in generation.accepted:
                         if wanted > len(shape):  # drafted at full depth
                             full.append(accepted + 1)
                         wanted -= accepted + 1
-                    first.append(generation.accepted[0] + 1)
                 seconds = time.perf_counter() - started
+                first = [
+                    impl.generate_tree_drafted(
+                        target, draft, list(MODEL_PROMPT), len(shape) + 1, branching=shape, mode=mode, key=first_key
+                    ).accepted[0]
+                    + 1
+                    for first_key in mx.random.split(first_keys, first_rounds)
+                ]
                 exact = exact_tokens_per_pass(fixture, shape, mode)
                 first_mean = float(np.mean(first))
                 first_error = float(np.std(first, ddof=1) / np.sqrt(len(first)))
@@ -338,6 +348,7 @@ def tree_loop_rows(impl, *, generations: int = 200, tokens: int = 16, seed: int 
                         "first_round": first_mean,
                         "first_round_exact": exact,
                         "first_round_z": (first_mean - exact) / first_error if first_error > 0 else float("nan"),
+                        "first_rounds": first_rounds,
                         "seconds": seconds,
                     }
                 )
@@ -367,9 +378,9 @@ def tree_loop_main(args) -> int:
     environment = describe_environment()
     print(
         f"tree decoding loop on {environment.get('mlx_default_device')}: {args.generations} generations of "
-        f"{args.tokens} tokens per row"
+        f"{args.tokens} tokens and {args.first_rounds} first rounds per row"
     )
-    rows = tree_loop_rows(impl, generations=args.generations, tokens=args.tokens)
+    rows = tree_loop_rows(impl, generations=args.generations, tokens=args.tokens, first_rounds=args.first_rounds)
     out = args.out if args.out != Path("reports/bench-drafting.json") else Path("reports/bench-tree-loop.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "environment": environment}, indent=2, sort_keys=True, default=str) + "\n")
@@ -385,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per k")
     parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS))
     parser.add_argument("--tree-loop", action="store_true", help="only the tree-decoding loop's tokens per pass")
-    parser.add_argument("--generations", type=int, default=200, help="--tree-loop: generations per row")
+    parser.add_argument("--generations", type=int, default=100, help="--tree-loop: generations per row")
+    parser.add_argument("--first-rounds", type=int, default=400, help="--tree-loop: one-round generations per row")
     args = parser.parse_args(argv)
     if args.tree_loop:
         return tree_loop_main(args)
