@@ -21,6 +21,7 @@ from ncm_verify.mutants import (
     MUTANTS,
     PREFIX_CACHE_MUTANTS,
     TEXT_DRAFTING_MUTANTS,
+    TREE_LOOP_MUTANTS,
     TREE_MUTANTS,
     TREE_WALK_MUTANTS,
 )
@@ -37,6 +38,7 @@ TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
 """A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
 CONCEPT_PROPERTIES = ["properties/test_concept_model.py"]
 TEXT_DRAFTING_PROPERTIES = ["properties/test_text_drafting.py"]
+TREE_LOOP_PROPERTIES = ["properties/test_tree_loop.py"]
 BLOCK_PROPERTIES = [
     "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
     "properties/test_block.py",
@@ -62,6 +64,7 @@ KERNEL_PROPERTIES = [
     and path != "properties/test_block.py"
     and path not in TEXT_DRAFTING_PROPERTIES
     and path not in CONCEPT_PROPERTIES
+    and path not in TREE_LOOP_PROPERTIES
 ]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 NO_VERDICT = "no verdict: a missing property file"
@@ -84,6 +87,8 @@ def properties_for(name: str) -> list[str]:
         return LEVEL_DRAFTING_PROPERTIES
     if name in EXACT_STEP_MUTANTS:
         return EXACT_STEP_PROPERTIES
+    if name in TREE_LOOP_MUTANTS:
+        return TREE_LOOP_PROPERTIES
     if name in TREE_WALK_MUTANTS:
         return TREE_WALK_PROPERTIES
     if name in TREE_MUTANTS:

@@ -238,6 +238,28 @@ class TextDrafting(Protocol):
         """(mlx-lm target, TextDrafter, prompt [T], max_tokens, *, num_draft, key, ...) -> DraftedGeneration."""
 
 
+class TreeDrafting(Protocol):
+    """Tree decoding over mlx-lm models (issue 28): a draft expands a tree, the target scores it in one pass under a
+    tree mask at per-node positions, `verify_tree` accepts a path, the caches keep it (reference.drafting.tree_loop)."""
+
+    def generate_tree_drafted(
+        self,
+        target,
+        draft,
+        prompt,
+        max_tokens,
+        *,
+        branching,
+        mode,
+        key,
+        temperature=1.0,
+        kernels=None,
+        target_cache=None,
+        draft_cache=None,
+    ) -> Any:
+        """(mlx-lm target, mlx-lm draft, prompt [T], max_tokens, *, branching, mode, key, ...) -> TreeGeneration."""
+
+
 class ConceptModels(Protocol):
     """The source's NCM (issue 23; claims C1-C4): what a checkpoint implements, without our config.
 
@@ -351,6 +373,7 @@ LEVEL_DRAFT_NAMES = protocol_members(LevelDrafting)
 TREE_NAMES = protocol_members(TreeVerification)
 BLOCK_NAMES = protocol_members(BlockVerification)
 TEXT_DRAFTING_NAMES = protocol_members(TextDrafting)
+TREE_DRAFTING_NAMES = protocol_members(TreeDrafting)
 CONCEPT_NAMES = protocol_members(ConceptModels)
 CONCEPT_CODEC_NAMES = protocol_members(ConceptCodec)
 CONCEPT_LEVEL_CACHE_NAMES = protocol_members(ConceptLevelCache)
@@ -365,6 +388,7 @@ PROTOCOLS: tuple[type, ...] = (
     ConceptModels,
     ConceptCodec,
     ConceptLevelCache,
+    TreeDrafting,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))

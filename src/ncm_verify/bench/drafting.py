@@ -680,9 +680,113 @@ def format_rows(result: dict) -> str:
     return "\n".join(lines)
 
 
+TREE_LOOP_PAIRS = {
+    "tiny llama V=8 (seeds 1/2)": (TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=2)),
+    "tiny llama V=8 (tempered)": (TinySpec(vocab_size=8, seed=1), TinySpec(vocab_size=8, seed=1, logit_scale=1.5)),
+}
+"""The tiny target/draft pairs of `bench.trees` (there as tables, here as models in the tree-decoding loop)."""
+
+
+def tree_loop_rows(
+    impl, *, generations: int = 100, tokens: int = 16, first_rounds: int = 400, seed: int = 0
+) -> list[dict]:
+    """Tokens per target pass in `generate_tree_drafted`, chain vs trees of `bench.trees.BUDGET` nodes, per mode.
+
+    Per row: the mean of accepted + 1 over every round drafted at full depth in `generations` generations of
+    `tokens` tokens (a generation's last round may be cut shorter), and over `first_rounds` one-round
+    generations beside the exact first-round figure `bench.trees` enumerates from the same pair's rows after the
+    same prompt (a z-score: the loop against the kernel's law). Each row draws its own keys (`row_seed`).
+    """
+    from ncm_verify.bench.trees import BUDGET_SHAPES, MODEL_PROMPT, exact_tokens_per_pass, model_fixture, row_seed
+
+    rows = []
+    for p, (pair, (target_spec, draft_spec)) in enumerate(TREE_LOOP_PAIRS.items()):
+        target, draft = make_tiny_model(target_spec), make_tiny_model(draft_spec)
+        fixture = model_fixture(target_spec, draft_spec)
+        for m, mode in enumerate(("with_replacement", "without_replacement", "top_k")):
+            for s, (name, shape) in enumerate(BUDGET_SHAPES.items()):
+                key = mx.random.key(row_seed(seed, p, m, s))
+                loop_keys, first_keys = mx.random.split(key)
+                full: list[int] = []
+                started = time.perf_counter()
+                for generation_key in mx.random.split(loop_keys, generations):
+                    generation = impl.generate_tree_drafted(
+                        target, draft, list(MODEL_PROMPT), tokens, branching=shape, mode=mode, key=generation_key
+                    )
+                    wanted = tokens
+                    for accepted in generation.accepted:
+                        if wanted > len(shape):  # drafted at full depth
+                            full.append(accepted + 1)
+                        wanted -= accepted + 1
+                seconds = time.perf_counter() - started
+                first = [
+                    impl.generate_tree_drafted(
+                        target, draft, list(MODEL_PROMPT), len(shape) + 1, branching=shape, mode=mode, key=first_key
+                    ).accepted[0]
+                    + 1
+                    for first_key in mx.random.split(first_keys, first_rounds)
+                ]
+                exact = exact_tokens_per_pass(fixture, shape, mode)
+                first_mean = float(np.mean(first))
+                first_error = float(np.std(first, ddof=1) / np.sqrt(len(first)))
+                rows.append(
+                    {
+                        "pair": pair,
+                        "mode": mode,
+                        "tree": name,
+                        "nodes": sum(int(np.prod(shape[: d + 1])) for d in range(len(shape))),
+                        "tokens_per_pass": float(np.mean(full)),
+                        "stderr": float(np.std(full, ddof=1) / np.sqrt(len(full))),
+                        "passes": len(full),
+                        "first_round": first_mean,
+                        "first_round_exact": exact,
+                        "first_round_z": (first_mean - exact) / first_error if first_error > 0 else float("nan"),
+                        "first_rounds": first_rounds,
+                        "seconds": seconds,
+                    }
+                )
+                print(format_tree_loop_rows(rows[-1:], header=len(rows) == 1), flush=True)
+    return rows
+
+
+def format_tree_loop_rows(rows: list[dict], header: bool = True) -> str:
+    lines = []
+    if header:
+        lines.append(
+            f"{'pair':28s} {'mode':20s} {'tree':15s} {'nodes':>5s} {'tok/pass':>9s} {'+-':>6s} {'passes':>6s} "
+            f"{'1st round':>9s} {'exact':>7s} {'z':>6s} {'s':>6s}"
+        )
+    for r in rows:
+        lines.append(
+            f"{r['pair']:28s} {r['mode']:20s} {r['tree']:15s} {r['nodes']:5d} {r['tokens_per_pass']:9.4f} "
+            f"{r['stderr']:6.4f} {r['passes']:6d} {r['first_round']:9.4f} {r['first_round_exact']:7.4f} "
+            f"{r['first_round_z']:6.2f} {r['seconds']:6.1f}"
+        )
+    return "\n".join(lines)
+
+
+def tree_loop_main(args) -> int:
+    """``--tree-loop``: the tree-decoding loop's tokens per target pass alone, into ``--out``."""
+    impl = load_implementation(args.impl)
+    environment = describe_environment()
+    print(
+        f"tree decoding loop on {environment.get('mlx_default_device')}: {args.generations} generations of "
+        f"{args.loop_tokens} tokens and {args.first_rounds} first rounds per row"
+    )
+    rows = tree_loop_rows(impl, generations=args.generations, tokens=args.loop_tokens, first_rounds=args.first_rounds)
+    out = args.out if args.out != Path("reports/bench-drafting.json") else Path("reports/bench-tree-loop.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "environment": environment}, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def run_untrained(args, impl, environment: dict) -> dict:
     target = make_tiny_model(TARGET_SPEC)
-    print(f"C12 text drafting on {environment.get('mlx_default_device')}: target {TARGET_SPEC}, {args.tokens} tokens")
+    print(
+        f"C12 text drafting on {environment.get('mlx_default_device')}: target {TARGET_SPEC}, "
+        f"{args.untrained_tokens} tokens"
+    )
     drafters = default_drafters()
     print("drafters (tiny, untrained): " + "; ".join(d.name for d in drafters))
     result = measure(impl, target, drafters, tokens=args.untrained_tokens, rounds=args.rounds, ks=args.ks)
@@ -719,7 +823,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--untrained-tokens", type=int, default=32, help="untrained: tokens per generation")
     parser.add_argument("--rounds", type=int, default=5, help="untrained: interleaved rounds per k")
     parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS), help="untrained: draft lengths")
+    parser.add_argument("--tree-loop", action="store_true", help="only the tree-decoding loop's tokens per pass")
+    parser.add_argument("--generations", type=int, default=100, help="--tree-loop: generations per row")
+    parser.add_argument("--first-rounds", type=int, default=400, help="--tree-loop: one-round generations per row")
+    parser.add_argument("--loop-tokens", type=int, default=16, help="--tree-loop: tokens per generation")
     args = parser.parse_args(argv)
+    if args.tree_loop:
+        return tree_loop_main(args)
     if args.full:
         args.trained_ks, args.prompts = list(DRAFT_LENGTHS), 32
     impl = load_implementation(args.impl)

@@ -261,3 +261,8 @@ def walk_cases(draw, kernel, mode: str, dtypes: tuple[str, ...] = WALK_DTYPES, m
             uniforms[b, 1, 0] = np.float32(rng.random())
     step.uniforms = uniforms
     return step
+
+
+LOOP_BRANCHINGS = ((1, 1, 1), (3,), (2, 1), (1, 2), (2, 2), (3, 1), (1, 1, 1, 1, 1, 1))
+"""Tree shapes of the tree-decoding loop (children per node at each depth): chains, and trees of 3, 4 and 6 nodes
+whose later siblings, deeper nodes and off-first-child paths are where masks, positions and compaction break."""

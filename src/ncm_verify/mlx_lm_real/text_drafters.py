@@ -231,7 +231,8 @@ def check_one_pass_per_block(passes: list, prompt: list[int], blocks: int, *, ca
 
 
 class RecordingKernels:
-    """An implementation whose `verify_chain` calls are logged into `calls`; every other name is its own."""
+    """An implementation whose `verify_chain` and `verify_tree` calls are logged into `calls`; every other name is
+    its own."""
 
     def __init__(self, kernels, calls: list):
         self.kernels, self.calls = kernels, calls
@@ -240,6 +241,12 @@ class RecordingKernels:
         outcome = self.kernels.verify_chain(target_probs, draft_probs, draft_tokens, **kwargs)
         record = {"p": target_probs, "q": draft_probs, "drafts": draft_tokens, "outcome": outcome}
         self.calls.append(("verify_chain", record))
+        return outcome
+
+    def verify_tree(self, target_probs, draft_probs, tree_tokens, parents, **kwargs):
+        outcome = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
+        record = {"p": target_probs, "q": draft_probs, "tree_tokens": tree_tokens, "parents": parents}
+        self.calls.append(("verify_tree", {**record, "mode": kwargs.get("mode"), "outcome": outcome}))
         return outcome
 
     def __getattr__(self, name):

@@ -90,6 +90,11 @@ MUTANTS = {
     ),
     "concept_decoder_reads_previous_codebook": "source NCM: the decode reads level l with level l-1's codebook",
     "concept_cache_key_without_codec": "source NCM: PC-1's cross-request key omits the codec's fingerprint",
+    "tree_loop_mask_sees_siblings": "tree decoding: the tree mask lets a node attend to its earlier siblings",
+    "tree_loop_positions_by_index": "tree decoding: nodes roped at the context length plus their index, not depth",
+    "tree_loop_cache_keeps_rejected_branch": (
+        "tree decoding: caches trimmed to the accepted length, not compacted to the path (a rejected branch kept)"
+    ),
 }
 PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
 """Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
@@ -106,6 +111,8 @@ TREE_WALK_MUTANTS = {"tree_residual_in_half", "tree_renormalised_naively", "tree
 reach them on purpose; the enumeration and sampling cannot see them."""
 TEXT_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("drafting_")}
 """Mutants of the text drafting loop: its properties must catch them."""
+TREE_LOOP_MUTANTS = {name for name in MUTANTS if name.startswith("tree_loop_")}
+"""Mutants of the tree-decoding loop over mlx-lm (issue 28): its own properties, not the kernel's, must catch them."""
 EXACT_STEP_MUTANTS = {
     "ratio_in_half",
     "residual_swapped_when_small",
@@ -212,3 +219,10 @@ def with_concept_seams(**changes) -> dict:
         "make_concept_model": partial(concept_model.make_concept_model, _seams=seams),
         "load_concept_model": partial(concept_model.load_concept_model, _seams=seams),
     }
+
+
+def with_tree_loop_step(**changes) -> dict:
+    """The tree-decoding loop with one of its decisions (`drafting.tree_loop.TreeSteps`) swapped."""
+    from ncm_verify.reference.drafting.tree_loop import REFERENCE_TREE_STEPS, generate_tree_drafted
+
+    return {"generate_tree_drafted": partial(generate_tree_drafted, _steps=REFERENCE_TREE_STEPS._replace(**changes))}

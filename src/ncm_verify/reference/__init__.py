@@ -2,6 +2,7 @@
 
 from ncm_verify.reference.block import apply_block, verify_block
 from ncm_verify.reference.drafting.loop import generate_drafted
+from ncm_verify.reference.drafting.tree_loop import generate_tree_drafted
 from ncm_verify.reference.ncm import (
     ConceptConfig,
     KVCache,
@@ -121,4 +122,5 @@ __all__ = [
     "training_logits",
     "make_concept_cache",
     "ConceptConfig",
+    "generate_tree_drafted",
 ]

@@ -1,0 +1,184 @@
+"""C13 inside a real loop: tree decoding over mlx-lm's tiny models (the implementation's `generate_tree_drafted`).
+
+Judged call by call, as the chain loops are: every `verify_tree` call the loop makes must be handed the tree it
+drafted, the target's exact conditionals at the root and at every node (recomputed by plain causal passes over
+each root-to-leaf path: no cache, no tree mask) and the draft's rows its children were drawn from; the loop must
+emit what `verify_tree` decided. A wrong mask, wrong positions or a cache holding a rejected branch changes some
+handed row. Greedy tree decoding must emit plain greedy decoding's tokens (mlx-lm's own `generate_step`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import event, given, note, settings
+from hypothesis import strategies as st
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
+
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
+from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
+from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
+from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
+from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls
+from ncm_verify.reference.tree import MODES
+
+pytestmark = pytest.mark.claim("C13")
+
+TEMPERATURES = (0.7, 1.0, 1.5)
+CLOSE_DRAFT_SCALES = (None, 1.5, 2.0, 4.5)
+"""A draft with other weights (None), or the target's weights under a scaled head: long accepted paths."""
+
+
+@functools.lru_cache(maxsize=64)
+def tiny_model(spec: TinySpec):
+    return make_tiny_model(spec)
+
+
+def draw_pair(data):
+    """A target, a draft over its vocabulary, and how to rebuild them."""
+    spec = TinySpec(
+        vocab_size=data.draw(st.sampled_from([8, 16]), label="vocab"), seed=data.draw(st.integers(0, 2**16))
+    )
+    scale = data.draw(st.sampled_from(CLOSE_DRAFT_SCALES), label="draft logit_scale")
+    draft = spec.with_seed(spec.seed + 1) if scale is None else dataclasses.replace(spec, logit_scale=scale)
+    return spec, tiny_model(spec), draft, tiny_model(draft)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditionals_at_every_node(impl, data):
+    """The loop is exact iff each round verifies the target's exact p at every node against the q its children
+    came from.
+
+    `verify_tree` is wrapped to record each call; the handed tree must be the loop's shape, every p row the
+    target's uncached conditional of the context and the root-to-node path, every q row the draft's, top-k
+    children their row's top k, and the emitted tokens what `verify_tree` decided. A loop that raises is judged
+    on the calls it made before.
+    """
+    spec, target, draft_spec, draft = draw_pair(data)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
+    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
+    )
+    note(call)
+    calls: list = []
+    arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
+    try:
+        generation = impl.generate_tree_drafted(
+            target,
+            draft,
+            prompt,
+            max_tokens,
+            branching=branching,
+            mode=mode,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=RecordingKernels(impl, calls),
+        )
+    except Exception:
+        check_tree_calls(calls, None, *arguments, call=call)
+        raise
+    rounds = check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    # compaction is seen only when a later round follows a path other than the first rows in index order
+    off_first = [path != list(range(len(path))) for _, path, _ in rounds[:-1]]
+    event(f"mode: {mode}")
+    event("a later round after a path off the first rows" if any(off_first) else "no path off the first rows")
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_greedy_tree_decoding_emits_the_tokens_of_plain_greedy_decoding(impl, data):
+    """At temperature 0 (one-hot target rows, the draft's top-k children) the loop emits mlx-lm's greedy tokens."""
+    spec, target, draft_spec, draft = draw_pair(data)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 12), label="max_tokens")
+    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
+        f"branching={branching}, mode='top_k', key=mx.random.key(0), temperature=0) vs mlx_lm generate_step"
+    )
+    note(call)
+    plain = list(generate_step(mx.array(prompt), target, max_tokens=max_tokens))
+    generation = impl.generate_tree_drafted(
+        target, draft, prompt, max_tokens, branching=branching, mode="top_k", key=mx.random.key(0), temperature=0
+    )
+    margin = min(top_two_gap(logprobs) for _, logprobs in plain)
+    scale = max(float(np.abs(as_numpy(logprobs)).max()) for _, logprobs in plain)
+    event("a node accepted" if max(generation.accepted, default=0) > 0 else "no node accepted")
+    assert_decodings_equal(
+        generation.tokens,
+        [int(token) for token, _ in plain],
+        margin=margin,
+        scale=scale,
+        dtype=mx.float32,
+        label="greedy tree-decoded tokens vs mlx-lm generate_step's",
+        call=call,
+    )
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_caches_after_tree_decoding_hold_exactly_the_context_their_offset_claims(impl, data):
+    """After the loop both caches hold the prompt and every emitted token but the last, as a chain would have.
+
+    Judged as the model attends to them (mlx-lm's `state` is opaque): a probe continuation's logits through
+    each cache vs one uncached pass over the tokens it claims and the probe. K/V kept from a rejected branch,
+    or computed under a wrong mask or position, show.
+    """
+    spec, target, draft_spec, draft = draw_pair(data)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
+    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    probe = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="probe")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature}, "
+        f"target_cache=..., draft_cache=...); probe {probe}"
+    )
+    note(call)
+    caches = {"target": make_prompt_cache(target), "draft": make_prompt_cache(draft)}
+    generation = impl.generate_tree_drafted(
+        target,
+        draft,
+        prompt,
+        max_tokens,
+        branching=branching,
+        mode=mode,
+        key=mx.random.key(seed),
+        temperature=temperature,
+        target_cache=caches["target"],
+        draft_cache=caches["draft"],
+    )
+    tokens = prompt + list(generation.tokens)
+    event(f"mode: {mode}")
+    for name, model in (("target", target), ("draft", draft)):
+        offsets = [layer.offset for layer in caches[name]]
+        held = offsets[0]
+        assert len(set(offsets)) == 1 and held <= len(tokens), (
+            f"{name} cache: layer offsets {offsets} after {len(tokens)} tokens (prompt {len(prompt)}, "
+            f"{len(generation.tokens)} emitted): a cache cannot hold more positions than tokens exist\n  call: {call}"
+        )
+        got = model(mx.array([probe], dtype=mx.int32), cache=caches[name])[0].astype(mx.float32)
+        want = model(mx.array([tokens[:held] + probe], dtype=mx.int32))[0, held:].astype(mx.float32)
+        assert_close(
+            got,
+            want,
+            dtype=mx.float32,
+            label=f"{name} cache after tree decoding vs built from the {held} tokens it claims",
+            call=call,
+        )

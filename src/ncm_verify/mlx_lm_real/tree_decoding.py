@@ -1,0 +1,125 @@
+"""The call-by-call check of a tree-decoding loop over mlx-lm models (issue 28, item 4).
+
+`check_tree_calls` judges a loop from what it handed `verify_tree` (recorded by `RecordingKernels`), exactly:
+each call's tree is the loop's shape, its p row at the root and at every node the target's conditional of the
+context and the root-to-node path, and its q rows the draft's, both recomputed by plain causal passes over
+each root-to-leaf path (no cache, no tree mask: the row at a node's position sees exactly its path); top-k
+children are their row's top k; and the loop emits what `verify_tree` decided.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
+from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
+from ncm_verify.mlx_lm_real.text_drafters import scaled_softmax
+from ncm_verify.reference.drafting.tree_loop import tree_shape
+
+
+def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) -> mx.array:
+    """``[N+1, V]`` log-probabilities: row 0 after `context`, row n + 1 after `context` and node n's path,
+    each from an uncached causal pass over a root-to-leaf path (its position sees exactly its path)."""
+    paths = []
+    for node in range(len(tokens)):
+        path, at = [], node
+        while at >= 0:
+            path.append(at)
+            at = parents[at]
+        paths.append(path[::-1])
+    children = {parent for parent in parents}
+    leaves: list[int | None] = [node for node in range(len(tokens)) if node not in children] or [None]
+    rows: list[mx.array | None] = [None] * (len(tokens) + 1)
+    for leaf in leaves:
+        path = [] if leaf is None else paths[leaf]
+        sequence = mx.array([context + [tokens[n] for n in path]], dtype=mx.int32)
+        scores = logprobs_at_every_position(model, sequence)[0, len(context) - 1 :]
+        rows[0] = scores[0]
+        for depth, node in enumerate(path):
+            rows[node + 1] = scores[depth + 1]
+    return mx.stack([row for row in rows if row is not None])
+
+
+def check_tree_calls(
+    calls: list,
+    tokens: list[int] | None,
+    target,
+    draft,
+    prompt: list[int],
+    max_tokens: int,
+    temperature: float,
+    branching,
+    mode: str,
+    *,
+    call: str,
+) -> list[tuple[int, list[int], list[int]]]:
+    """Every `verify_tree` call got the loop's tree, the target's exact conditionals at every node and the
+    draft's rows its children were drawn from; returns (accepted count, path, parents) per call.
+
+    `tokens` is what the loop emitted (None when it raised: only the calls it made are judged). At
+    temperature 0 the target's rows are one-hot at its argmax and the draft's are at temperature 1.
+    """
+    vocab = target.args.vocab_size
+    context = list(prompt)
+    rounds: list[tuple[int, list[int], list[int]]] = []
+    for name, record in calls:
+        if name != "verify_tree":
+            continue
+        where = f"{call}  # verify_tree call {len(rounds)}, after {len(context) - len(prompt)} emitted tokens"
+        # a round drafts no deeper than the tokens still wanted
+        expected_parents, _ = tree_shape(tuple(branching)[: max_tokens - (len(context) - len(prompt))])
+        parents = as_numpy(record["parents"]).reshape(-1).astype(int).tolist()
+        nodes = as_numpy(record["tree_tokens"]).reshape(-1).astype(int).tolist()
+        assert_equal(
+            np.asarray(parents),
+            np.asarray(expected_parents),
+            label=f"parents handed to verify_tree vs the tree of branching {tuple(branching)}",
+            call=where,
+        )
+        if record["mode"] != mode:
+            raise AssertionError(
+                f"verify_tree was told mode {record['mode']!r}, the loop drafts {mode!r}\n  call: {where}"
+            )
+        exact_p = path_rows(target, context, nodes, parents)
+        if temperature == 0:
+            want_p = (mx.arange(vocab) == mx.argmax(exact_p, axis=-1, keepdims=True)).astype(mx.float32)
+        else:
+            want_p = scaled_softmax(exact_p, temperature)
+        assert_close(
+            record["p"].reshape(-1, vocab),
+            want_p,
+            dtype=mx.float32,
+            label="p rows handed to verify_tree vs the target's uncached conditionals of each root-to-node path",
+            call=where,
+        )
+        q = record["q"].reshape(-1, vocab)
+        assert_close(
+            q,
+            scaled_softmax(path_rows(draft, context, nodes, parents), 1.0 if temperature == 0 else temperature),
+            dtype=mx.float32,
+            label="q rows handed to verify_tree vs the draft's uncached conditionals of each root-to-node path",
+            call=where,
+        )
+        if mode == "top_k":
+            q_rows = as_numpy(q).astype(np.float64)
+            for parent in sorted(set(parents)):
+                children = [nodes[n] for n in range(len(nodes)) if parents[n] == parent]
+                top = np.argsort(-q_rows[parent + 1], kind="stable")[: len(children)]
+                assert_equal(
+                    np.sort(children),
+                    np.sort(top),
+                    label=f"top-k children of tree row {parent + 1} vs the k largest of the q row they were drawn from",
+                    call=where,
+                )
+        outcome = record["outcome"]
+        stood = int(outcome.num_accepted[0].item())
+        rounds.append((stood, [int(n) for n in outcome.path[0, :stood].tolist()], parents))
+        context += [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]
+    if tokens is None:
+        return rounds
+    replayed = context[len(prompt) :][:max_tokens]
+    assert_equal(np.asarray(tokens), np.asarray(replayed), label="emitted tokens vs verify_tree's outcomes", call=call)
+    if len(tokens) != max_tokens:
+        raise AssertionError(f"emitted {len(tokens)} tokens, asked for {max_tokens}\n  call: {call}")
+    return rounds
