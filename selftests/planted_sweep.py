@@ -16,6 +16,8 @@ What broke the sweep still breaks it: a pytest exit status other than 0 or 1, a 
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import json
 import os
 import resource
@@ -34,6 +36,10 @@ JOB_CPU_LIMIT = 600
 its own work, where a wall clock would count a loaded machine's other work."""
 JOB_TIMEOUT = 1800
 """Wall seconds one planted module's session may take before it is killed (a session that waits forever)."""
+THIRD_PARTY_PRELOAD = ("mlx_lm.models.cache", "mlx_lm.models.llama", "mlx_lm.generate")
+"""Installed modules every child imports (the reference's drafting loop and mlx-lm's models)."""
+THIRD_PARTY_PRELOAD_SKIP = ("ncm_verify",)
+"""pytest plugins named by entry points that are this project's own (already imported, and local)."""
 RESULT_FILE, LOG_FILE = "session.json", "pytest.log"
 SWEEP = pytest.StashKey["Sweep"]()
 """The sweep a self-test session started (selftests/conftest.py), stopped at the session's end."""
@@ -74,12 +80,38 @@ def write_result(job: dict, **result) -> None:
     (Path(job["report_dir"]) / RESULT_FILE).write_text(json.dumps(result) + "\n")
 
 
+def record_cost(job: dict, seconds: float, cpu: float) -> None:
+    """Add the session's wall and CPU seconds (its own process, from the kernel's accounting) to its result."""
+    path = Path(job["report_dir"]) / RESULT_FILE
+    if path.is_file():  # a session with no result says why elsewhere (see read_job)
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "wall_seconds": seconds, "cpu_seconds": cpu}) + "\n")
+
+
+def preload_third_party() -> None:
+    """Import, once for every child, the installed packages each child would import itself: pytest's plugins and
+    the mlx-lm modules the reference loads (about 1.2 s of CPU per child, half of a quick one's). Hypothesis mines
+    constants only from modules outside site-packages, so a child draws the examples a subprocess draws."""
+    for entry in importlib.metadata.entry_points(group="pytest11"):
+        if entry.module.split(".")[0] in THIRD_PARTY_PRELOAD_SKIP:
+            continue
+        importlib.import_module(entry.module)
+    for name in THIRD_PARTY_PRELOAD:
+        importlib.import_module(name)
+    from ncm_verify.harness.hypothesis_internals import mines_constants_from  # imported by the plugin already
+
+    local = [name for name in THIRD_PARTY_PRELOAD if mines_constants_from(sys.modules[name].__file__ or "")]
+    assert not local, f"preloaded modules {local} are local: they would change the examples Hypothesis draws"
+
+
 def serve(plan_path: Path) -> int:
     """The forking process: every job of the plan in a child of its own, `workers` at a time."""
     plan = json.loads(plan_path.read_text())
     sys.path[0] = str(ROOT)  # what `python -m pytest` run in ROOT has first
     os.chdir(ROOT)
     import ncm_verify.pytest_plugin.plugin  # noqa: F401  # what each pytest process imports as it starts
+
+    preload_third_party()
 
     pending, running = list(plan["jobs"]), {}
     while pending or running:
@@ -91,13 +123,16 @@ def serve(plan_path: Path) -> int:
             if pid == 0:
                 judge(job)
             running[pid] = (job, time.monotonic())
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
         if pid:
             job, started = running.pop(pid)
             seconds = round(time.monotonic() - started, 2)
+            cpu = round(usage.ru_utime + usage.ru_stime, 2)
             if os.WIFSIGNALED(status) and not (Path(job["report_dir"]) / RESULT_FILE).is_file():
                 write_result(job, exit_status=None, signal=os.WTERMSIG(status), seconds=seconds)
-            print(f"planted sweep: {job['name']}: exit status {os.waitstatus_to_exitcode(status)} after {seconds} s")
+            record_cost(job, seconds, cpu)
+            exit_status = os.waitstatus_to_exitcode(status)
+            print(f"planted sweep: {job['name']}: exit status {exit_status} after {seconds} s ({cpu} s of CPU)")
             continue
         for pid, (job, started) in list(running.items()):
             if time.monotonic() - started > plan["timeout"]:
@@ -135,6 +170,14 @@ class Sweep:
             self.log.close()
             self._results = {job["name"]: read_job(job, exit_status, self.scratch) for job in self.jobs}
         return self._results
+
+    def cost(self, name: str) -> dict[str, float]:
+        """The wall and CPU seconds job `name`'s session took ({} when it left no result)."""
+        job = next(job for job in self.jobs if job["name"] == name)
+        from ncm_verify.report import document as doc
+
+        result = doc.read_json(Path(job["report_dir"]) / RESULT_FILE) or {}
+        return {key: result[key] for key in ("wall_seconds", "cpu_seconds") if key in result}
 
     def stop(self) -> None:
         """Kill the sweep if it still runs (a session that ends before it asked for the results)."""

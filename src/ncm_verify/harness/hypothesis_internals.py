@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterator
 
 from hypothesis import settings
+from hypothesis.internal import constants_ast
 from hypothesis.internal.conjecture import engine
 from hypothesis.internal.conjecture.engine import ExitReason
 
@@ -55,3 +56,9 @@ def shrink_time_limit() -> float:
 def generated_seed(test) -> int | None:
     """The seed `test`'s last run drew; None when derandomized, seeded, or never run."""
     return getattr(test, _GENERATED_SEED, None)
+
+
+def mines_constants_from(path: str) -> bool:
+    """Whether Hypothesis draws constants from the module in file `path` (it reads the project's own modules and
+    skips installed packages), so that importing it changes which examples a derandomized run draws."""
+    return bool(constants_ast.is_local_module_file(path))

@@ -114,9 +114,11 @@ def apply_block(
         passed = passed & _drafted_columns(judged, max_draft)
         num_accepted = mx.minimum(rules.length(passed).astype(mx.int32), num_draft)
         corrected = num_accepted < num_draft
-        p_weight = mx.take_along_axis(scale, mx.minimum(num_accepted, max_draft - 1)[:, None], axis=1)[:, 0]
+        # Uncorrected sequences replace both below, so any drafted row serves them: no literal G - 1 (a kernel per G)
+        emission = mx.maximum(mx.minimum(num_accepted, num_draft - 1), 0)
+        p_weight = mx.take_along_axis(scale, emission[:, None], axis=1)[:, 0]
         p_weight = mx.where(corrected, p_weight, 1.0)
-        q_row = _gather_row(draft, mx.minimum(num_accepted, max_draft - 1))
+        q_row = _gather_row(draft, emission)
         q_row = _scale_rows(q_row, corrected.astype(mx.float32))
     else:
         num_accepted = mx.zeros((batch,), dtype=mx.int32)

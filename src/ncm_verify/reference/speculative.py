@@ -192,9 +192,23 @@ def all_drafts(batch: int, max_draft: int) -> mx.array:
     return mx.array(np.full(batch, max_draft, dtype=np.int32))
 
 
+@functools.lru_cache(maxsize=1024)
+def _size_vector(value: int) -> mx.array:
+    return mx.array([value], dtype=mx.int32)
+
+
+def _size_operand(value: int) -> mx.array:
+    """`value` (a size: V, G, a block count) as a 0-d int32 array that reaches a fused kernel as an operand.
+
+    ``mx.compile`` writes a scalar constant into the fused kernel's source, so on the CPU each new size cost a
+    C++ compile of its own (~0.8 s of CPU); sliced from a cached array it is an input, and one kernel serves all.
+    """
+    return _size_vector(value)[0]
+
+
 def _lengths_valid(num_draft, max_draft: int) -> mx.array:
     """Every draft length in [0, G]: one lazy boolean."""
-    return mx.all((num_draft >= 0) & (num_draft <= max_draft))
+    return mx.all((num_draft >= 0) & (num_draft <= _size_operand(max_draft)))
 
 
 def _draft_lengths_of(num_draft, batch: int, max_draft: int) -> mx.array:
@@ -352,7 +366,6 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     # Made in the rows' own layout, so that a scaling of q by a scalar fuses into this one pass.
     residual = _as_blocks(mx.maximum(p - _as_float32(q), 0.0))
     p = _as_blocks(p)
-    count = p.shape[-2]
     # Block totals stay a column [..., n, 1] throughout: each squeeze or expand is a node per call.
     residual_cdf = mx.cumsum(residual.sum(axis=-1, keepdims=True), axis=-2)
     use_residual = residual_cdf[..., -1:, :] > RESIDUAL_FLOOR
@@ -360,15 +373,18 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1, keepdims=True), axis=-2))
     # At least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
     threshold = mx.maximum(uniforms.reshape(uniforms.shape + (1, 1)) * block_cdf[..., -1:, :], SMALLEST_NORMAL)
-    found = (block_cdf < threshold).astype(mx.int32).sum(axis=-2, keepdims=True)
-    chosen = mx.minimum(found, count - 1)
+    below = block_cdf < threshold
+    found = below.astype(mx.int32).sum(axis=-2, keepdims=True)
+    # min(found, count - 1) without the block count as a literal (a kernel per count); found == count: all below
+    overflow = mx.all(below, axis=-2, keepdims=True)
+    chosen = found - overflow.astype(mx.int32)
     start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-2), 0.0)
     weights = mx.where(
         use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
     )
     drawn = chosen * CDF_BLOCK + index_in_block(start, weights, threshold)
     # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
-    return mx.where(found < count, drawn, vocab).reshape(uniforms.shape)
+    return mx.where(overflow, _size_operand(vocab), drawn).reshape(uniforms.shape)
 
 
 def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
@@ -387,7 +403,7 @@ def _count_accepted(accepted: mx.array) -> mx.array:
     batch, max_draft = accepted.shape
     if not max_draft:
         return mx.zeros((batch,), dtype=mx.int32)
-    return mx.min(mx.where(accepted, max_draft, _positions(max_draft)), axis=1)
+    return mx.min(mx.where(accepted, _size_operand(max_draft), _positions(max_draft)), axis=1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -429,7 +445,8 @@ def _correct_emission_rows(target_probs, draft_probs, num_accepted, num_draft, u
     # Only the emission row is read: the rejected position, or the bonus row (q = 0 there).
     p_row = _gather_row(target_probs, num_accepted)
     if max_draft:
-        q_row = _gather_row(draft_probs, mx.minimum(num_accepted, max_draft - 1))
+        # Any drafted row does where no draft was rejected (q scaled by 0): the last drafted one, no literal G - 1
+        q_row = _gather_row(draft_probs, mx.maximum(mx.minimum(num_accepted, num_draft - 1), 0))
         q_row = _scale_rows(q_row, (num_accepted < num_draft).astype(q_row.dtype))
     else:
         q_row = mx.zeros_like(p_row)
@@ -566,7 +583,7 @@ def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.arr
 def _ids_valid(draft_tokens, is_draft, vocab: int) -> mx.array:
     """Every id in [0, V), or -1 where not `is_draft`: one lazy boolean."""
     ids = draft_tokens.astype(mx.int64)
-    return mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
+    return mx.all(mx.where(is_draft, ids >= 0, ids >= PAD_TOKEN) & (ids < _size_operand(vocab)))
 
 
 def _drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> mx.array:
@@ -575,7 +592,8 @@ def _drafted_values_valid(target_probs, draft_probs, draft_tokens, is_draft) -> 
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
     ok = ok & _ids_valid(draft_tokens, is_draft, vocab)
     # Ids are clamped so that a flag over bad ids stays a flag, never an out-of-range read.
-    q_x = _gather_drafted(draft_probs, mx.clip(draft_tokens.astype(mx.int64), 0, vocab - 1).astype(mx.int32))
+    clipped = mx.clip(draft_tokens.astype(mx.int64), 0, _size_operand(vocab - 1))
+    q_x = _gather_drafted(draft_probs, clipped.astype(mx.int32))
     return ok & mx.all(mx.where(is_draft, q_x > 0, True))
 
 
