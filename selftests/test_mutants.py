@@ -19,6 +19,7 @@ from ncm_verify.mutants import (
     EXACT_STEP_MUTANTS,
     LEVEL_DRAFTING_MUTANTS,
     MUTANTS,
+    ONE_FILE_MUTANTS,
     PREFIX_CACHE_MUTANTS,
     TEXT_DRAFTING_MUTANTS,
     TREE_LOOP_MUTANTS,
@@ -109,6 +110,8 @@ def properties_for(name: str) -> list[str]:
         return TEXT_DRAFTING_PROPERTIES
     if name in CONCEPT_MUTANTS:
         return CONCEPT_PROPERTIES
+    if name in ONE_FILE_MUTANTS:
+        return [ONE_FILE_MUTANTS[name]]
     return KERNEL_PROPERTIES
 
 
