@@ -37,6 +37,7 @@ __all__ = [
     "draw_uniforms",
     "index_in_block",
     "sample_residual",
+    "draw_from_blocks",
     "residual_distribution",
     "REFERENCE_RULES",
     "CORRECTION_ENTRIES",
@@ -352,21 +353,29 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     # Made in the rows' own layout, so that a scaling of q by a scalar fuses into this one pass.
     residual = _as_blocks(mx.maximum(p - _as_float32(q), 0.0))
     p = _as_blocks(p)
-    count = p.shape[-2]
     # Block totals stay a column [..., n, 1] throughout: each squeeze or expand is a node per call.
     residual_cdf = mx.cumsum(residual.sum(axis=-1, keepdims=True), axis=-2)
     use_residual = residual_cdf[..., -1:, :] > RESIDUAL_FLOOR
     # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
     block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1, keepdims=True), axis=-2))
+    chosen_weights = lambda chosen: mx.where(  # noqa: E731
+        use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
+    )
+    return draw_from_blocks(block_cdf, chosen_weights, uniforms, vocab)
+
+
+def draw_from_blocks(block_cdf: mx.array, chosen_weights: Callable, uniforms: mx.array, vocab: int) -> mx.array:
+    """The inverse CDF's second level: the block where ``u * total`` falls, then the id inside it.
+
+    `block_cdf` ``[..., n, 1]``: running block totals; ``chosen_weights(block [..., 1, 1]) -> [..., 1, 32]``.
+    """
+    count = block_cdf.shape[-2]
     # At least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
     threshold = mx.maximum(uniforms.reshape(uniforms.shape + (1, 1)) * block_cdf[..., -1:, :], SMALLEST_NORMAL)
     found = (block_cdf < threshold).astype(mx.int32).sum(axis=-2, keepdims=True)
     chosen = mx.minimum(found, count - 1)
     start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-2), 0.0)
-    weights = mx.where(
-        use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
-    )
-    drawn = chosen * CDF_BLOCK + index_in_block(start, weights, threshold)
+    drawn = chosen * CDF_BLOCK + index_in_block(start, chosen_weights(chosen), threshold)
     # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
     return mx.where(found < count, drawn, vocab).reshape(uniforms.shape)
 
