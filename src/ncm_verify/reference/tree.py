@@ -226,11 +226,10 @@ def _walk_decisions(real, parent, accepted):
         on_path = on_path & mx.where(above, mx.take_along_axis(on_path, mx.maximum(jump, 0), axis=1), True)
         jump = mx.where(above, mx.take_along_axis(jump, mx.maximum(jump, 0), axis=1), -1)
     num_accepted = on_path.astype(mx.int32).sum(axis=1)
+    # Ancestors come first (topological order): the path is the on-path nodes in increasing index.
+    path = mx.sort(mx.where(on_path, node, count), axis=1)
     stop = mx.max(mx.where(on_path, node, -1), axis=1)
-    depth = mx.cumsum(on_path.astype(mx.int32), axis=1) - 1
-    at = on_path[:, None, :] & (depth[:, None, :] == _positions(count)[None, :, None])
-    path = mx.max(mx.where(at, node[:, None, :], PAD_TOKEN), axis=-1)
-    return path, num_accepted, stop
+    return mx.where(path < count, path, PAD_TOKEN), num_accepted, stop
 
 
 def _apply_tree_with(
@@ -315,8 +314,8 @@ def _apply_tree_with(
     path, num_accepted, stop = _walk_decisions(real, parent, accepted)
     # The emitted token: the correction after the stop node's last child is rejected, or the leaf's bonus.
     children = real & (parent == stop[:, None])
-    has_children = mx.any(children, axis=1)
     last_child = mx.max(mx.where(children, _positions(count)[None], -1), axis=1) if count else stop
+    has_children = last_child >= 0
     p_row, q_row = _gather_row(target, stop + 1), _gather_row(draft, stop + 1)
     weights, mass, before = levels.start(p_row, *_level_state(judged_mass, judged_tried, stop + 1))
     q_last = rules.proposal(q_row, before, _take(tokens, last_child), mode)
