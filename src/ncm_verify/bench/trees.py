@@ -256,7 +256,7 @@ def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> di
     inputs = tree_inputs(case)
     key = mx.random.key(1)
     target, draft, tokens, parents = inputs["target"], inputs["draft"], inputs["tokens"], inputs["parents"]
-    np_arrays = [np.array(a) for a in (target, draft, tokens, parents)]
+    np_target, np_draft, np_tokens, np_parents = (np.array(a) for a in (target, draft, tokens, parents))
     rng = np.random.default_rng(1)
     nbytes = 2 * target.nbytes
     floors = make_floors(nbytes, "float32")
@@ -264,7 +264,13 @@ def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> di
         "verify_tree": evaluated(lambda: impl.verify_tree(target, draft, tokens, parents, key=key, mode=case.mode)),
         "verify_chain": evaluated(lambda: impl.verify_chain(*inputs["chain"], key=key)),
         "numpy walk": lambda: exact_tree.step(
-            *np_arrays, None, numpy_uniforms(rng, (case.batch, 2, case.nodes + 1)), mode=case.mode
+            np_target,
+            np_draft,
+            np_tokens,
+            np_parents,
+            None,
+            numpy_uniforms(rng, (case.batch, 2, case.nodes + 1)),
+            mode=case.mode,
         ),
         **{name: floors[name] for name in MLX_REDUCTIONS},
     }

@@ -358,9 +358,12 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     use_residual = residual_cdf[..., -1:, :] > RESIDUAL_FLOOR
     # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
     block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1, keepdims=True), axis=-2))
-    chosen_weights = lambda chosen: mx.where(  # noqa: E731
-        use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
-    )
+
+    def chosen_weights(chosen: mx.array) -> mx.array:
+        return mx.where(
+            use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
+        )
+
     return draw_from_blocks(block_cdf, chosen_weights, uniforms, vocab)
 
 

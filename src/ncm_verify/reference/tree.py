@@ -275,7 +275,7 @@ def _apply_tree_with(
     full = real & ((rank > 0) | (not levels.fresh))
     slots = (count if not levels.fresh else max(count - 1, 0)) if later is None else min(later, count)
     key = mx.where(full, (parent + 1) * count, (count + 1) * count) + _positions(count)[None]
-    order = mx.argsort(key, axis=1)[:, :slots] if slots else None
+    order = mx.argsort(key, axis=1)[:, :slots]  # lazy: never run when no slot reads it
     ids = _positions(vocab)[None]
     judged_mass = mx.ones((batch, count + 1), dtype=mx.float32)
     judged_tried = mx.zeros((batch, count + 1, vocab), dtype=mx.bool_)
@@ -596,7 +596,8 @@ def verify_tree(
         num_nodes = _check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
         if apply is apply_tree:
             # Read once validated: the walk works through as many later siblings as this batch has.
-            read = np.array(rules.parents(parents.astype(mx.int32)))
+            ids = parents if parents.dtype == mx.int32 else parents.astype(mx.int32)  # no op to run for int32
+            read = np.array(rules.parents(ids))
             later = later_siblings(read, np.array(num_nodes))
     else:
         _check_mode(mode)
