@@ -35,6 +35,7 @@ from ncm_verify.reference.speculative import (
     _check_shape,
     _check_tokens,
     _checked_in_one_pass,
+    _count_accepted,
     _gather_last,
     _gather_row,
     _positions,
@@ -232,6 +233,11 @@ def _walk_decisions(real, parent, accepted):
     return mx.where(path < count, path, PAD_TOKEN), num_accepted, stop
 
 
+CHAINS = -1
+"""`later` when every tree of the batch is a chain (node n's parent n - 1): no later sibling, and the path is
+the leading run of accepted nodes."""
+
+
 def _apply_tree_with(
     target_probs,
     draft_probs,
@@ -249,7 +255,8 @@ def _apply_tree_with(
 
     A first child is judged against its parent's target row with mass 1: on two gathered entries, no row
     touched. Only a later sibling needs the residual its earlier siblings left; those are worked through in
-    (parent, index) order, `later` of them (at most that many per sequence; None: N - 1, any tree), each one
+    (parent, index) order, `later` of them (at most that many per sequence; None: N - 1, any tree; `CHAINS`: none,
+    every tree a chain), each one
     full-row update, vectorised over the batch. Rows are copied only for them and for the one emitted token.
     """
     batch, count = tree_tokens.shape
@@ -273,7 +280,7 @@ def _apply_tree_with(
     accepted = rules.accept(_gather_entries(target, row, tokens), ones * q_first, judge_u)
     # Nodes whose residual needs a full row, in (parent, index) order so that each sibling list runs unbroken.
     full = real & ((rank > 0) | (not levels.fresh))
-    slots = (count if not levels.fresh else max(count - 1, 0)) if later is None else min(later, count)
+    slots = (count if not levels.fresh else max(count - 1, 0)) if later is None else min(max(later, 0), count)
     key = mx.where(full, (parent + 1) * count, (count + 1) * count) + _positions(count)[None]
     order = mx.argsort(key, axis=1)[:, :slots]  # lazy: never run when no slot reads it
     ids = _positions(vocab)[None]
@@ -311,11 +318,18 @@ def _apply_tree_with(
             judged_tried = mx.where(own_row[..., None], tried[:, None], judged_tried)
         carried = (weights, mass, tried, q_i)
         held.append((at, used, weights, mass, q_i))
-    path, num_accepted, stop = _walk_decisions(real, parent, accepted)
-    # The emitted token: the correction after the stop node's last child is rejected, or the leaf's bonus.
-    children = real & (parent == stop[:, None])
-    last_child = mx.max(mx.where(children, _positions(count)[None], -1), axis=1) if count else stop
-    has_children = last_child >= 0
+    if later == CHAINS and levels.fresh:
+        # Every tree a chain 0 <- 1 <- ...: the path is the leading run of accepted nodes, as verify_chain's.
+        num_accepted = _count_accepted(accepted & real)
+        path = mx.where(_positions(count)[None] < num_accepted[:, None], _positions(count)[None], PAD_TOKEN)
+        stop, last_child = num_accepted - 1, num_accepted
+        has_children = num_accepted < num_nodes
+    else:
+        path, num_accepted, stop = _walk_decisions(real, parent, accepted)
+        # The emitted token: the correction after the stop node's last child is rejected, or the leaf's bonus.
+        children = real & (parent == stop[:, None])
+        last_child = mx.max(mx.where(children, _positions(count)[None], -1), axis=1) if count else stop
+        has_children = last_child >= 0
     p_row, q_row = _gather_row(target, stop + 1), _gather_row(draft, stop + 1)
     weights, mass, before = levels.start(p_row, *_level_state(judged_mass, judged_tried, stop + 1))
     q_last = rules.proposal(q_row, before, _take(tokens, last_child), mode)
@@ -539,10 +553,13 @@ def _check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num
 
 
 def later_siblings(parents: np.ndarray, counts: np.ndarray) -> int:
-    """The most nodes of one sequence that have an earlier sibling: the full-row updates its walk may need."""
+    """The most nodes of one sequence that have an earlier sibling: the full-row updates its walk may need;
+    `CHAINS` where every tree is a chain (each real node's parent the node before it)."""
     count = parents.shape[1]
     node = np.arange(count)[None]
     real = (node < counts[:, None]) & (parents >= -1) & (parents < node)
+    if np.all(real == (node < counts[:, None])) and np.all(np.where(real, parents == node - 1, True)):
+        return CHAINS
     same = (parents[:, :, None] == parents[:, None, :]) & real[:, :, None] & real[:, None, :]
     earlier = same & (node[:, None, :] < node[:, :, None])
     return int(earlier.any(axis=2).sum(axis=1).max(initial=0))
