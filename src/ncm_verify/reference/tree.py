@@ -41,6 +41,7 @@ from ncm_verify.reference.speculative import (
     _positions,
     _row_sums,
     _run_compiled_step,
+    _scale_rows,
     all_drafts,
     draw_from_blocks,
     valid_rows,
@@ -117,10 +118,16 @@ def renormalised_residual(weights: mx.array, mass: mx.array, q_i: mx.array) -> t
 
     Where that mass is zero (relative to the old one) the residual stays: the rejection had probability 0.
     """
-    rest = mx.maximum(weights - mass * q_i, 0.0)
+    rest = mx.maximum(weights - _scale_rows(q_i, mass[:, 0]), 0.0)
     left = _row_sums(rest)[:, None]
     kept = left > RESIDUAL_FLOOR * mass
-    return mx.where(kept, rest, weights), mx.where(kept, left, mass)
+    return mx.where(_per_row(kept), rest, weights), mx.where(kept, left, mass)
+
+
+def _per_row(flags: mx.array) -> mx.array:
+    """``[B]`` or ``[B, 1]`` flags shaped to select whole ``[B, V]`` rows: one row's as a scalar, since MLX's CPU
+    reads a column broadcast along V by its strided path (compiled, 4x slower at V = 128 256, B = 1)."""
+    return flags.reshape(()) if flags.shape[0] == 1 else flags.reshape(-1, 1)
 
 
 def _correction_row(r: mx.array, p: mx.array, q: mx.array) -> mx.array:
@@ -296,7 +303,7 @@ def _apply_tree_with(
         start = levels.start(p_row, *_level_state(judged_mass, judged_tried, parent_row))
         # The state the previous sibling was judged under: its level's start if it is a first child (or, with
         # every node a slot, none: this one is), else what the previous slot carried.
-        from_start = (at_rank == 1 if levels.fresh else at_rank == 0)[:, None]
+        from_start = _per_row(at_rank == 1 if levels.fresh else at_rank == 0)
         q_start = rules.proposal(q_row, start[2], x_before, mode)
         state = (
             (*start, q_start)
@@ -305,7 +312,7 @@ def _apply_tree_with(
         )
         weights, mass, tried, q_before = state
         updated, updated_mass = rules.update(weights, mass, q_before)
-        first = (at_rank == 0)[:, None]
+        first = _per_row(at_rank == 0)
         weights = mx.where(first, weights, updated)
         mass = mx.where(first, mass, updated_mass)
         tried = mx.where(first, tried, tried | (ids == x_before[:, None]))
@@ -334,11 +341,11 @@ def _apply_tree_with(
     weights, mass, before = levels.start(p_row, *_level_state(judged_mass, judged_tried, stop + 1))
     q_last = rules.proposal(q_row, before, _take(tokens, last_child), mode)
     for at, used, held_weights, held_mass, held_q in held:
-        it = (used & (at == last_child))[:, None]
+        it = _per_row(used & (at == last_child))
         weights, mass = mx.where(it, held_weights, weights), mx.where(it, held_mass, mass)
         q_last = mx.where(it, held_q, q_last)
     rest, _ = rules.update(weights, mass, q_last)
-    weights = mx.where(has_children[:, None], rules.correction(rest, p_row, q_row), rules.bonus(p_row, p_row, q_row))
+    weights = mx.where(_per_row(has_children), rules.correction(rest, p_row, q_row), rules.bonus(p_row, p_row, q_row))
     last = rules.draw(weights, uniforms[:, 1, 0]).astype(mx.int32)
     kept = mx.take_along_axis(tokens, mx.maximum(path, 0), axis=1)
     position = _positions(count + 1)[None]
