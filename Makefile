@@ -62,7 +62,7 @@ THRESHOLD ?= 0.6
 bench: install
 	@mkdir -p $(REPORTS)
 	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
-	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --out $(REPORTS)/bench-trees.json
+	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench-trees.json
 	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json

@@ -25,7 +25,7 @@ from ncm_verify.harness.strategies import (
     step_cases,
 )
 from ncm_verify.harness.tree_driver import assert_chain_tree_agree, run_tree
-from ncm_verify.harness.tree_strategies import modes, sibling_cases, tree_shapes, walk_cases
+from ncm_verify.harness.tree_strategies import modes, sibling_cases, tree_shapes, walk_cases, walk_offsets
 from ncm_verify.oracles import exact, exact_tree
 
 pytestmark = pytest.mark.claim("C13")
@@ -191,6 +191,39 @@ def test_a_walk_that_reaches_a_node_goes_on_as_a_fresh_walk_from_it(impl, mode, 
         checks.assert_equal(
             np.array(alone.tokens)[0], tokens[b, 1 : 1 + alone.tokens.shape[1]], label="tokens below", call=call
         )
+
+
+@given(mode=modes, data=st.data())
+def test_the_first_child_of_a_node_reached_past_rejected_siblings_is_judged_by_its_parents_rows_alone(impl, mode, data):
+    """The state carried into the next level, checked exactly: a node reached after its earlier siblings were
+    rejected starts its level with mass 1 and nothing tried, so its first child c is accepted iff
+    u q_c(x) < p(x) on the node's own rows; u is set 2^-k above or below that float64 boundary."""
+    step = data.draw(walk_cases(TREE, mode), label="walks")
+    target, draft, tokens, parents, _ = (np.asarray(a) for a in step.exact_args)
+    walked = exact_tree.step(*step.exact_args, step.uniforms, mode=mode)
+    uniforms, judged = step.uniforms.copy(), {}
+    for b in range(step.case.batch):
+        node = int(walked.path[b, 0])
+        children = [n for n in range(tokens.shape[1]) if parents[b, n] == node] if node >= 0 else []
+        if not children or not any(parents[b, m] == parents[b, node] for m in range(node)):
+            continue  # not reached, a leaf, or reached as the level's first child (nothing rejected before it)
+        c, x = children[0], int(tokens[b, children[0]])
+        q_x = 1.0 if mode == "top_k" else float(draft[b, node + 1, x])
+        ratio = float(target[b, node + 1, x]) / q_x
+        if not 0 < ratio < 1:
+            continue
+        below = data.draw(st.booleans(), label=f"sequence {b}: u below the boundary")
+        offset = 2.0 ** -data.draw(walk_offsets, label="offset exponent")
+        uniforms[b, 0, c] = np.float32(ratio * (1.0 + (-offset if below else offset)))
+        judged[b] = (node, c, below)
+    if not judged:
+        reject()
+    tokens_out, accepted, path = (np.array(a) for a in step.case.apply(impl, mx.array(uniforms)))
+    for b, (node, c, below) in judged.items():
+        call = f"sequence {b}, node {node} reached, its first child {c} judged {'below' if below else 'above'} its "
+        call += f"boundary u q_c(x) = p(x): {step.describe()}"
+        checks.assert_equal(path[b, 0], node, label="node reached", call=call)
+        checks.assert_equal(path[b, 1] == c, below, label="first child accepted", call=call)
 
 
 @given(mode=modes, data=st.data())

@@ -24,13 +24,15 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.bench.measure import evaluated, summarise, time_side_by_side
+from ncm_verify.bench.measure import MLX_REDUCTIONS, evaluated, make_floors, summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.strategies import make_autoregressive_fixture
 from ncm_verify.harness.tree_driver import run_tree
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, next_token_logprobs
+from ncm_verify.oracles import exact_tree
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_offsets
 from ncm_verify.oracles.exact_tree import MODES, reference_rule, tree_laws, tree_nodes
+from ncm_verify.oracles.numpy_steps import numpy_uniforms
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 
 __all__ = ["BUDGET_SHAPES", "fixtures", "tokens_per_pass_rows", "latency_rows", "format_rows", "main"]
@@ -149,32 +151,151 @@ class LatencyCase:
 LATENCY_CASES = (LatencyCase(32_000, 1), LatencyCase(32_000, 8), LatencyCase(128_256, 1))
 
 
-def latency_row(impl, case: LatencyCase, rounds: int, budget_s: float) -> dict:
-    """Medians of verify_chain (G = budget) and verify_tree on the chain and the fan of the same budget."""
-    keys = mx.random.split(mx.random.key(3), 2)
-    rows = mx.softmax(mx.random.normal((case.batch, BUDGET + 1, case.vocab), key=keys[0]), axis=-1)
-    tokens = mx.random.randint(0, case.vocab, (case.batch, BUDGET), key=keys[1]).astype(mx.int32)
-    mx.eval(rows, tokens)
-    key = mx.random.key(1)
-    contenders: dict[str, Callable[[], object]] = {
-        "verify_chain": evaluated(lambda: impl.verify_chain(rows, rows[:, :BUDGET], tokens, key=key))
+@dataclasses.dataclass(frozen=True)
+class TreeLatencyCase:
+    """One latency row: a tree (parents in topological order) verified at (V, B), beside a chain of its depth."""
+
+    label: str
+    parents: tuple[int, ...]
+    vocab: int
+    batch: int
+    mode: str = "top_k"
+
+    @property
+    def nodes(self) -> int:
+        return len(self.parents)
+
+    @property
+    def depth(self) -> int:
+        return max(tree_depths(self.parents), default=0)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} ({self.nodes} nodes, depth {self.depth}) V={self.vocab} B={self.batch} {self.mode}"
+
+
+def tree_depths(parents) -> list[int]:
+    """Each node's depth (a root child has depth 1), parents given in topological order."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def eagle_tree(top_k: int, depth: int) -> tuple[int, ...]:
+    """An EAGLE-style tree as SGLang serves it at ``topk`` k: each level holds the k best children of the
+    level's first (most likely) node, `depth` levels deep: k * depth nodes."""
+    parents: list[int] = []
+    expanded = -1
+    for _ in range(depth):
+        first = len(parents)
+        parents.extend([expanded] * top_k)
+        expanded = first
+    return tuple(parents)
+
+
+EAGLE_SHAPES = {16: (4, 4), 32: (4, 8), 64: (8, 8)}
+"""Node budget -> (top-k, depth) of the EAGLE tree measured (SGLang's defaults: top-k 4-8, depth 5-8)."""
+WIDEST = (10, 6)
+"""Top-k 10, 6 levels: the widest sibling lists measured (60 nodes)."""
+
+
+def latency_grid(name: str) -> list[TreeLatencyCase]:
+    """`quick`: the chain-shaped tree the issue measured and two EAGLE trees; `full`: 16, 32, 64 (and 60 at
+    top-k 10) nodes at V = 32 000 and 128 256, B = 1 and 8."""
+    chain = tuple(tree_nodes(BUDGET_SHAPES["chain 1-1-1-1"]))
+    if name == "quick":
+        cases = [TreeLatencyCase("chain", chain, vocab, batch, "with_replacement") for vocab, batch in QUICK_CHAINS]
+        cases.append(TreeLatencyCase("fan of 4", tuple(tree_nodes(BUDGET_SHAPES["fan of 4"])), 32_000, 1))
+        cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 32_000, 1) for k, d in (EAGLE_SHAPES[16],)]
+        cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 128_256, 1) for k, d in (EAGLE_SHAPES[64],)]
+        return cases
+    if name == "full":
+        shapes = [*EAGLE_SHAPES.values(), WIDEST]
+        return [
+            TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), vocab, batch)
+            for k, d in shapes
+            for vocab in (32_000, 128_256)
+            for batch in (1, 8)
+        ] + [TreeLatencyCase("chain", chain, vocab, batch, "with_replacement") for vocab, batch in QUICK_CHAINS]
+    raise ValueError(f"grid: expected 'quick' or 'full', got {name!r}")
+
+
+QUICK_CHAINS = ((32_000, 1), (32_000, 8), (128_256, 1))
+"""The chain-shaped 4-node tree at the (V, B) issue 28 measured it (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
+
+
+def tree_inputs(case: TreeLatencyCase, seed: int = 3) -> dict:
+    """Softmax rows for every node, each node's token one of its parent's draft row's top ids (distinct among
+    siblings, as top-k children are), and the chain of the tree's depth on the first rows."""
+    keys = mx.random.split(mx.random.key(seed), 2)
+    shape = (case.batch, case.nodes + 1, case.vocab)
+    target = mx.softmax(mx.random.normal(shape, key=keys[0]), axis=-1)
+    draft = mx.softmax(mx.random.normal(shape, key=keys[1]), axis=-1)
+    mx.eval(target, draft)
+    parents = np.array(case.parents, np.int64)
+    ranked = np.argsort(-np.array(draft[:, :, :64]), axis=-1)  # the 64 most likely ids among the first 64
+    tokens = np.zeros((case.batch, case.nodes), np.int32)
+    rank = [sum(1 for m in range(n) if parents[m] == parents[n]) for n in range(case.nodes)]
+    for n, parent in enumerate(parents):
+        tokens[:, n] = ranked[:, parent + 1, rank[n]]
+    depth = max(case.depth, 1)
+    return {
+        "target": target,
+        "draft": draft,
+        "tokens": mx.array(tokens),
+        "parents": mx.array(np.broadcast_to(parents, (case.batch, case.nodes)).astype(np.int32)),
+        "chain": (target[:, : depth + 1], draft[:, :depth], mx.array(tokens[:, :depth])),
     }
-    for shape_name in ("chain 1-1-1-1", "fan of 4"):
-        parents = mx.array([tree_nodes(BUDGET_SHAPES[shape_name])] * case.batch, dtype=mx.int32)
-        contenders[f"verify_tree {shape_name}"] = evaluated(
-            lambda parents=parents: impl.verify_tree(rows, rows, tokens, parents, key=key, mode="with_replacement")
-        )
+
+
+def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> dict:
+    """Medians, interleaved: verify_tree on the tree, verify_chain on a chain of its depth, the NumPy walk (the
+    float64 step of :mod:`ncm_verify.oracles.exact_tree` on the same rows) and the MLX floor (the fastest MLX
+    reduction reading the tree's rows once: the least any verification that validates them can cost)."""
+    inputs = tree_inputs(case)
+    key = mx.random.key(1)
+    target, draft, tokens, parents = inputs["target"], inputs["draft"], inputs["tokens"], inputs["parents"]
+    np_target, np_draft, np_tokens, np_parents = (np.array(a) for a in (target, draft, tokens, parents))
+    rng = np.random.default_rng(1)
+    nbytes = 2 * target.nbytes
+    floors = make_floors(nbytes, "float32")
+    contenders: dict[str, Callable[[], object]] = {
+        "verify_tree": evaluated(lambda: impl.verify_tree(target, draft, tokens, parents, key=key, mode=case.mode)),
+        "verify_chain": evaluated(lambda: impl.verify_chain(*inputs["chain"], key=key)),
+        "numpy walk": lambda: exact_tree.step(
+            np_target,
+            np_draft,
+            np_tokens,
+            np_parents,
+            None,
+            numpy_uniforms(rng, (case.batch, 2, case.nodes + 1)),
+            mode=case.mode,
+        ),
+        **{name: floors[name] for name in MLX_REDUCTIONS},
+    }
     times = time_side_by_side(contenders, rounds, budget_s)
-    summary = {name: summarise(samples) for name, samples in times.items()}
+    summary = {name: summarise(samples) for name, samples in times.items() if name not in MLX_REDUCTIONS}
+    summary["mlx floor"] = min((summarise(times[name]) for name in MLX_REDUCTIONS), key=lambda f: f["median_s"])
     chain = summary["verify_chain"]["median_s"]
     for row in summary.values():
         row["x verify_chain"] = row["median_s"] / chain
-    return {"case": case.name, **dataclasses.asdict(case), "contenders": summary}
+    return {
+        "case": case.name,
+        **dataclasses.asdict(case),
+        "nodes": case.nodes,
+        "depth": case.depth,
+        "device": str(mx.default_device()),
+        "floor_bytes": nbytes,
+        "contenders": summary,
+    }
 
 
-def latency_rows(impl, rounds: int = 25, budget_s: float = 8.0, progress: Callable = print) -> list[dict]:
+def latency_rows(
+    impl, rounds: int = 25, budget_s: float = 8.0, progress: Callable = print, grid: str = "quick"
+) -> list[dict]:
     rows = []
-    for case in LATENCY_CASES:
+    for case in latency_grid(grid):
         rows.append(latency_row(impl, case, rounds, budget_s))
         progress(format_latency(rows[-1:]))
     return rows
@@ -183,10 +304,11 @@ def latency_rows(impl, rounds: int = 25, budget_s: float = 8.0, progress: Callab
 def format_latency(rows: list[dict]) -> str:
     lines = []
     for row in rows:
+        lines.append(f"{row['case']} on {row['device']}")
         for name, figures in row["contenders"].items():
             lines.append(
-                f"{row['case']:32} {name:26} median {figures['median_s'] * 1e6:9.1f} us "
-                f"({figures['x verify_chain']:.2f}x verify_chain)"
+                f"    {name:14} median {figures['median_s'] * 1e6:10.1f} us "
+                f"({figures['x verify_chain']:6.2f}x verify_chain)"
             )
     return "\n".join(lines)
 
@@ -199,6 +321,7 @@ def kernel_bench_main(
     tokens_per_pass_rows: Callable[..., list[dict]],
     latency_rows: Callable[..., list[dict]],
     doc: str,
+    grids: tuple[str, ...] = (),
 ) -> int:
     """The command line of a kernel family's bench (`python -m ncm_verify.bench.<unit>s`): tokens per pass for
     `--<unit>s` draws, then latency beside verify_chain unless `--no-latency`, written as JSON to `--out`."""
@@ -208,6 +331,8 @@ def kernel_bench_main(
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--budget", type=float, default=8.0, help="seconds per latency case before stopping")
     parser.add_argument("--no-latency", action="store_true")
+    if grids:
+        parser.add_argument("--grid", choices=grids, default=grids[0], help="latency cases: the quick grid or all")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     arguments = parser.parse_args(argv)
     impl = load_implementation(arguments.impl)
@@ -217,7 +342,8 @@ def kernel_bench_main(
     figures: dict = {"impl": arguments.impl, "environment": describe_environment()}
     figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=getattr(arguments, f"{unit}s"))
     if not arguments.no_latency:
-        figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget)
+        options = {"grid": arguments.grid} if grids else {}
+        figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget, **options)
     if arguments.out is not None:
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
@@ -233,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_pass_rows=tokens_per_pass_rows,
         latency_rows=latency_rows,
         doc=__doc__ or "",
+        grids=("quick", "full"),
     )
 
 

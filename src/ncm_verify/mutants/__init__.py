@@ -72,6 +72,10 @@ MUTANTS = {
     "tree_residual_in_half": "tree: half-precision inputs keep the residual in their own precision between siblings",
     "tree_renormalised_naively": "tree: without replacement, q_i divided by 1 - q(tried ids), not by what is left",
     "tree_tried_shared_across_batch": "tree: without replacement, one set of tried ids for the whole batch",
+    "tree_tried_kept_into_next_level": "tree: without replacement, the ids tried among a node's siblings stay "
+    "excluded among its children",
+    "tree_mass_not_reset": "tree: the residual mass left by a level's rejected siblings carried into the accepted "
+    "child's level (its weights restart from the child's target row, its mass does not)",
     "drafting_q_from_latent_marginal": "text drafting: q is the drafter's latent marginal sum_z q(z) q(. | z)",
     "drafting_q_under_another_code": "text drafting: q and codes of a second proposal, the tokens of the first",
     "drafting_q_at_temperature_one": "text drafting: tokens drawn at temperature T, q reported at temperature 1",
@@ -178,6 +182,19 @@ def with_tree_rule(**changes) -> dict:
         "apply_tree": partial(tree.apply_tree, rules=rules),
         "verify_tree": partial(tree.verify_tree, rules=rules),
     }
+
+
+def with_tree_levels(start) -> dict:
+    """The reference tree verifier with how a level starts (`tree._Levels.start`) swapped: every node worked
+    through on full rows, as the start may carry state from the level above."""
+    from ncm_verify.reference import tree
+
+    levels = tree._Levels(start=start, fresh=False)
+
+    def apply_tree(*arrays, mode="with_replacement", rules=tree.TREE_RULES):
+        return tree._apply_tree_with(*arrays, mode=mode, rules=rules, levels=levels)
+
+    return {"apply_tree": apply_tree, "verify_tree": partial(tree.verify_tree, apply=apply_tree)}
 
 
 def with_block_rule(**changes) -> dict:

@@ -37,6 +37,7 @@ __all__ = [
     "draw_uniforms",
     "index_in_block",
     "sample_residual",
+    "draw_from_blocks",
     "residual_distribution",
     "REFERENCE_RULES",
     "CORRECTION_ENTRIES",
@@ -371,6 +372,21 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     use_residual = residual_cdf[..., -1:, :] > RESIDUAL_FLOOR
     # Both block cdfs are made and one kept: cheaper than a pass to choose the weights first.
     block_cdf = mx.where(use_residual, residual_cdf, mx.cumsum(p.sum(axis=-1, keepdims=True), axis=-2))
+
+    def chosen_weights(chosen: mx.array) -> mx.array:
+        return mx.where(
+            use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
+        )
+
+    return draw_from_blocks(block_cdf, chosen_weights, uniforms, vocab)
+
+
+def draw_from_blocks(block_cdf: mx.array, chosen_weights: Callable, uniforms: mx.array, vocab: int) -> mx.array:
+    """The inverse CDF's second level: the block where ``u * total`` falls, then the id inside it.
+
+    `block_cdf` ``[..., n, 1]``: running block totals; ``chosen_weights(block [..., 1, 1]) -> [..., 1, 32]``.
+    """
+    count = block_cdf.shape[-2]
     # At least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
     threshold = mx.maximum(uniforms.reshape(uniforms.shape + (1, 1)) * block_cdf[..., -1:, :], SMALLEST_NORMAL)
     below = block_cdf < threshold
@@ -379,10 +395,7 @@ def sample_residual(p: mx.array, q: mx.array, uniforms: mx.array) -> mx.array:
     overflow = mx.all(below, axis=-2, keepdims=True)
     chosen = found - overflow.astype(mx.int32)
     start = mx.where(chosen > 0, mx.take_along_axis(block_cdf, mx.maximum(chosen - 1, 0), axis=-2), 0.0)
-    weights = mx.where(
-        use_residual, mx.take_along_axis(residual, chosen, axis=-2), mx.take_along_axis(p, chosen, axis=-2)
-    )
-    drawn = chosen * CDF_BLOCK + index_in_block(start, weights, threshold)
+    drawn = chosen * CDF_BLOCK + index_in_block(start, chosen_weights(chosen), threshold)
     # A threshold above every block's total (rows summing below the smallest normal) counts the whole row.
     return mx.where(overflow, _size_operand(vocab), drawn).reshape(uniforms.shape)
 

@@ -27,18 +27,24 @@ from ncm_verify.reference.speculative import (
     RESIDUAL_FLOOR,
     Rules,
     _accept_drafts,
+    _as_blocks,
     _as_float32,
     _check_floating,
     _check_ids_type,
     _check_probabilities,
     _check_shape,
     _check_tokens,
+    _checked_in_one_pass,
+    _count_accepted,
     _gather_last,
+    _gather_row,
     _positions,
     _row_sums,
     _run_compiled_step,
+    _scale_rows,
     all_drafts,
-    sample_residual,
+    draw_from_blocks,
+    valid_rows,
 )
 from ncm_verify.tolerances import normalisation_for
 
@@ -112,10 +118,16 @@ def renormalised_residual(weights: mx.array, mass: mx.array, q_i: mx.array) -> t
 
     Where that mass is zero (relative to the old one) the residual stays: the rejection had probability 0.
     """
-    rest = mx.maximum(weights - mass * q_i, 0.0)
+    rest = mx.maximum(weights - _scale_rows(q_i, mass[:, 0]), 0.0)
     left = _row_sums(rest)[:, None]
     kept = left > RESIDUAL_FLOOR * mass
-    return mx.where(kept, rest, weights), mx.where(kept, left, mass)
+    return mx.where(_per_row(kept), rest, weights), mx.where(kept, left, mass)
+
+
+def _per_row(flags: mx.array) -> mx.array:
+    """``[B]`` or ``[B, 1]`` flags shaped to select whole ``[B, V]`` rows: one row's as a scalar, since MLX's CPU
+    reads a column broadcast along V by its strided path (compiled, 4x slower at V = 128 256, B = 1)."""
+    return flags.reshape(()) if flags.shape[0] == 1 else flags.reshape(-1, 1)
 
 
 def _correction_row(r: mx.array, p: mx.array, q: mx.array) -> mx.array:
@@ -127,8 +139,13 @@ def _bonus_row(r: mx.array, p: mx.array, q: mx.array) -> mx.array:
 
 
 def _draw(weights: mx.array, uniforms: mx.array) -> mx.array:
-    """Inverse CDF over unnormalised `weights` (the chain's two-level sampler with q = 0)."""
-    return sample_residual(weights, mx.zeros_like(weights), uniforms)
+    """Inverse CDF over unnormalised `weights`: the chain's two-level sampler with q = 0, whose residual is
+    the weights themselves (no zero row made, no second block sum)."""
+    blocks = _as_blocks(_as_float32(weights))
+    block_cdf = mx.cumsum(blocks.sum(axis=-1, keepdims=True), axis=-2)
+    return draw_from_blocks(
+        block_cdf, lambda chosen: mx.take_along_axis(blocks, chosen, axis=-2), uniforms, weights.shape[-1]
+    )
 
 
 TREE_RULES = TreeRules(
@@ -141,6 +158,206 @@ TREE_RULES = TreeRules(
     draw=_draw,
     uniforms=REFERENCE_RULES.uniforms,
 )
+
+
+class _Levels(NamedTuple):
+    """How a level (the children of the node just reached) starts; a planted bug swaps it.
+
+    ``start(p, mass, tried) -> (weights, mass, tried)``: from the reached node's target row p ``[B, V]`` and the
+    mass ``[B, 1]`` and tried ids ``[B, V]`` it was itself judged under. `fresh`: whether `start` ignores those
+    two (the law's fresh start), which lets first children be judged on their gathered entries alone.
+    """
+
+    start: Callable
+    fresh: bool
+
+
+def _fresh_level(p: mx.array, mass: mx.array, tried: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    return p, mx.ones_like(mass), mx.zeros_like(tried)
+
+
+FRESH_LEVELS = _Levels(start=_fresh_level, fresh=True)
+
+
+def _take(rows: mx.array, index: mx.array) -> mx.array:
+    """``rows[b, index[b]]`` for ``[B, N]`` rows and ``[B]`` indices (clamped to 0)."""
+    return mx.take_along_axis(rows, mx.maximum(index, 0)[:, None], axis=1)[:, 0]
+
+
+def _gather_entries(rows: mx.array, row: mx.array, ids: mx.array) -> mx.array:
+    """``rows[b, row[b, n], ids[b, n]]`` ``[B, N]`` without copying any row (padded ids read index 0)."""
+    batch, count, vocab = rows.shape
+    wide = count * vocab >= 2**31
+    flat = row.astype(mx.int64 if wide else mx.int32) * vocab + mx.maximum(ids, 0)
+    return mx.take_along_axis(rows.reshape(batch, count * vocab), flat, axis=1)
+
+
+def _tree_structure(read_parents: mx.array, num_nodes: mx.array):
+    """Per node: whether it is real, its parent (-1: root), its rank among its siblings and its previous sibling.
+
+    A node whose parent is out of [-1, n) is never reached, as in a walk that meets it only by its parent.
+    """
+    count = read_parents.shape[1]
+    node = _positions(count)[None]
+    real = (node < num_nodes[:, None]) & (read_parents >= -1) & (read_parents < node)
+    parent = mx.where(real, read_parents, -1)
+    earlier = (
+        real[:, :, None]
+        & real[:, None, :]
+        & (parent[:, :, None] == parent[:, None, :])
+        & (node[:, None, :] < node[:, :, None])
+    )
+    rank = earlier.astype(mx.int32).sum(axis=-1)
+    if not count:
+        return real, parent, rank, parent
+    previous = mx.max(mx.where(earlier, node[:, None, :], -1), axis=-1)
+    return real, parent, rank, previous
+
+
+def _walk_decisions(real, parent, accepted):
+    """The walk from the root given every node's decision as if reached: path, count, the node where it stops.
+
+    A node is on the path iff it is its parent's first accepted child and its parent is on the path; pointer
+    jumping ANDs that over all ancestors in log2(N) steps instead of one step per node.
+    """
+    batch, count = parent.shape
+    if not count:
+        return parent, mx.zeros((batch,), dtype=mx.int32), mx.full((batch,), -1, dtype=mx.int32)
+    node = _positions(count)[None]
+    owners = _positions(count + 1)[None, :, None] - 1
+    chosen_by = (parent[:, None, :] == owners) & (real & accepted)[:, None, :]
+    chosen = mx.min(mx.where(chosen_by, node[:, None, :], count), axis=-1)
+    on_path = real & (mx.take_along_axis(chosen, parent + 1, axis=1) == node)
+    jump = parent
+    for _ in range(max(count - 1, 1).bit_length()):
+        above = jump >= 0
+        on_path = on_path & mx.where(above, mx.take_along_axis(on_path, mx.maximum(jump, 0), axis=1), True)
+        jump = mx.where(above, mx.take_along_axis(jump, mx.maximum(jump, 0), axis=1), -1)
+    num_accepted = on_path.astype(mx.int32).sum(axis=1)
+    # Ancestors come first (topological order): the path is the on-path nodes in increasing index.
+    path = mx.sort(mx.where(on_path, node, count), axis=1)
+    stop = mx.max(mx.where(on_path, node, -1), axis=1)
+    return mx.where(path < count, path, PAD_TOKEN), num_accepted, stop
+
+
+CHAINS = -1
+"""`later` when every tree of the batch is a chain (node n's parent n - 1): no later sibling, and the path is
+the leading run of accepted nodes."""
+
+
+def _apply_tree_with(
+    target_probs,
+    draft_probs,
+    tree_tokens,
+    parents,
+    num_nodes,
+    uniforms,
+    *,
+    mode: str,
+    rules: TreeRules,
+    later: int | None = None,
+    levels: _Levels = FRESH_LEVELS,
+) -> TreeOutcome:
+    """The walk, every decision taken as if its node were reached, then the path those decisions pick.
+
+    A first child is judged against its parent's target row with mass 1: on two gathered entries, no row
+    touched. Only a later sibling needs the residual its earlier siblings left; those are worked through in
+    (parent, index) order, `later` of them (at most that many per sequence; None: N - 1, any tree; `CHAINS`: none,
+    every tree a chain), each one
+    full-row update, vectorised over the batch. Rows are copied only for them and for the one emitted token.
+    """
+    batch, count = tree_tokens.shape
+    if num_nodes is None:
+        num_nodes = all_drafts(batch, count)
+    target, draft = _as_float32(target_probs), _as_float32(draft_probs)
+    vocab = target.shape[-1]
+    tokens = tree_tokens.astype(mx.int32)
+    real, parent, rank, previous = _tree_structure(rules.parents(parents.astype(mx.int32)), num_nodes)
+    row = parent + 1
+    judge_u = uniforms[:, 0, :count]
+    # First children, from their gathered entries: q_i as `proposal` gives it on a one-entry row, nothing tried.
+    column = (batch * count, 1)
+    q_first = rules.proposal(
+        _gather_entries(draft, row, tokens).reshape(column),
+        mx.zeros(column, dtype=mx.bool_),
+        mx.zeros((batch * count,), dtype=mx.int32),
+        mode,
+    ).reshape(batch, count)
+    ones = mx.ones((batch, count), dtype=mx.float32)
+    accepted = rules.accept(_gather_entries(target, row, tokens), ones * q_first, judge_u)
+    # Nodes whose residual needs a full row, in (parent, index) order so that each sibling list runs unbroken.
+    full = real & ((rank > 0) | (not levels.fresh))
+    slots = (count if not levels.fresh else max(count - 1, 0)) if later is None else min(max(later, 0), count)
+    key = mx.where(full, (parent + 1) * count, (count + 1) * count) + _positions(count)[None]
+    order = mx.argsort(key, axis=1)[:, :slots]  # lazy: never run when no slot reads it
+    ids = _positions(vocab)[None]
+    judged_mass = mx.ones((batch, count + 1), dtype=mx.float32)
+    judged_tried = mx.zeros((batch, count + 1, vocab), dtype=mx.bool_)
+    held: list[tuple[mx.array, ...]] = []
+    carried: tuple[mx.array, ...] = ()
+    for j in range(slots):
+        at = order[:, j]
+        used, at_rank, parent_row = _take(full, at), _take(rank, at), _take(row, at)
+        x, x_before = _take(tokens, at), _take(tokens, _take(previous, at))
+        p_row, q_row = _gather_row(target, parent_row), _gather_row(draft, parent_row)
+        start = levels.start(p_row, *_level_state(judged_mass, judged_tried, parent_row))
+        # The state the previous sibling was judged under: its level's start if it is a first child (or, with
+        # every node a slot, none: this one is), else what the previous slot carried.
+        from_start = _per_row(at_rank == 1 if levels.fresh else at_rank == 0)
+        q_start = rules.proposal(q_row, start[2], x_before, mode)
+        state = (
+            (*start, q_start)
+            if j == 0
+            else tuple(mx.where(from_start, a, c) for a, c in zip((*start, q_start), carried))
+        )
+        weights, mass, tried, q_before = state
+        updated, updated_mass = rules.update(weights, mass, q_before)
+        first = _per_row(at_rank == 0)
+        weights = mx.where(first, weights, updated)
+        mass = mx.where(first, mass, updated_mass)
+        tried = mx.where(first, tried, tried | (ids == x_before[:, None]))
+        q_i = rules.proposal(q_row, tried, x, mode)
+        decision = rules.accept(_gather_last(weights, x), mass[:, 0] * _gather_last(q_i, x), _take(judge_u, at))
+        accepted = mx.where(used[:, None] & (_positions(count)[None] == at[:, None]), decision[:, None], accepted)
+        if not levels.fresh:
+            own_row = used[:, None] & (_positions(count + 1)[None] == (at + 1)[:, None])
+            judged_mass = mx.where(own_row, mass, judged_mass)
+            judged_tried = mx.where(own_row[..., None], tried[:, None], judged_tried)
+        carried = (weights, mass, tried, q_i)
+        held.append((at, used, weights, mass, q_i))
+    if later == CHAINS and levels.fresh:
+        # Every tree a chain 0 <- 1 <- ...: the path is the leading run of accepted nodes, as verify_chain's.
+        num_accepted = _count_accepted(accepted & real)
+        path = mx.where(_positions(count)[None] < num_accepted[:, None], _positions(count)[None], PAD_TOKEN)
+        stop, last_child = num_accepted - 1, num_accepted
+        has_children = num_accepted < num_nodes
+    else:
+        path, num_accepted, stop = _walk_decisions(real, parent, accepted)
+        # The emitted token: the correction after the stop node's last child is rejected, or the leaf's bonus.
+        children = real & (parent == stop[:, None])
+        last_child = mx.max(mx.where(children, _positions(count)[None], -1), axis=1) if count else stop
+        has_children = last_child >= 0
+    p_row, q_row = _gather_row(target, stop + 1), _gather_row(draft, stop + 1)
+    weights, mass, before = levels.start(p_row, *_level_state(judged_mass, judged_tried, stop + 1))
+    q_last = rules.proposal(q_row, before, _take(tokens, last_child), mode)
+    for at, used, held_weights, held_mass, held_q in held:
+        it = _per_row(used & (at == last_child))
+        weights, mass = mx.where(it, held_weights, weights), mx.where(it, held_mass, mass)
+        q_last = mx.where(it, held_q, q_last)
+    rest, _ = rules.update(weights, mass, q_last)
+    weights = mx.where(_per_row(has_children), rules.correction(rest, p_row, q_row), rules.bonus(p_row, p_row, q_row))
+    last = rules.draw(weights, uniforms[:, 1, 0]).astype(mx.int32)
+    kept = mx.take_along_axis(tokens, mx.maximum(path, 0), axis=1)
+    position = _positions(count + 1)[None]
+    padded = mx.concatenate([kept, mx.full((batch, 1), PAD_TOKEN, dtype=mx.int32)], axis=1)
+    out = mx.where(position < num_accepted[:, None], padded, PAD_TOKEN)
+    out = mx.where(position == num_accepted[:, None], last[:, None], out)
+    return TreeOutcome(out, num_accepted, path)
+
+
+def _level_state(judged_mass: mx.array, judged_tried: mx.array, row: mx.array) -> tuple[mx.array, mx.array]:
+    """The mass ``[B, 1]`` and tried ids ``[B, V]`` the node of `row` (node + 1; 0: the root) was judged under."""
+    return _take(judged_mass, row)[:, None], mx.take_along_axis(judged_tried, row[:, None, None], axis=1)[:, 0]
 
 
 def apply_tree(
@@ -156,52 +373,12 @@ def apply_tree(
 ) -> TreeOutcome:
     """Tree verification given uniforms ``[B, 2, N+1]``: ``u[b, 0, n]`` judges node n, ``u[b, 1, 0]`` draws the last.
 
-    Unvalidated and traceable by ``mx.compile``; one pass over the node index, vectorised over the batch.
+    Unvalidated and traceable by ``mx.compile``, vectorised over the batch and, but for later siblings, the nodes.
     """
     _check_mode(mode)
-    batch, count = tree_tokens.shape
-    if num_nodes is None:
-        num_nodes = all_drafts(batch, count)
-    target, draft = _as_float32(target_probs), _as_float32(draft_probs)
-    tokens, read_parents = tree_tokens.astype(mx.int32), rules.parents(parents.astype(mx.int32))
-    vocab = target.shape[-1]
-    current = mx.full((batch,), -1, dtype=mx.int32)
-    p_row, q_row, r = target[:, 0], draft[:, 0], target[:, 0]
-    # A target row counts as mass 1, as validation left it: the chain judges u q < p alike.
-    mass = mx.ones((batch, 1), dtype=mx.float32)
-    tried = mx.zeros((batch, vocab), dtype=mx.bool_)
-    num_accepted = mx.zeros((batch,), dtype=mx.int32)
-    path = mx.full((batch, count), PAD_TOKEN, dtype=mx.int32)
-    has_children = mx.zeros((batch,), dtype=mx.bool_)
-    for n in range(count):
-        x = tokens[:, n]
-        candidate = (read_parents[:, n] == current) & (n < num_nodes)
-        q_i = rules.proposal(q_row, tried, x, mode)
-        accepted = rules.accept(_gather_last(r, x), mass[:, 0] * _gather_last(q_i, x), uniforms[:, 0, n]) & candidate
-        rejected = candidate & ~accepted
-        updated, updated_mass = rules.update(r, mass, q_i)
-        r = mx.where(rejected[:, None], updated, r)
-        mass = mx.where(rejected[:, None], updated_mass, mass)
-        tried = tried | (rejected[:, None] & (_positions(vocab)[None] == x[:, None]))
-        # The accepted node becomes current: its rows, no sibling tried, its children not yet seen.
-        moved = accepted[:, None]
-        p_row = mx.where(moved, target[:, n + 1], p_row)
-        q_row = mx.where(moved, draft[:, n + 1], q_row)
-        r = mx.where(moved, target[:, n + 1], r)
-        mass = mx.where(moved, 1.0, mass)
-        tried = tried & ~moved
-        has_children = (has_children | candidate) & ~accepted
-        path = mx.where(accepted[:, None] & (_positions(count)[None] == num_accepted[:, None]), n, path)
-        num_accepted = num_accepted + accepted.astype(mx.int32)
-        current = mx.where(accepted, n, current)
-    weights = mx.where(has_children[:, None], rules.correction(r, p_row, q_row), rules.bonus(r, p_row, q_row))
-    last = rules.draw(weights, uniforms[:, 1, 0]).astype(mx.int32)
-    kept = mx.take_along_axis(tokens, mx.maximum(path, 0), axis=1)
-    position = _positions(count + 1)[None]
-    padded = mx.concatenate([kept, mx.full((batch, 1), PAD_TOKEN, dtype=mx.int32)], axis=1)
-    out = mx.where(position < num_accepted[:, None], padded, PAD_TOKEN)
-    out = mx.where(position == num_accepted[:, None], last[:, None], out)
-    return TreeOutcome(out, num_accepted, path)
+    return _apply_tree_with(
+        target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode, rules=rules
+    )
 
 
 # --- validation --------------------------------------------------------------------------
@@ -320,9 +497,89 @@ def _check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_node
     return mx.array(counts.astype(np.int32))
 
 
+def _tree_values_valid(target_probs, draft_probs, tree_tokens, parents, num_nodes, *, mode: str) -> mx.array:
+    """Every value check of tree input as one lazy boolean (types and shapes already checked)."""
+    batch, count = tree_tokens.shape
+    vocab = target_probs.shape[-1]
+    node = _positions(count)[None]
+    real = node < num_nodes[:, None]
+    table, ids = parents.astype(mx.int32), tree_tokens.astype(mx.int64)
+    ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
+    ok = ok & mx.all((num_nodes >= 0) & (num_nodes <= count))
+    # A real node's parent is -1 or an earlier (hence real) node; padding holds -1: no cycle can pass.
+    ok = ok & mx.all(mx.where(real, (table >= -1) & (table < node), table == -1))
+    ok = ok & mx.all(mx.where(real, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
+    safe = mx.clip(ids, 0, vocab - 1).astype(mx.int32)
+    if mode != "top_k":
+        q_x = _gather_entries(draft_probs, mx.clip(table, -1, count - 1) + 1, safe)
+        ok = ok & mx.all(mx.where(real, q_x > 0, True))
+    if mode != "with_replacement":
+        both = real[:, :, None] & real[:, None, :] & (node[:, None, :] < node[:, :, None])
+        same = (table[:, :, None] == table[:, None, :]) & (safe[:, :, None] == safe[:, None, :])
+        ok = ok & ~mx.any(both & same)
+    return ok
+
+
+TREE_VALUES_VALID = {mode: mx.compile(functools.partial(_tree_values_valid, mode=mode)) for mode in MODES}
+"""Compiled once per mode: one fused pass whose one host sync answers every value check, as the chain's."""
+
+
+def _tree_input_flags(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> tuple[mx.array, mx.array]:
+    """Check tree input's types and shapes; returns the node counts and a lazy "all values valid"."""
+    _check_mode(mode)
+    _check_floating("target_probs", target_probs, 3, "probabilities")
+    batch, rows, vocab = target_probs.shape
+    if rows < 1:
+        raise ValueError("target_probs: needs N + 1 >= 1 rows (the root's at least)")
+    _check_floating("draft_probs", draft_probs, 3, "probabilities")
+    _check_shape("draft_probs", draft_probs, (batch, rows, vocab))
+    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        normalisation_for(name, probs.dtype)
+    _check_ids_type("tree_tokens", tree_tokens, (batch, rows - 1))
+    if num_nodes is None:
+        counts = all_drafts(batch, rows - 1)
+    elif not isinstance(num_nodes, mx.array) or not mx.issubdtype(num_nodes.dtype, mx.integer):
+        raise ValueError("num_nodes: expected an integer mx.array of shape [B]")
+    else:
+        _check_shape("num_nodes", num_nodes, (batch,))
+        counts = num_nodes.astype(mx.int32)
+    _check_ids_type("parents", parents, (batch, rows - 1))
+    flag = TREE_VALUES_VALID[mode](target_probs, draft_probs, tree_tokens, parents, counts)
+    return counts, flag
+
+
+def _check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> mx.array:
+    """Validate tree input in one fused pass and one host sync; returns the node counts.
+
+    Input the fused pass doubts goes to the stepwise checks, which name the first problem in argument order.
+    """
+    arguments = (target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
+    return _checked_in_one_pass(
+        functools.partial(_tree_input_flags, *arguments), functools.partial(_check_tree_inputs, *arguments)
+    )
+
+
+def later_siblings(parents: np.ndarray, counts: np.ndarray) -> int:
+    """The most nodes of one sequence that have an earlier sibling: the full-row updates its walk may need;
+    `CHAINS` where every tree is a chain (each real node's parent the node before it)."""
+    count = parents.shape[1]
+    node = np.arange(count)[None]
+    real = (node < counts[:, None]) & (parents >= -1) & (parents < node)
+    if np.all(real == (node < counts[:, None])) and np.all(np.where(real, parents == node - 1, True)):
+        return CHAINS
+    same = (parents[:, :, None] == parents[:, None, :]) & real[:, :, None] & real[:, None, :]
+    earlier = same & (node[:, None, :] < node[:, :, None])
+    return int(earlier.any(axis=2).sum(axis=1).max(initial=0))
+
+
 @functools.lru_cache(maxsize=64)
-def _apply_for(mode: str, rules: TreeRules, apply: Callable) -> Callable:
-    """`apply` with its mode bound, made once per (mode, rules, apply) so its compiled step is cached."""
+def _apply_for(mode: str, rules: TreeRules, apply: Callable, later: int | None = None) -> Callable:
+    """`apply` with its mode bound, made once per (mode, rules, apply, later) so its compiled step is cached.
+
+    The reference walk is given `later`, the later siblings it works through (None: as many as any tree has).
+    """
+    if apply is apply_tree:
+        apply = functools.partial(_apply_tree_with, later=later)
 
     def step(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, rules):
         return apply(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode, rules=rules)
@@ -358,13 +615,19 @@ def verify_tree(
     Returns:
         TreeOutcome: tokens ``[B, N+1]``, accepted counts ``[B]`` and the accepted path ``[B, N]``.
     """
+    later = None
     if validate:
-        num_nodes = _check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
+        num_nodes = _check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
+        if apply is apply_tree:
+            # Read once validated: the walk works through as many later siblings as this batch has.
+            ids = parents if parents.dtype == mx.int32 else parents.astype(mx.int32)  # no op to run for int32
+            read = np.array(rules.parents(ids))
+            later = later_siblings(read, np.array(num_nodes))
     else:
         _check_mode(mode)
         if num_nodes is None:
             num_nodes = all_drafts(target_probs.shape[0], tree_tokens.shape[1])
     arrays = (target_probs, draft_probs, tree_tokens, parents, num_nodes)
-    step = _apply_for(mode, rules, apply)
+    step = _apply_for(mode, rules, apply, later)
     # The chain's compiled step reads only `rules.uniforms` and hands `rules` on to `step`.
     return TreeOutcome(*_run_compiled_step(step, cast(Rules, rules), arrays, key, tree_tokens.shape[1] + 1))
