@@ -386,7 +386,6 @@ def draw_from_blocks(block_cdf: mx.array, chosen_weights: Callable, uniforms: mx
 
     `block_cdf` ``[..., n, 1]``: running block totals; ``chosen_weights(block [..., 1, 1]) -> [..., 1, 32]``.
     """
-    count = block_cdf.shape[-2]
     # At least the smallest normal float32, as u * total may underflow to 0 and pick id 0.
     threshold = mx.maximum(uniforms.reshape(uniforms.shape + (1, 1)) * block_cdf[..., -1:, :], SMALLEST_NORMAL)
     below = block_cdf < threshold
