@@ -63,7 +63,9 @@ def test_the_distillation_kl_equals_the_kl_of_the_enumerated_joint_level_laws(wi
     for w in windows:
         kl = 0.0
         for level, size in enumerate(config.level_sizes):
-            (p_prior, p_rows), (q_prior, q_rows) = (level_law(m, w[: config.level_start(level)], size) for m in (target, draft))
+            (p_prior, p_rows), (q_prior, q_rows) = (
+                level_law(m, w[: config.level_start(level)], size) for m in (target, draft)
+            )
             for z in range(config.codebook_size):
                 for x in itertools.product(range(config.vocab_size), repeat=size):
                     p = p_prior[z] * np.prod(p_rows[z, np.arange(size), x])

@@ -35,10 +35,10 @@ from ncm_verify.reference.drafting.models import (
     parameter_count,
 )
 from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256
-from ncm_verify.train import data, evaluate
-from ncm_verify.train.loop import RunSpec, Task, train
 from ncm_verify.reference.ncm.config import NCMConfig
 from ncm_verify.reference.ncm.model import make_model
+from ncm_verify.train import data, evaluate
+from ncm_verify.train.loop import RunSpec, Task, train
 from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NCMLevelTask, NextTokenTask
 
 CHECKPOINTS = Path(".train-cache")
