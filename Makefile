@@ -66,7 +66,8 @@ bench: install
 	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
-		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
+		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
+		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
 
 # Fails when a ratio of the last `make bench`, averaged (geometric mean) over a kind of case, is worse
 # than the baseline's by a factor above 1 + THRESHOLD; ratios, not times, because both sides of a ratio

@@ -75,3 +75,26 @@ def test_the_distillation_kl_equals_the_kl_of_the_enumerated_joint_level_laws(wi
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert np.all(np.array(want) > 1e-3), "the two seeds' laws should differ, or the check shows nothing"
     np.testing.assert_allclose(np.array(ncm_level_joint_kl(target, target, mx.array(windows))), 0.0, atol=1e-5)
+
+
+def test_the_level_table_prints_one_line_per_drafting_row_and_skips_level_by_level_rows():
+    from ncm_verify.bench.levels import level_rows
+
+    drafting = {
+        "draft": "level_draft_data",
+        "target": "level_target (trained)",
+        "accepted_levels_per_pass": 1.25,
+        "accepted_levels_per_pass_predicted_at_visited": 1.5,
+        "acceptance_per_drafted_level": 0.4,
+        "acceptance_per_drafted_level_at_visited": 0.45,
+        "target_passes_per_generation": 3.0,
+        "drafting_ms_batch8": 10.0,
+        "level_by_level_ms_batch8": 5.0,
+        "wall_ratio_vs_level_by_level_batch8": 2.0,
+        "wall_ratio_vs_level_by_level_batch1": 1.5,
+        "device": "Device(cpu, 0)",
+    }
+    lines = level_rows([{"extra_info": drafting}, {"extra_info": {"target_passes_per_generation": 6}}])
+    assert len(lines) == 2
+    assert lines[1].split()[:3] == ["level_draft_data", "level_target", "(trained)"]
+    assert "1.250" in lines[1] and "1.500" in lines[1] and "2.00" in lines[1] and "Device(cpu, 0)" in lines[1]
