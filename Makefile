@@ -96,7 +96,8 @@ verify-peers: install-peers
 clean:
 	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks
 
-# Issue 24's models: the AR target, the grammar model and four drafters of equal size, trained with MLX
+# Issue 24's models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
+# NCM (a target, two smaller drafts), trained with MLX
 # (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
 # runs this; FRESH=1 drops the checkpoints first.
 ## train: train the target and the drafters into fixtures/drafting/ (minutes on 2 cores; resumable)
