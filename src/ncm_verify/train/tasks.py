@@ -184,7 +184,7 @@ def ncm_level_joint_kl(target: NCM, model: NCM, w: mx.array) -> mx.array:
 
     Per level the joint is p(z) prod_i p(x_i | z), so its KL is KL(p(z) || q(z)) + sum_z p(z) sum_i
     KL(p(x_i | z) || q(x_i | z)): level drafting verifies z by its code, then the tokens given it, so this
-    aligns the draft's codes with the target's (a data-only draft's codes are an arbitrary relabelling).
+    aligns the draft's codes with the target's (a data-only draft's codes need not mean the same).
     """
     total = mx.zeros((w.shape[0],))
     for (p_prior, p_rows, _), (q_prior, q_rows, _) in zip(level_log_laws(target, w), level_log_laws(model, w)):
