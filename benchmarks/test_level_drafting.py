@@ -23,6 +23,7 @@ run verified. The untrained rows above run with ``--untrained-level-rows``.
 """
 
 import functools
+import itertools
 import statistics
 import time
 from types import SimpleNamespace
@@ -40,6 +41,7 @@ from ncm_verify.reference.drafting.trained import load_trained
 from ncm_verify.reference.ncm import NCMConfig, generate_cached, make_model
 from ncm_verify.reference.ncm.level_draft import generate_level_speculative
 from ncm_verify.train.data import windows
+from ncm_verify.train.tasks import level_log_laws
 
 CONFIG = dict(
     vocab_size=4,
@@ -91,6 +93,8 @@ TRAINED_DRAFTS = ("level_draft_data", "level_draft_distilled")
 TRAINED_NUM_DRAFT = 3
 TRAINED_COUNTED = 512
 """Held-out prefixes sampled once each for the trained models' counts."""
+OVERLAP_WINDOWS = 256
+"""Held-out windows (teacher forced) on which the draft's code law is compared with the target's."""
 untrained = pytest.mark.skipif(
     "not config.getoption('untrained_level_rows')", reason="untrained level rows: pass --untrained-level-rows"
 )
@@ -311,6 +315,21 @@ def trained():
     return target, prefixes
 
 
+def code_overlap(target, draft, w: mx.array) -> dict:
+    """Mean over levels and windows of sum_z min(p(z), q(z)): as coded, and under the draft's best relabelling
+    of its codes (a data-only draft's codes need not mean the target's; the latent chain compares them by code)."""
+    laws = [
+        (np.exp(np.array(p)), np.exp(np.array(q)))
+        for (p, _, _), (q, _, _) in zip(*(level_log_laws(m, w) for m in (target, draft)))
+    ]
+    overlap = {
+        perm: float(np.mean([np.minimum(p, q[:, list(perm)]).sum(-1).mean() for p, q in laws]))
+        for perm in itertools.permutations(range(target.config.codebook_size))
+    }
+    identity = tuple(range(target.config.codebook_size))
+    return {"code_overlap": overlap[identity], "code_overlap_best_relabelling": max(overlap.values())}
+
+
 @pytest.mark.benchmark(group="level drafting, trained")
 @pytest.mark.parametrize("name", TRAINED_DRAFTS)
 def test_level_drafting_latency_on_the_trained_models(benchmark, trained, name):
@@ -322,6 +341,9 @@ def test_level_drafting_latency_on_the_trained_models(benchmark, trained, name):
         draft=name,
         target="level_target (trained)",
         **sampled_counts(target, draft, prefixes, TRAINED_NUM_DRAFT, TRAINED_COUNTED),
+        **code_overlap(
+            target, draft, mx.array(windows(text_ids()[1], OVERLAP_WINDOWS, target.config.total_length, 2026, 0))
+        ),
     )
     for batch in LARGE_BATCHES:
         benchmark.extra_info.update(

@@ -3,7 +3,8 @@
 ``python -m ncm_verify.bench.levels reports/bench-pytest.json`` prints, per draft, accepted levels per target
 pass measured beside the exact prediction (the acceptance probabilities of the levels the run verified),
 target passes per generation, and wall time against level-by-level generation timed alternately with it in
-the same run (batch 8 and 1), with the MLX device each figure was taken on.
+the same run (batch 8 and 1), the draft's code law's overlap with the target's (as coded and under its best
+relabelling, trained rows only), with the MLX device each figure was taken on.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 HEADER = (
     f"{'draft':24} {'target':24} {'lvl/pass':>8} {'pred':>6} {'acc/lvl':>7} {'pred':>6} {'passes':>6} "
-    f"{'spec ms b8':>10} {'lbl ms b8':>9} {'ratio b8':>8} {'ratio b1':>8}  device"
+    f"{'spec ms b8':>10} {'lbl ms b8':>9} {'ratio b8':>8} {'ratio b1':>8} {'codes':>5} {'best':>5}  device"
 )
 
 
@@ -33,7 +34,9 @@ def level_rows(benchmarks: list[dict]) -> list[str]:
             f"{e['acceptance_per_drafted_level_at_visited']:6.3f} {e['target_passes_per_generation']:6.2f} "
             f"{e['drafting_ms' + suffix]:10.2f} {e['level_by_level_ms' + suffix]:9.2f} "
             f"{e['wall_ratio_vs_level_by_level' + suffix]:8.2f} "
-            f"{e.get('wall_ratio_vs_level_by_level_batch1', float('nan')):8.2f}  {e.get('device', '?')}"
+            f"{e.get('wall_ratio_vs_level_by_level_batch1', float('nan')):8.2f} "
+            f"{e.get('code_overlap', float('nan')):5.2f} {e.get('code_overlap_best_relabelling', float('nan')):5.2f}  "
+            f"{e.get('device', '?')}"
         )
     return lines
 
