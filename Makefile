@@ -67,7 +67,8 @@ bench: install
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
-		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json; fi
+		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
+		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
 
 # Fails when a ratio of the last `make bench`, averaged (geometric mean) over a kind of case, is worse
 # than the baseline's by a factor above 1 + THRESHOLD; ratios, not times, because both sides of a ratio
@@ -96,7 +97,8 @@ verify-peers: install-peers
 clean:
 	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks
 
-# Issue 24's models: the AR target, the grammar model and four drafters of equal size, trained with MLX
+# Issue 24's models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
+# NCM (a target, two smaller drafts), trained with MLX
 # (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
 # runs this; FRESH=1 drops the checkpoints first.
 ## train: train the target and the drafters into fixtures/drafting/ (minutes on 2 cores; resumable)

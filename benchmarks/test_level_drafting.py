@@ -15,9 +15,15 @@ Wall time is measured at batch 8 on the prefix-K/V path, as a ratio to
 level-by-level generation timed interleaved with it in the same run, with the
 chain validated (the default) and unvalidated. The counts come from a larger
 sampled run (from scratch, the same law). Nothing is asserted about speed.
+
+What `make bench` runs: the trained models (`make train`'s level_target, six levels of two characters
+after 16 characters of pydoc text, and its two smaller drafts, on the data alone and distilled on the
+target), on held-out prefixes; predicted is the exact per-level acceptance probabilities of the levels the
+run verified. The untrained rows above run with ``--untrained-level-rows``.
 """
 
 import functools
+import itertools
 import statistics
 import time
 from types import SimpleNamespace
@@ -30,8 +36,12 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ncm_verify.harness.level_models import make_draft_model, make_level_tables
 from ncm_verify.oracles import exact_levels
 from ncm_verify.reference import speculative
+from ncm_verify.reference.drafting.text import text_ids
+from ncm_verify.reference.drafting.trained import load_trained
 from ncm_verify.reference.ncm import NCMConfig, generate_cached, make_model
 from ncm_verify.reference.ncm.level_draft import generate_level_speculative
+from ncm_verify.train.data import windows
+from ncm_verify.train.tasks import level_log_laws
 
 CONFIG = dict(
     vocab_size=4,
@@ -79,6 +89,15 @@ TRUNCATED = "first {} layers"
 """A layer-skipping draft: the target's embeddings, heads and first layers, no layer of its own."""
 TINY_DRAFTS = tuple(f"perturbed {s}" for s in PERTURBATIONS) + tuple(SMALLER) + (TRUNCATED.format(1),)
 LARGE_DRAFTS = ("perturbed 0.1", "one narrow layer", TRUNCATED.format(2))
+TRAINED_DRAFTS = ("level_draft_data", "level_draft_distilled")
+TRAINED_NUM_DRAFT = 3
+TRAINED_COUNTED = 512
+"""Held-out prefixes sampled once each for the trained models' counts."""
+OVERLAP_WINDOWS = 256
+"""Held-out windows (teacher forced) on which the draft's code law is compared with the target's."""
+untrained = pytest.mark.skipif(
+    "not config.getoption('untrained_level_rows')", reason="untrained level rows: pass --untrained-level-rows"
+)
 
 
 def make_smaller_draft(target, fields: dict, seed: int = 1):
@@ -155,12 +174,21 @@ def wall_ratio(drafting, level_by_level, repeats: int = RATIO_REPEATS) -> dict:
     return {"drafting_ms": 1e3 * spec, "level_by_level_ms": 1e3 * base, "wall_ratio_vs_level_by_level": spec / base}
 
 
-def sampled_counts(target, draft, prefix: list, num_draft: int, counted: int) -> dict:
+def prefix_rows(prefix, count: int) -> mx.array:
+    """`count` rows: one prefix repeated, or the first `count` rows of a 2-D array of prefixes."""
+    prefix = np.asarray(prefix)
+    rows = np.tile(prefix, (count, 1)) if prefix.ndim == 1 else prefix[:count]
+    if len(rows) != count:
+        raise ValueError(f"prefix: {len(rows)} rows, {count} wanted")
+    return mx.array(rows, dtype=mx.int32)
+
+
+def sampled_counts(target, draft, prefix, num_draft: int, counted: int) -> dict:
     """Measured counts per generation from `counted` sampled generations (from scratch)."""
     run = generate_level_speculative(
         target,
         draft,
-        mx.array([prefix] * counted, dtype=mx.int32),
+        prefix_rows(prefix, counted),
         mx.random.key(1),
         num_draft=num_draft,
         recompute=True,
@@ -171,6 +199,7 @@ def sampled_counts(target, draft, prefix: list, num_draft: int, counted: int) ->
         "acceptance_per_drafted_level": float(run.accepted_levels.sum() / run.verified_levels.sum()),
         # the exact acceptance probabilities of the levels this run verified, averaged
         "acceptance_per_drafted_level_at_visited": float(run.predicted_accepted.sum() / run.verified_levels.sum()),
+        "accepted_levels_per_pass_predicted_at_visited": float(run.predicted_accepted.sum() / run.target_passes.sum()),
         "level_by_level_passes": len(target.config.level_sizes),
         "counted_generations": counted,
     }
@@ -188,10 +217,10 @@ def exact_predictions(tables, draft) -> dict:
 
 
 def wall_figures(
-    target, draft, prefix: list, num_draft: int, batch: int = BATCH, repeats: int = RATIO_REPEATS, suffix: str = ""
+    target, draft, prefix, num_draft: int, batch: int = BATCH, repeats: int = RATIO_REPEATS, suffix: str = ""
 ) -> dict:
     """Wall-time ratios at `batch`, validated and not, and the batched chain calls per generation (mean)."""
-    rows = mx.array(np.tile(prefix, (batch, 1)), dtype=mx.int32)
+    rows = prefix_rows(prefix, batch)
     figures = {}
     for validate, tail in ((True, suffix), (False, suffix + "_unvalidated")):
         kernels = make_counting_kernels(validate)
@@ -213,6 +242,7 @@ def wall_figures(
     return figures
 
 
+@untrained
 @pytest.mark.benchmark(group="level drafting")
 @pytest.mark.parametrize("kind", TINY_DRAFTS)
 def test_level_drafting_latency(benchmark, tiny, kind):
@@ -231,6 +261,7 @@ def test_level_drafting_latency(benchmark, tiny, kind):
     benchmark(evaluated, generate_level_speculative, model, draft, prefix, mx.random.key(0), num_draft=NUM_DRAFT)
 
 
+@untrained
 @pytest.mark.benchmark(group="level drafting, larger target")
 @pytest.mark.parametrize("kind", LARGE_DRAFTS)
 def test_level_drafting_latency_on_a_larger_target(benchmark, large, kind):
@@ -258,6 +289,7 @@ def test_level_drafting_latency_on_a_larger_target(benchmark, large, kind):
     )
 
 
+@untrained
 @pytest.mark.benchmark(group="level drafting")
 def test_level_by_level_latency(benchmark, tiny):
     model, _ = tiny
@@ -266,8 +298,70 @@ def test_level_by_level_latency(benchmark, tiny):
     benchmark(evaluated, generate_cached, model, prefix, mx.random.key(0))
 
 
+@untrained
 @pytest.mark.benchmark(group="level drafting, larger target")
 def test_level_by_level_latency_on_a_larger_target(benchmark, large):
     benchmark.extra_info.update(batch=BATCH, target_passes_per_generation=len(LARGE["level_sizes"]))
     prefix = mx.array(np.tile(LARGE_PREFIX, (BATCH, 1)), dtype=mx.int32)
     benchmark.pedantic(evaluated, args=(generate_cached, large, prefix, mx.random.key(0)), rounds=5, warmup_rounds=1)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The shipped level target and held-out prefixes (fixed windows of the held-out text)."""
+    target = load_trained("level_target")
+    _, held_out = text_ids()
+    prefixes = windows(held_out, TRAINED_COUNTED, target.config.prefix_length, seed=2026, step=0)
+    return target, prefixes
+
+
+def code_overlap(target, draft, w: mx.array) -> dict:
+    """Mean over levels and windows of sum_z min(p(z), q(z)): as coded, and under the draft's best relabelling
+    of its codes (a data-only draft's codes need not mean the target's; the latent chain compares them by code)."""
+    laws = [
+        (np.exp(np.array(p)), np.exp(np.array(q)))
+        for (p, _, _), (q, _, _) in zip(*(level_log_laws(m, w) for m in (target, draft)))
+    ]
+    overlap = {
+        perm: float(np.mean([np.minimum(p, q[:, list(perm)]).sum(-1).mean() for p, q in laws]))
+        for perm in itertools.permutations(range(target.config.codebook_size))
+    }
+    identity = tuple(range(target.config.codebook_size))
+    return {"code_overlap": overlap[identity], "code_overlap_best_relabelling": max(overlap.values())}
+
+
+@pytest.mark.benchmark(group="level drafting, trained")
+@pytest.mark.parametrize("name", TRAINED_DRAFTS)
+def test_level_drafting_latency_on_the_trained_models(benchmark, trained, name):
+    target, prefixes = trained
+    draft = load_trained(name)
+    benchmark.extra_info.update(
+        batch=BATCH,
+        num_draft=TRAINED_NUM_DRAFT,
+        draft=name,
+        target="level_target (trained)",
+        **sampled_counts(target, draft, prefixes, TRAINED_NUM_DRAFT, TRAINED_COUNTED),
+        **code_overlap(
+            target, draft, mx.array(windows(text_ids()[1], OVERLAP_WINDOWS, target.config.total_length, 2026, 0))
+        ),
+    )
+    for batch in LARGE_BATCHES:
+        benchmark.extra_info.update(
+            wall_figures(target, draft, prefixes, TRAINED_NUM_DRAFT, batch, RATIO_REPEATS, suffix=f"_batch{batch}")
+        )
+    rows = prefix_rows(prefixes, BATCH)
+    benchmark.pedantic(
+        evaluated,
+        args=(generate_level_speculative, target, draft, rows, mx.random.key(0)),
+        kwargs=dict(num_draft=TRAINED_NUM_DRAFT),
+        rounds=5,
+        warmup_rounds=1,
+    )
+
+
+@pytest.mark.benchmark(group="level drafting, trained")
+def test_level_by_level_latency_on_the_trained_target(benchmark, trained):
+    target, prefixes = trained
+    benchmark.extra_info.update(batch=BATCH, target_passes_per_generation=len(target.config.level_sizes))
+    rows = prefix_rows(prefixes, BATCH)
+    benchmark.pedantic(evaluated, args=(generate_cached, target, rows, mx.random.key(0)), rounds=5, warmup_rounds=1)

@@ -7,8 +7,9 @@ import mlx.nn as nn
 import numpy as np
 
 from ncm_verify.reference.drafting.models import NCMBlockDrafter
+from ncm_verify.reference.ncm.model import NCM
 from ncm_verify.train.data import Grammar, windows
-from ncm_verify.train.tasks import ncm_block_log_likelihood
+from ncm_verify.train.tasks import ncm_block_log_likelihood, ncm_level_log_likelihood
 
 EVAL_SEED = 12345
 EVAL_WINDOWS = 128
@@ -34,3 +35,9 @@ def grammar_kl(model: nn.Module, grammar: Grammar, held_out: np.ndarray, length:
     logq = np.array(nn.log_softmax(model(mx.array(x)).astype(mx.float32), axis=-1), dtype=np.float64)[:, 1:-1]
     p = grammar.table[x[:, :-2], x[:, 1:-1]]
     return float((p * (np.log(p) - logq)).sum(axis=-1).mean())
+
+
+def level_loss(model: NCM, held_out: np.ndarray) -> float:
+    """Mean -log p(levels | prefix) per level token (nats, latents marginalised exactly) on held-out windows."""
+    w = mx.array(windows(held_out, EVAL_WINDOWS, model.config.total_length, EVAL_SEED, 0))
+    return float(np.array(-ncm_level_log_likelihood(model, w).mean())) / sum(model.config.level_sizes)

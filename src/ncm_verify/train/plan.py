@@ -5,6 +5,10 @@ and (b) distilled continue one shared pretrained checkpoint for the same number 
 schedule, so (b)'s only difference is its objective; (c) reads the target's features and trains on the data
 for as many steps as (a) in all; (d), the AR draft, likewise. All four drafters hold the same number of
 parameters (the AR draft's MLP width and (c)'s decoder width are chosen so).
+
+The toy level NCM (`reference/ncm/model.py`, level drafting's model) is trained on the same characters laid
+out [prefix | levels]: a target, and two drafts of one smaller size from one seed, one on the data alone and
+one distilled on the target's exact level law (its codes then mean what the target's do).
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from ncm_verify.reference.drafting.models import (
     parameter_count,
 )
 from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256
+from ncm_verify.reference.ncm.config import NCMConfig
+from ncm_verify.reference.ncm.model import make_model
 from ncm_verify.train import data, evaluate
 from ncm_verify.train.loop import RunSpec, Task, train
-from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NextTokenTask
+from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NCMLevelTask, NextTokenTask
 
 CHECKPOINTS = Path(".train-cache")
 SEED = 0
@@ -65,6 +71,21 @@ NCM_FEATURES = NCMDrafterConfig(**{**NCM_BASE.to_dict(), "feature_dim": TARGET_A
 # (d): the llama body's MLP widened by the NCM head's 6,912 parameters (3 x 32 x 2 layers = 192 per unit).
 AR_DRAFT_ARGS = llama_args(len(data.VOCAB), hidden=32, layers=2, intermediate=100)
 GRAMMAR_ARGS = llama_args(16, hidden=32, layers=1, intermediate=64)
+# Level drafting's toy NCM on text: 16 characters of prefix, six levels of two characters, four codes a level.
+# A target step (one pass per level) costs ~0.4 s of CPU at this size, a draft's ~0.07 s.
+LEVEL_TARGET = NCMConfig(
+    vocab_size=len(data.VOCAB),
+    prefix_length=16,
+    level_sizes=(2,) * 6,
+    codebook_size=4,
+    d_model=64,
+    num_heads=4,
+    num_layers=2,
+    seed=SEED + 5,
+)
+LEVEL_DRAFT = NCMConfig(**{**LEVEL_TARGET.to_dict(), "d_model": 32, "num_heads": 2, "num_layers": 1, "seed": SEED + 6})
+LEVEL_STEPS = 500
+LEVEL_NAMES = ("level_target", "level_draft_data", "level_draft_distilled")
 
 
 @dataclass
@@ -200,6 +221,48 @@ def make_all(only: set[str] | None) -> list[Made]:
                     "objective": "data, reading the target's final hidden state at the block's start"
                     " (at s - 1, as the loop hands it)"
                 },
+            )
+        )
+    if any(want(name) for name in LEVEL_NAMES):
+        made += make_level_models(text, want)
+    return made
+
+
+def make_level_models(text: data.Split, want: Callable[[str], bool]) -> list[Made]:
+    """The level target (trained first when a draft learns from it) and the two level drafts."""
+    made: list[Made] = []
+    target = make_model(LEVEL_TARGET)
+    if want("level_target") or want("level_draft_distilled"):
+        spec = RunSpec("level_target", LEVEL_STEPS, 3e-3, LEVEL_TARGET.seed)
+        wall = _run(target, NCMLevelTask(text.train, BATCH, LEVEL_TARGET.total_length, LEVEL_TARGET.seed), spec)
+        target.eval()
+        loss = evaluate.level_loss(target, text.held_out)
+        extra = {"objective": "data: -log p(levels | prefix), each level's latent marginalised exactly"}
+        made.append(Made(target, "level_ncm", LEVEL_TARGET.to_dict(), "text", spec, wall, loss, extra))
+    target.freeze()
+    for name, teacher in (("level_draft_data", None), ("level_draft_distilled", target)):
+        if not want(name):
+            continue
+        draft = make_model(LEVEL_DRAFT)
+        spec = RunSpec(name, LEVEL_STEPS, 3e-3, LEVEL_DRAFT.seed)
+        task = NCMLevelTask(text.train, BATCH, LEVEL_DRAFT.total_length, LEVEL_DRAFT.seed, target=teacher)
+        wall = _run(draft, task, spec)
+        draft.eval()
+        objective = (
+            "data: -log p(levels | prefix), each level's latent marginalised exactly"
+            if teacher is None
+            else "distilled: exact KL(p_target(z, x_l) || q(z, x_l)) per level at the data's contexts"
+        )
+        made.append(
+            Made(
+                draft,
+                "level_ncm",
+                LEVEL_DRAFT.to_dict(),
+                "text" if teacher is None else "text+level_target",
+                spec,
+                wall,
+                evaluate.level_loss(draft, text.held_out),
+                {"objective": objective},
             )
         )
     return made

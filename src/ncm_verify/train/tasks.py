@@ -1,4 +1,5 @@
-"""What each model of `make train` learns from: next-token data, NCM blocks, distillation, target features."""
+"""What each model of `make train` learns from: next-token data, NCM blocks, distillation, target features,
+and the toy level NCM's text levels (data, or distilled on a level target)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import mlx.nn as nn
 import numpy as np
 
 from ncm_verify.reference.drafting.models import NCMBlockDrafter, block_start_features, rows_at_temperature
+from ncm_verify.reference.ncm.level_draft import level_distributions
+from ncm_verify.reference.ncm.model import NCM
 from ncm_verify.train.data import windows
 
 
@@ -146,3 +149,76 @@ def sample_target_blocks(
             logits = target(token[:, None], cache=cache)[:, -1]
         blocks.append(np.array(mx.stack(drawn, axis=1)))
     return contexts, np.concatenate(blocks).astype(np.int32)
+
+
+def level_log_laws(model: NCM, w: mx.array) -> list[tuple[mx.array, mx.array, mx.array]]:
+    """Per level l of windows `w` (B, P + sum n_l) laid out [prefix | level 1 | ... | level L], teacher forced:
+    log p(z | x_<l) (B, K), log p(x_l,i | z, x_<l) for every code (B, K, n_l, V), and the level's tokens x_l."""
+    config = model.config
+    out = []
+    for level, size in enumerate(config.level_sizes):
+        start = config.level_start(level)
+        latent_logits, token_logits = level_distributions(model, w[:, :start])
+        x = w[:, start : start + size]
+        out.append((nn.log_softmax(latent_logits, axis=-1), nn.log_softmax(token_logits, axis=-1), x))
+    return out
+
+
+def ncm_level_log_likelihood(model: NCM, w: mx.array) -> mx.array:
+    """log p(x_1, ..., x_L | prefix) (B,) of the windows' levels, every level's latent marginalised exactly.
+
+    A level's latent z_l is read from its placeholder slots, which see the prefix and earlier levels' tokens
+    only (never an earlier latent), so the marginal factorises over levels:
+    log p(x | prefix) = sum_l logsumexp_z [log p(z | x_<l) + sum_i log p(x_l,i | z, x_<l)].
+    """
+    total = mx.zeros((w.shape[0],))
+    for log_prior, log_rows, x in level_log_laws(model, w):
+        k = log_rows.shape[1]
+        picked = mx.take_along_axis(log_rows, mx.broadcast_to(x[:, None, :, None], (x.shape[0], k, x.shape[1], 1)), -1)
+        total = total + mx.logsumexp(log_prior + picked[..., 0].sum(axis=-1), axis=-1)
+    return total
+
+
+def ncm_level_joint_kl(target: NCM, model: NCM, w: mx.array) -> mx.array:
+    """Sum over levels of KL(p_target(z, x_l | x_<l) || q(z, x_l | x_<l)) (B,), exact, at the data's contexts.
+
+    Per level the joint is p(z) prod_i p(x_i | z), so its KL is KL(p(z) || q(z)) + sum_z p(z) sum_i
+    KL(p(x_i | z) || q(x_i | z)): level drafting verifies z by its code, then the tokens given it, so this
+    aligns the draft's codes with the target's (a data-only draft's codes need not mean the same).
+    """
+    total = mx.zeros((w.shape[0],))
+    for (p_prior, p_rows, _), (q_prior, q_rows, _) in zip(level_log_laws(target, w), level_log_laws(model, w)):
+        p_prior, p_rows = mx.stop_gradient(p_prior), mx.stop_gradient(p_rows)
+        latent = (mx.exp(p_prior) * (p_prior - q_prior)).sum(axis=-1)
+        tokens = (mx.exp(p_rows) * (p_rows - q_rows)).sum(axis=-1).sum(axis=-1)
+        total = total + latent + (mx.exp(p_prior) * tokens).sum(axis=-1)
+    return total
+
+
+@dataclass
+class NCMLevelTask:
+    """The toy level NCM on text windows laid out [prefix | levels]: -log p(levels | prefix) per level token,
+    each level's latent marginalised exactly (`ncm_level_log_likelihood`); with `target` set, the exact joint
+    KL from the target's level law per level token instead (`ncm_level_joint_kl`)."""
+
+    ids: np.ndarray
+    batch: int
+    length: int
+    """The layout's total length, P + sum n_l."""
+    seed: int
+    target: NCM | None = None
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.length
+
+    def loss(self, model: nn.Module, step: int) -> mx.array:
+        assert isinstance(model, NCM)
+        config = model.config
+        if config.total_length != self.length:
+            raise ValueError(f"model: layout length {config.total_length} differs from the task's {self.length}")
+        w = mx.array(windows(self.ids, self.batch, self.length, self.seed, step))
+        per_window = (
+            -ncm_level_log_likelihood(model, w) if self.target is None else ncm_level_joint_kl(self.target, model, w)
+        )
+        return per_window.mean() / sum(config.level_sizes)

@@ -47,7 +47,13 @@ def model_from_entry(entry: dict[str, Any]) -> nn.Module:
         return make_llama(entry["config"])
     if entry["kind"] == "ncm":
         return NCMBlockDrafter(NCMDrafterConfig(**entry["config"]))
-    raise ValueError(f"kind: {entry['kind']!r} is neither 'llama' nor 'ncm'")
+    if entry["kind"] == "level_ncm":
+        # level drafting's toy NCM (`reference/ncm/model.py`), trained on the same text
+        from ncm_verify.reference.ncm.config import NCMConfig
+        from ncm_verify.reference.ncm.model import NCM
+
+        return NCM(NCMConfig.from_dict(entry["config"]))
+    raise ValueError(f"kind: {entry['kind']!r} is not 'llama', 'ncm' or 'level_ncm'")
 
 
 def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
