@@ -5,8 +5,8 @@ exact verifier with mlx-lm's call shape) and on tiny seeded mlx-lm models: a
 llama, and a llama with a sliding-window layer. Caches are judged as the model
 attends to them (logits of a probe continuation), never by their `state`,
 which mlx-lm keeps as opaque serialisation data. A behaviour of mlx-lm that
-fails a property for a reason reported upstream is a strict expected failure
-(`known_upstream_bug`): the report lists it as a known upstream bug.
+fails a property for a reason reported upstream is a strict expected failure, marked at collection from
+the one table `ncm_verify.mlx_lm_real.known_bugs`: the report lists it as a known upstream bug.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ncm_verify.harness.checks import (
     assert_trimmed_window_attends_to_kept_entries,
     top_two_gap,
 )
-from ncm_verify.mlx_lm_real.decoders import DECODERS, expected_failure, known_upstream_bug, load_decoder
+from ncm_verify.mlx_lm_real.decoders import DECODERS, load_decoder
 from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
 from ncm_verify.mlx_lm_real.models import (
     KINDS,
@@ -44,14 +44,9 @@ from ncm_verify.mlx_lm_real.recording import RULES, CallLog, block_drafts, check
 from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 
 
-def cases(prop: str, kinds=KINDS):
-    """(decoder, model kind) parameters of `prop`, known upstream bugs marked as strict expected failures."""
-    params = []
-    for decoder, kind in itertools.product(DECODERS, kinds):
-        reason = known_upstream_bug(prop, decoder, kind)
-        marks = [pytest.mark.xfail(strict=True, reason=reason, raises=expected_failure(reason))] if reason else []
-        params.append(pytest.param(decoder, kind, marks=marks, id=f"{decoder}-{kind}"))
-    return params
+def cases(kinds=KINDS):
+    """(decoder, model kind) parameters of a property: ids `decoder-kind`, as the known-bug table names them."""
+    return [pytest.param(decoder, kind, id=f"{decoder}-{kind}") for decoder, kind in itertools.product(DECODERS, kinds)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,11 +67,8 @@ def tokens_of(steps) -> list[int]:
     return [int(step[0]) for step in steps]
 
 
-PREFILL = "test_prefilling_all_but_the_last_token_leaves_the_first_step_logits_unchanged"
-
-
 @pytest.mark.claim("C8")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(PREFILL))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_prefilling_all_but_the_last_token_leaves_the_first_step_logits_unchanged(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
@@ -117,11 +109,8 @@ def probe_logits(model, cache, probe: list[int]) -> mx.array:
     return model(mx.array([probe], dtype=mx.uint32), cache=cache)[0].astype(mx.float32)
 
 
-CACHES = "test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims"
-
-
 @pytest.mark.claim("C8")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(CACHES))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_claims(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
@@ -165,11 +154,8 @@ def test_caches_after_speculative_decoding_hold_exactly_the_tokens_their_offset_
         )
 
 
-GREEDY = "test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding"
-
-
 @pytest.mark.claim("C7")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(GREEDY))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
@@ -195,11 +181,8 @@ def test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding(d
     )
 
 
-ZERO = "test_a_budget_of_zero_tokens_yields_nothing"
-
-
 @pytest.mark.claim("C8")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(ZERO))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_a_budget_of_zero_tokens_yields_nothing(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
@@ -215,11 +198,8 @@ def test_a_budget_of_zero_tokens_yields_nothing(decoder_name, kind, data):
     )
 
 
-UNBOUNDED = "test_a_budget_of_minus_one_is_unbounded"
-
-
 @pytest.mark.claim("C8")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(UNBOUNDED))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_a_budget_of_minus_one_is_unbounded(decoder_name, kind, data):
     decoder = load_decoder(decoder_name)
@@ -247,9 +227,6 @@ def test_a_budget_of_minus_one_is_unbounded(decoder_name, kind, data):
     )
 
 
-ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept"
-
-
 @pytest.mark.claim("C8")
 @pytest.mark.parametrize(
     ("decoder_name", "kind"),
@@ -257,7 +234,7 @@ ROTATING = "test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept
         param
         for name in DECODERS
         if hasattr(load_decoder(name), "RotatingKVCache")
-        for param in cases(ROTATING, kinds=("cache alone",))
+        for param in cases(kinds=("cache alone",))
         if param.values[0] == name
     ],
 )
@@ -273,11 +250,8 @@ def test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept(decoder
     assert_trimmed_window_attends_to_kept_entries(decoder.RotatingKVCache(max_size), sizes, trim, call=call)
 
 
-EXACT = "test_every_target_sampler_call_is_handed_the_target_conditional_of_the_tokens_emitted_before_it"
-
-
 @pytest.mark.claim("C7")
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(EXACT))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases())
 @given(data=st.data())
 def test_every_target_sampler_call_is_handed_the_target_conditional_of_the_tokens_emitted_before_it(
     decoder_name, kind, data
@@ -346,7 +320,6 @@ def test_every_target_sampler_call_is_handed_the_target_conditional_of_the_token
 LAW_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
 """Each example draws 1024 whole decodings, one Python call each (2-3 s here): the distinct laws a claim's
 listed property must show, two more as the first derandomized examples can repeat a law, and no more."""
-LAW = "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"
 ACCEPTANCE_RULES = {
     "sum p*q": lambda p, q: float(np.sum(p * q)),
     "sum min(p, q)": lambda p, q: float(np.sum(np.minimum(p, q))),
@@ -357,7 +330,7 @@ ACCEPTANCE_RULES = {
 @pytest.mark.claim("C7")
 @pytest.mark.thorough_only  # 98 s of a ci run for TV 0.16; C7's evidence is the exact call-by-call check
 @pytest.mark.statistical(tests=2)
-@pytest.mark.parametrize(("decoder_name", "kind"), cases(LAW, kinds=("llama",)))
+@pytest.mark.parametrize(("decoder_name", "kind"), cases(kinds=("llama",)))
 @settings(max_examples=LAW_EXAMPLES)
 @given(data=st.data())
 def test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule(

@@ -32,7 +32,7 @@ from ncm_verify.protocol import (
     load_implementation,
     own_names,
 )
-from ncm_verify.pytest_plugin import timing
+from ncm_verify.pytest_plugin import expected, timing
 from ncm_verify.report.ledger import THOROUGH_PROFILE, ledger_kernel_claims
 
 EVIDENCE_FILE = "evidence.json"
@@ -101,6 +101,7 @@ def _is_worker(config) -> bool:
 def pytest_configure(config):
     process_timing = config.stash[_TIMING] = timing.ProcessTiming("worker" if _is_worker(config) else "controller")
     config.pluginmanager.register(timing.TimingHooks(process_timing), "ncm-verify-timing")
+    config.pluginmanager.register(expected, "ncm-verify-expected")
     if config.getoption("--impl") != DEFAULT_IMPLEMENTATION and not _is_worker(config):
         try:  # one message and no test run, rather than one traceback per property
             load_implementation(config.getoption("--impl"))
