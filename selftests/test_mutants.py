@@ -12,71 +12,17 @@ from pathlib import Path
 import pytest
 from planted_sweep import SWEEP, Sweep
 
-from ncm_verify.mutants import (
-    BLOCK_MUTANTS,
-    CONCEPT_MUTANTS,
-    EVIDENCE_MUTANTS,
-    EXACT_STEP_MUTANTS,
-    LEVEL_DRAFTING_MUTANTS,
-    MUTANTS,
-    ONE_FILE_MUTANTS,
-    PREFIX_CACHE_MUTANTS,
-    TEXT_DRAFTING_MUTANTS,
-    TREE_LOOP_MUTANTS,
-    TREE_MUTANTS,
-    TREE_WALK_MUTANTS,
-)
+from ncm_verify import mutants
+from ncm_verify.mutants import EVIDENCE_MUTANTS, MUTANTS, Catchers, catchers_of
 from ncm_verify.report import document as doc
 from ncm_verify.report import status
 from ncm_verify.report.ledger import read_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
-PROPERTY_FILES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "properties").glob("test_*.py"))
-PREFIX_PROPERTIES = [path for path in PROPERTY_FILES if "test_prefix" in path]
-LEVEL_DRAFTING_PROPERTIES = ["properties/test_level_drafting.py"]
-EXACT_STEP_PROPERTIES = ["properties/test_apply_exact.py"]
-TREE_PROPERTIES = ["properties/test_tree.py", *EXACT_STEP_PROPERTIES]
-"""A tree mutant meets the tree's own properties and the exact steps (the tree's is among them, from the registry)."""
-CONCEPT_PROPERTIES = ["properties/test_concept_model.py"]
-TEXT_DRAFTING_PROPERTIES = ["properties/test_text_drafting.py"]
-TREE_LOOP_PROPERTIES = ["properties/test_tree_loop.py"]
-BLOCK_PROPERTIES = [
-    "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
-    "properties/test_block.py",
-]
-"""A block mutant meets its exact step first (cheap), then the block's own properties."""
-TREE_WALK_PROPERTIES = [
-    "properties/test_tree.py::test_half_precision_walks_decide_as_their_float32_values",
-    "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone",
-    *(
-        f"properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level[{mode}]"
-        for mode in ("without_replacement", "with_replacement", "top_k")
-    ),
-]
-"""The walk properties, cheapest catch first: each walk mutant is caught by two of them (issue 28's sweep)."""
-FINDINGS = frozenset(
-    prop
-    for claim in read_ledger(ROOT / "ledger.json")[0]["claims"]
-    if claim.get("hypothesis")
-    for prop in claim["properties"]
-)
+LEDGER = read_ledger(ROOT / "ledger.json")[0]
+FINDINGS = frozenset(prop for claim in LEDGER["claims"] if claim.get("hypothesis") for prop in claim["properties"])
 """Properties of hypothesis claims (C10): their failure is a finding about the literature, the same for every
 implementation, so it never catches a planted bug (one once stopped a kernel mutant's sweep before test_greedy ran)."""
-FINDING_FILES = {prop.split("::")[0] for prop in FINDINGS}
-# test_mlx_lm_loop.py judges mlx-lm's code and the exact verifier, never --impl: a mutant cannot change it
-KERNEL_PROPERTIES = [
-    path
-    for path in PROPERTY_FILES
-    if "test_prefix" not in path
-    and "test_mlx_lm_loop" not in path
-    and path not in LEVEL_DRAFTING_PROPERTIES
-    and path != "properties/test_tree.py"
-    and path != "properties/test_block.py"
-    and path not in TEXT_DRAFTING_PROPERTIES
-    and path not in CONCEPT_PROPERTIES
-    and path not in TREE_LOOP_PROPERTIES
-    and path not in FINDING_FILES
-]
 FILTERED_PROPERTIES = ["properties/test_chain.py", "properties/test_greedy.py"]
 NO_VERDICT = "no verdict: a missing property file"
 """A job of the sweep whose pytest session collects nothing (exit status 4): it must break the sweep."""
@@ -91,28 +37,30 @@ def breaks_the_sweep(node: dict) -> bool:
 
 
 def properties_for(name: str) -> list[str]:
-    """The property files the sweep runs against planted bug `name`, by the registry's routing sets."""
-    if name in PREFIX_CACHE_MUTANTS:
-        return PREFIX_PROPERTIES
-    if name in LEVEL_DRAFTING_MUTANTS:
-        return LEVEL_DRAFTING_PROPERTIES
-    if name in EXACT_STEP_MUTANTS:
-        return EXACT_STEP_PROPERTIES
-    if name in TREE_LOOP_MUTANTS:
-        return TREE_LOOP_PROPERTIES
-    if name in TREE_WALK_MUTANTS:
-        return TREE_WALK_PROPERTIES
-    if name in TREE_MUTANTS:
-        return TREE_PROPERTIES
-    if name in BLOCK_MUTANTS:
-        return BLOCK_PROPERTIES
-    if name in TEXT_DRAFTING_MUTANTS:
-        return TEXT_DRAFTING_PROPERTIES
-    if name in CONCEPT_MUTANTS:
-        return CONCEPT_PROPERTIES
-    if name in ONE_FILE_MUTANTS:
-        return [ONE_FILE_MUTANTS[name]]
-    return KERNEL_PROPERTIES
+    """What the sweep runs against planted bug `name`: the property files the ledger lists for the claims it breaks
+    (`ncm_verify.mutants.CATCHERS`), less those blind to it, or the files and nodes among them its row names."""
+    catchers = catchers_of(name)
+    listed = [prop for claim in LEDGER["claims"] if claim["id"] in catchers.claims for prop in claim["properties"]]
+    files = {prop.split("::")[0] for prop in listed}
+    named = {prop.split("[")[0] for prop in (*catchers.sweep, *catchers.blind)}
+    if not named <= files | set(listed):
+        raise ValueError(
+            f"name: {name}'s catchers name {sorted(named - files - set(listed))}, unlisted by {catchers.claims}"
+        )
+    return list(catchers.sweep) or sorted(files - set(catchers.blind))
+
+
+def test_each_planted_bug_is_swept_against_properties_its_claims_list_and_a_row_naming_others_is_refused(
+    monkeypatch,
+):
+    assert all(properties_for(name) for name in MUTANTS)
+    assert properties_for("tree_mass_not_reset") == ["properties/test_tree.py", "properties/test_apply_exact.py"]
+    assert properties_for("tree_loop_positions_by_index") == ["properties/test_tree_loop.py"]  # the longest prefix
+    monkeypatch.setitem(mutants.CATCHERS, "cache_", Catchers(("C15",), sweep=("properties/test_chain.py",)))
+    with pytest.raises(ValueError, match=r"^name: cache_lru_ignores_hits's catchers name \['properties/test_chain"):
+        properties_for("cache_lru_ignores_hits")
+    with pytest.raises(ValueError, match="^name: 'no_such_bug'"):
+        catchers_of("no_such_bug")
 
 
 def sweep_jobs(scratch: Path) -> list[dict]:

@@ -7,6 +7,7 @@ properties against every one and fails unless each is caught.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 from ncm_verify.reference import speculative
@@ -100,45 +101,91 @@ MUTANTS = {
         "tree decoding: caches trimmed to the accepted length, not compacted to the path (a rejected branch kept)"
     ),
 }
-PREFIX_CACHE_MUTANTS = {name for name in MUTANTS if name.startswith("cache_")}
-"""Mutants of the prefix cache: the prefix properties, not the kernel ones, must catch them."""
-LEVEL_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("level_")}
-"""Mutants of level drafting on the model: the level-drafting properties must catch them."""
-TREE_MUTANTS = {name for name in MUTANTS if name.startswith("tree_")}
-CONCEPT_MUTANTS = {name for name in MUTANTS if name.startswith("concept_")}
-"""Mutants of the source's NCM (issue 23): the model-level properties of test_concept_model.py must catch them."""
-"""Mutants of tree verification: the tree properties must catch them."""
-BLOCK_MUTANTS = {name for name in MUTANTS if name.startswith("block_")}
-"""Mutants of block verification: the block's exact step and its own properties must catch them."""
-TREE_WALK_MUTANTS = {"tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"}
-"""Tree mutants of the walk's numerics and state (issue 28): swept against the walk properties alone, which
-reach them on purpose; the enumeration and sampling cannot see them."""
-TEXT_DRAFTING_MUTANTS = {name for name in MUTANTS if name.startswith("drafting_")}
-"""Mutants of the text drafting loop: its properties must catch them."""
-TREE_LOOP_MUTANTS = {name for name in MUTANTS if name.startswith("tree_loop_")}
-"""Mutants of the tree-decoding loop over mlx-lm (issue 28): its own properties, not the kernel's, must catch them."""
-EXACT_STEP_MUTANTS = {
-    "ratio_in_half",
-    "residual_swapped_when_small",
-    "correction_cumsum_in_half",
-    "draft_ids_16_bit",
-    "apply_chain_reuses_rejecting_uniform",
-    "verify_chain_swaps_uniform_rows",
-    "residual_floor_too_high",
-    "apply_latent_chain_shares_the_latent_uniform",
-}
-"""Mutants that sampling cannot see: the sweep runs them against the exact step checks alone.
 
-Each passed every other kernel property of commit 215d406 (the suite before the exact checks).
-"""
-ONE_FILE_MUTANTS = {
-    "greedy_ties_to_the_last_maximum": "properties/test_greedy.py",
-    "u_zero_accepts": "properties/test_numerics.py",
-    "nan_rows_pass_validation": "properties/test_bad_input.py",
+
+@dataclasses.dataclass(frozen=True)
+class Catchers:
+    """The properties that can catch a kind of planted bug: those the ledger lists for the claims it breaks."""
+
+    claims: tuple[str, ...]
+    """Ledger claims the planted bug breaks; the property files they list are swept against it, in sorted order."""
+    sweep: tuple[str, ...] = ()
+    """Property files or node ids among those, cheapest catch first, where the sweep runs fewer than all."""
+    blind: tuple[str, ...] = ()
+    """Files among the claims' that cannot see the bug: they drive entry points other than those it replaces."""
+
+
+EXACT_STEP = Catchers(("C5", "C6"), sweep=("properties/test_apply_exact.py",))
+"""Sampling cannot see these: each passed every other kernel property of commit 215d406 (the suite before the exact
+checks), so the sweep runs them against the exact step checks alone."""
+TREE_WALK = Catchers(
+    ("C13",),
+    sweep=(
+        "properties/test_tree.py::test_half_precision_walks_decide_as_their_float32_values",
+        "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone",
+        *(
+            "properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level"
+            f"[{mode}]"
+            for mode in ("without_replacement", "with_replacement", "top_k")
+        ),
+    ),
+)
+"""The walk's numerics and state (issue 28): the walk properties reach them on purpose, cheapest catch first (each
+is caught by two of them); the enumeration and sampling cannot see them."""
+CATCHERS: dict[str, Catchers] = {
+    # a planted bug's name, else the longest prefix of it ending in "_", else "" (the kernels' own bugs)
+    "": Catchers(
+        ("C5", "C6", "C7", "C11"),
+        # level drafting calls the reference's kernels; mlx-lm's loop is judged on its decoders, never --impl
+        blind=("properties/test_level_drafting.py", "properties/test_mlx_lm_loop.py"),
+    ),
+    "cache_": Catchers(("C15",)),  # the prefix properties, not the kernel ones
+    "level_": Catchers(("C6",), sweep=("properties/test_level_drafting.py",)),
+    "tree_": Catchers(("C13",), sweep=("properties/test_tree.py", "properties/test_apply_exact.py")),
+    "tree_loop_": Catchers(("C13",), sweep=("properties/test_tree_loop.py",)),  # the loop over mlx-lm (issue 28)
+    "block_": Catchers(  # its exact step first (cheap), then the block's own properties
+        ("C16",),
+        sweep=(
+            "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
+            "properties/test_block.py",
+        ),
+    ),
+    "drafting_": Catchers(("C17",)),
+    "concept_": Catchers(("C1", "C2", "C3", "C4", "C14")),  # the source's NCM (issue 23): its model-level claims
+    **dict.fromkeys(
+        (
+            "ratio_in_half",
+            "residual_swapped_when_small",
+            "correction_cumsum_in_half",
+            "draft_ids_16_bit",
+            "apply_chain_reuses_rejecting_uniform",
+            "verify_chain_swaps_uniform_rows",
+            "residual_floor_too_high",
+            "apply_latent_chain_shares_the_latent_uniform",
+        ),
+        EXACT_STEP,
+    ),
+    **dict.fromkeys(
+        ("tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"), TREE_WALK
+    ),
+    # kernel bugs that the kernel files before their catching file never caught (the sweep of 24da459 ran them in
+    # order and stopped at the first catch): that file alone saved 100-130 s of CPU each for the first two
+    "greedy_ties_to_the_last_maximum": Catchers(("C7",), sweep=("properties/test_greedy.py",)),
+    "u_zero_accepts": Catchers(("C5",), sweep=("properties/test_numerics.py",)),
+    "nan_rows_pass_validation": Catchers(("C11",), sweep=("properties/test_bad_input.py",)),
 }
-"""Kernel mutants that the kernel files before their catching file never caught (the sweep of 24da459 ran
-them in order and stopped at the first catch): swept against that file alone, which saved 100-130 s of CPU
-each on a fresh machine for the first two."""
+"""Where the sweep looks for each planted bug's catch, stated once; the files come from the ledger
+(`selftests/test_mutants.py`, `properties_for`)."""
+
+
+def catchers_of(name: str) -> Catchers:
+    """The `CATCHERS` row of planted bug `name`: its own, else its longest prefix's, else the kernels'."""
+    if name not in MUTANTS:
+        raise ValueError(f"name: {name!r} is not a planted bug")
+    prefixes = [key for key in CATCHERS if key == name or (key.endswith("_") and name.startswith(key))]
+    return CATCHERS[max(prefixes, key=lambda key: (key == name, len(key)), default="")]
+
+
 EVIDENCE_MUTANTS = {
     "filtered_evidence": "correct where it answers, but turns every example of an even vocabulary away as filtered",
 }
