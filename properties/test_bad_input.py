@@ -12,7 +12,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from ncm_verify.harness import checks
-from ncm_verify.harness.kernel_spec import KEYWORD_ROLES
+from ncm_verify.harness.kernel_spec import KEYWORD_ROLES, BorrowingKernel
 from ncm_verify.harness.kernels import KERNEL_SPECS
 from ncm_verify.harness.strategies import FLOAT_DTYPES, kernel_cases
 
@@ -158,7 +158,7 @@ KERNEL_CORRUPTIONS = [
 
 def valid_arguments(spec, case) -> dict:
     """The named arguments of a valid call to `spec`'s kernel, from a case of its own or the one it borrows."""
-    values = spec.valid_arguments(case) if spec.valid_arguments else (*case.args, case.num_draft)
+    values = spec.valid_arguments(case) if isinstance(spec, BorrowingKernel) else (*case.args, case.num_draft)
     arguments = dict(zip([a.name for a in spec.arguments if a.role not in ("key", "option")], values))
     if spec.samples:
         arguments["key"] = mx.random.key(0)
@@ -185,7 +185,7 @@ def call_kernel(impl, spec, arguments: dict):
 @given(data=st.data())
 def test_invalid_arguments_raise_a_value_error_naming_the_argument(impl, kernel, corruption, data):
     spec = KERNEL_SPECS[kernel]
-    source = KERNEL_SPECS[spec.cases_from or kernel]
+    source = KERNEL_SPECS[spec.cases_from if isinstance(spec, BorrowingKernel) else kernel]
     case = data.draw(kernel_cases((source,), batch=4, dtypes=FLOAT_DTYPES, drafting=True), label="valid call")
     name = data.draw(st.sampled_from(applicable(kernel, corruption)), label="argument")
     variants = CORRUPTIONS[corruption][role_of(kernel, name)]

@@ -41,7 +41,7 @@ from ncm_verify.bench.ratios import (
     ratio,
 )
 from ncm_verify.environment import describe_environment
-from ncm_verify.harness.kernel_spec import Argument, KernelSpec
+from ncm_verify.harness.kernel_spec import Argument, KernelSpec, SteppedKernel
 from ncm_verify.harness.kernels import KERNEL_SPECS
 from ncm_verify.oracles.numpy_steps import (
     numpy_chain_step,
@@ -201,7 +201,7 @@ def make_numpy_peer(case: BenchCase, inputs: dict) -> Callable[[], None]:
     arguments = kernel_arguments(spec, inputs, prefix="np_")
     lengths = [np.full(case.batch, case.drafts)] if spec.lengths else []
     step = NUMPY_STEPS[spec.name]
-    if spec.apply is None:  # deterministic: no uniforms
+    if not isinstance(spec, SteppedKernel):  # deterministic: no uniforms
         return lambda: step(*arguments, *lengths)
     columns = case.drafts + spec.bonus_row
     return lambda: step(*arguments, *lengths, numpy_uniforms(rng, (case.batch, 2, columns)))

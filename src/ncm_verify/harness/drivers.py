@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from ncm_verify.harness.checks import assert_chain_outcome_well_formed
-from ncm_verify.harness.kernel_spec import KernelSpec
+from ncm_verify.harness.kernel_spec import BorrowingKernel, KernelSpec, SteppedKernel
 from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_rows
 
 
@@ -269,15 +269,19 @@ class KernelCase:
         """The implementation's ``verify_*`` on these inputs."""
         return self.spec.call(impl, self.args, self.num_draft, key, **self.options, **options)
 
+    def stepped(self, lacking: str) -> SteppedKernel:
+        """The case's spec, refused (``lacking`` says what it lacks) unless it has an apply step of its own."""
+        if not isinstance(self.spec, SteppedKernel):
+            raise ValueError(f"kernel: {self.spec.name} {lacking}")
+        return self.spec
+
     def apply(self, impl, uniforms):
         """The implementation's ``apply_*`` on these inputs, given its uniforms."""
-        return self.spec.call_apply(impl, self.args, self.num_draft, uniforms, **self.options)
+        return self.stepped("has no apply step").call_apply(impl, self.args, self.num_draft, uniforms, **self.options)
 
     def uniform_shape(self) -> tuple[int, ...]:
         """Shape of the uniforms `apply` takes: ``[B, 2, columns]``."""
-        if self.spec.uniform_columns is None:
-            raise ValueError(f"kernel: {self.spec.name} takes no uniforms")
-        return (self.batch, 2, self.spec.uniform_columns(self.args))
+        return (self.batch, 2, self.stepped("takes no uniforms").uniform_columns(self.args))
 
     @property
     def vocab(self) -> int:
@@ -310,9 +314,7 @@ class KernelCase:
 
     def emitted_target_probability(self, outcome) -> np.ndarray:
         """The target's probability of every emitted token (and latent)."""
-        if self.spec.emitted_target_probability is None:
-            raise ValueError(f"kernel: {self.spec.name} does not say what it emits")
-        return self.spec.emitted_target_probability(self, outcome)
+        return self.stepped("does not say what it emits").emitted_target_probability(self, outcome)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         """The arguments as NumPy arrays (probabilities in float32)."""
@@ -325,8 +327,9 @@ def make_kernel_case(
     spec: KernelSpec, fixture, *, batch: int, seed: int, max_draft: int = 2, options: dict | None = None
 ) -> KernelCase:
     """Inputs for the kernel of `spec` from a fixture its cases are built from, with its `options` fixed."""
-    if spec.make_arguments is None:
-        raise ValueError(f"kernel: {spec.name} has no cases of its own (it borrows {spec.cases_from}'s)")
+    if not isinstance(spec, SteppedKernel):
+        borrowed = spec.cases_from if isinstance(spec, BorrowingKernel) else None
+        raise ValueError(f"kernel: {spec.name} has no cases of its own (it borrows {borrowed}'s)")
     rng, options = np.random.default_rng(seed), options or {}
     arguments = spec.make_arguments(fixture, batch=batch, rng=rng, max_draft=max_draft, **options)
     if spec.lengths is None:
@@ -380,7 +383,8 @@ class StepCase:
         ids = "".join(f", {a.name}={np.array(self.case.args[i]).tolist()}" for i, a in self._node_arguments())
         options = "".join(f", {name}={value!r}" for name, value in self.case.options.items())
         return (
-            f"{self.case.spec.apply}({self.dtype} {shapes}{ids}{lengths}{options}, uniforms={self.uniforms.tolist()})"
+            f"{self.case.stepped('has no apply step').apply}({self.dtype} {shapes}{ids}{lengths}{options}, "
+            f"uniforms={self.uniforms.tolist()})"
         )
 
     def _node_arguments(self):

@@ -19,7 +19,7 @@ from ncm_verify.harness.drivers import (
     latent_chain_inputs,
     sample_categorical,
 )
-from ncm_verify.harness.kernel_spec import Argument, KernelSpec
+from ncm_verify.harness.kernel_spec import Argument, BorrowingKernel, KernelSpec, SteppedKernel
 from ncm_verify.harness.strategies import autoregressive_fixtures, latent_fixtures, make_drafting_rows
 from ncm_verify.harness.tree_driver import TreeInputs, assert_tree_outcome_well_formed, fixture_rows, grow_trees
 from ncm_verify.harness.tree_strategies import (
@@ -92,7 +92,7 @@ def _chain_well_formed(case, outcome) -> None:
     assert_chain_outcome_well_formed(outcome, np.array(case.args[2]), np.array(case.num_draft), case.vocab)
 
 
-CHAIN = KernelSpec(
+CHAIN = SteppedKernel(
     name="chain",
     arguments=(
         Argument("target_probs"),
@@ -121,7 +121,7 @@ CHAIN = KernelSpec(
 
 # --- greedy: the chain's deterministic counterpart on scores (C7); cases borrowed from the chain ---
 
-GREEDY = KernelSpec(
+GREEDY = BorrowingKernel(
     name="greedy",
     arguments=(Argument("target", "scores"), Argument("draft_tokens", "ids"), Argument("num_draft", "lengths")),
     verify="verify_greedy",
@@ -151,7 +151,7 @@ def _factorized_acceptance_view(case, outcome) -> tuple:
     return _pick(target, tokens), _pick(draft, tokens), np.ones(tokens.shape, bool), np.array(outcome.accepted)
 
 
-FACTORIZED = KernelSpec(
+FACTORIZED = SteppedKernel(
     name="factorized",
     arguments=(
         Argument("target_probs"),
@@ -213,7 +213,7 @@ def _latent_chain_emitted_probability(case, outcome) -> np.ndarray:
     return np.concatenate([p_latent[rows, latent][:, None], p_emitted], axis=1).ravel()
 
 
-LATENT_CHAIN = KernelSpec(
+LATENT_CHAIN = SteppedKernel(
     name="latent_chain",
     arguments=(
         Argument("target_latent_probs", over="latents"),
@@ -246,7 +246,7 @@ LATENT_CHAIN = KernelSpec(
 
 # --- the residual itself: normalised max(p - q, 0), a protocol function; cases borrowed ---
 
-RESIDUAL_DISTRIBUTION = KernelSpec(
+RESIDUAL_DISTRIBUTION = BorrowingKernel(
     name="residual_distribution",
     arguments=(Argument("p"), Argument("q")),
     verify="residual_distribution",
@@ -306,7 +306,7 @@ def _tree_emitted_probability(case, outcome) -> np.ndarray:
     return p[tokens >= 0]
 
 
-TREE = KernelSpec(
+TREE = SteppedKernel(
     name="tree",
     arguments=(
         Argument("target_probs"),
@@ -347,14 +347,14 @@ BLOCK = dataclasses.replace(
 )
 
 
-KERNEL_SPECS = {
+KERNEL_SPECS: dict[str, KernelSpec] = {
     spec.name: spec for spec in (CHAIN, GREEDY, FACTORIZED, LATENT_CHAIN, RESIDUAL_DISTRIBUTION, TREE, BLOCK)
 }
 """Every kernel the harness drives, by name."""
-SAMPLING_KERNELS = tuple(spec for spec in KERNEL_SPECS.values() if spec.samples and spec.make_arguments)
+SAMPLING_KERNELS = tuple(spec for spec in KERNEL_SPECS.values() if isinstance(spec, SteppedKernel))
 """Kernels that draw with a key and build cases of their own."""
-STEP_KERNELS = tuple(spec for spec in SAMPLING_KERNELS if spec.apply and spec.compare_step)
-"""Kernels with an apply step and a float64 oracle to compare it with."""
+STEP_KERNELS = SAMPLING_KERNELS
+"""Kernels with an apply step and a float64 oracle to compare it with: every sampling kernel (`SteppedKernel`)."""
 SINGLE_ROW_KERNELS = tuple(
     spec
     for spec in SAMPLING_KERNELS
