@@ -51,6 +51,7 @@ from ncm_verify.evidence import (
     Evidence,
     Phase,
     PropertyRecord,
+    RunRecord,
     read_json,
 )
 from ncm_verify.harness.concept_checkpoint import describe_checkpoint
@@ -375,16 +376,16 @@ def verify(
     phases += selftests
     copy_selftest_results(reports, selftest_cache)
     say("[4/4] report")
-    facts = {
-        "run_id": run_id,
-        "phases": [phase.to_json() for phase in phases],
-        "suite_commit": git_commit(ROOT),
-        "suite_dirty": git_dirty(ROOT),
-        "selftests": {k: selftest_cache[k] for k in ("key", "ran", "reused")},
-        "reuse": {k: v for k, v in reuse.items() if k != "file"},
-        "ledger_problems": ledger_against_run(reports),
-    }
-    (reports / RUN_FILE).write_text(json.dumps(facts, indent=1) + "\n")
+    facts = RunRecord(
+        run_id=run_id,
+        phases=phases,
+        suite_commit=git_commit(ROOT),
+        suite_dirty=git_dirty(ROOT),
+        selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
+        reuse={k: v for k, v in reuse.items() if k != "file"},
+        ledger_problems=ledger_against_run(reports),
+    )
+    (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(report, reports)
     return report["run"]["exit_status"]

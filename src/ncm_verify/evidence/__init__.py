@@ -27,6 +27,7 @@ from ncm_verify.evidence.records import (
     Outcome,
     Phase,
     PropertyRecord,
+    RunRecord,
     property_id,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "Outcome",
     "Phase",
     "PropertyRecord",
+    "RunRecord",
     "property_id",
     "read_json",
 ]

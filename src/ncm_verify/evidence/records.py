@@ -258,3 +258,39 @@ class Phase:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Phase:
         return cls(data["name"], data["exit_status"], data.get("seconds"), data.get("cpu_s"), data.get("problem"))
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """run.json: what `ncm-verify verify` knew of its run, kept so that a rebuilt report gives the run's verdict."""
+
+    run_id: str | None = None
+    phases: list[Phase] | None = None
+    """None: no run record, so the phases are unknown (never passed)"""
+    suite_commit: str | None = None
+    suite_dirty: bool | None = None
+    selftests: dict[str, Any] | None = None
+    """the self-tests' cache key, when they ran and whether reused"""
+    reuse: dict[str, Any] | None = None
+    """how many properties were carried from the reference's evidence, and why"""
+    ledger_problems: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["phases"] = None if self.phases is None else [phase.to_json() for phase in self.phases]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RunRecord:
+        """The record as written; an empty one (phases unknown) for a folder without run.json."""
+        data = data or {}
+        phases = data.get("phases")
+        return cls(
+            run_id=data.get("run_id"),
+            phases=None if phases is None else [Phase.from_json(phase) for phase in phases],
+            suite_commit=data.get("suite_commit"),
+            suite_dirty=data.get("suite_dirty"),
+            selftests=data.get("selftests"),
+            reuse=data.get("reuse"),
+            ledger_problems=list(data.get("ledger_problems") or []),
+        )

@@ -23,7 +23,8 @@ from ncm_verify.evidence import (
     RUN_FILE,
     Evidence,
     Outcome,
-    Phase,
+    RunRecord,
+    property_id,
     read_json,
 )
 from ncm_verify.harness.checks import worst_bin_parts
@@ -63,7 +64,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
     rows = []
     for mutant in mutants.get("mutants", []):
         caught_by = sorted(mutant.get("caught_by", []))
-        claims = sorted({c for node in caught_by for c in claims_of_property.get(node.split("[", 1)[0], [])})
+        claims = sorted({c for node in caught_by for c in claims_of_property.get(property_id(node), [])})
         rows.append(
             {
                 "name": mutant["name"],
@@ -170,9 +171,10 @@ def build_report(
     `run` carries what the orchestrator knows: the run id, each phase's exit, where self-tests came from.
     """
     evidence = Evidence.from_json(evidence_json)
+    record = RunRecord.from_json(run)
     nodes = evidence.properties if evidence else []
     facts = run_facts(evidence, run)
-    ledger_problems = [*ledger_problems, *facts.get("ledger_problems", [])]
+    ledger_problems = [*ledger_problems, *record.ledger_problems]
     ledger_claims = normalized_claims(ledger)
     claims = claim_status.make_claims(ledger_claims, nodes, facts)
     for claim in claims:  # C9: the last make bench's ratios, if it measured this impl and commit
@@ -189,7 +191,7 @@ def build_report(
         calibration_table,
         list(ledger_problems),
         ledger_claims,
-        phases=[Phase.from_json(phase) for phase in facts["phases"]] if facts.get("phases") is not None else None,
+        phases=record.phases,
         run_id=facts.get("run_id") if run else None,
     )
     return {

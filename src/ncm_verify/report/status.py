@@ -263,11 +263,11 @@ def claim_nodes(claim: dict, nodes: list[PropertyRecord]) -> list[PropertyRecord
     return [n for n in nodes if n.property in listed or claim["id"] in n.claims]
 
 
-def fails_claim(node: dict, claim_id: str) -> bool:
+def fails_claim(summary: dict, claim_id: str) -> bool:
     """A failure counts against the claims of the kernels its failing example exercised, when known."""
-    if node["outcome"] not in FAILING_OUTCOMES:
+    if summary["outcome"] not in FAILING_OUTCOMES:
         return False
-    attributed = (node.get("failure") or {}).get("claims")
+    attributed = (summary["failure"] or {}).get("claims")
     return not attributed or claim_id in attributed
 
 
