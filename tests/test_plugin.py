@@ -170,8 +170,12 @@ def _random(x):
 def test_the_hypothesis_internals_the_suite_reads_are_still_where_it_reads_them():
     own = hypothesis_internals.settings_of(_random)
     assert own is not None and own.max_examples == 3
-    _random()
+    seen: list[dict] = []
+    with hypothesis_internals.statistics_reported_to(seen.append):
+        _random()
+    assert len(seen) == 1 and "generate-phase" in seen[0], "a run's engine statistics reach the callback"
     assert isinstance(hypothesis_internals.generated_seed(_random), int), "a random test's seed is kept"
+    assert hypothesis_internals.explicit_examples(_random) == 0
     with hypothesis_internals.settings_replaced(_random, settings(own, max_examples=1)):
         assert hypothesis_internals.settings_of(_random).max_examples == 1
     assert hypothesis_internals.settings_of(_random) is own
