@@ -89,7 +89,10 @@ class CallEvidence:
     failure_group: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), default=float)
+        # shallow: `dataclasses.asdict` would deep-copy every chi-square record's counts first
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        data["hypothesis"] = self.hypothesis.to_json() if self.hypothesis else None
+        return json.dumps(data, default=float)
 
     @classmethod
     def from_json(cls, text: str) -> CallEvidence:
