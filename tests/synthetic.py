@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ncm_verify.cli import main
+from ncm_verify.evidence import files
 from ncm_verify.harness import stats
 from ncm_verify.report import document as doc
 
@@ -140,7 +141,7 @@ def verdict_through_files(ledger: dict, evidence: dict, folder: Path, **selftest
         (folder / f"{name}.json").write_text(json.dumps(data))
     (folder / "ledger.json").write_text(json.dumps(ledger))
     exit_status = main(["report", "--reports", str(folder), "--ledger", str(folder / "ledger.json")])
-    return exit_status, json.loads((folder / doc.VERIFY_JSON).read_text())
+    return exit_status, json.loads((folder / files.VERIFY_JSON).read_text())
 
 
 def assertion_failure(claims: list[str], kernels: list[str], message: str, **extra) -> dict:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import strategies as st
 from synthetic import node
 
+from ncm_verify.evidence import Evidence, PropertyRecord
 from ncm_verify.protocol import lacked_capabilities
 from ncm_verify.report import status
 
@@ -83,18 +84,23 @@ def test_a_not_applicable_property_is_neither_a_pass_nor_a_failure_of_its_claim_
     passed = node("t.py::test_a", claims=["C11"])
     skipped = node("t.py::test_b", claims=["C11"], outcome="not applicable")
     skipped["skip_reason"] = "Skipped: not applicable: a PyTorch function: mx.compile cannot trace it"
-    summaries = [status.property_summary(n, {"impl": "peer"}, "C11") for n in (passed, skipped)]
+    summaries = [
+        status.property_summary(PropertyRecord.from_json(n), {"impl": "peer"}, "C11") for n in (passed, skipped)
+    ]
     verdict, reason = status.derive_status(claim, summaries)
     assert verdict == status.NOT_PROVIDED and verdict in status.ACCEPTABLE_CLAIM_STATUSES, reason
     assert "not applicable to it" in reason and "mx.compile cannot trace it" in reason
-    assert status.properties_part({"properties": [passed, skipped], "budget": {}}) == []
+    assert status.properties_part(Evidence.from_json({"properties": [passed, skipped], "budget": {}})) == []
 
 
 def test_a_chain_only_module_is_known_to_provide_only_the_chain_kernel():
-    from ncm_verify.pytest_plugin.plugin import provided_kernels
+    from ncm_verify.protocol import load_implementation
+    from ncm_verify.pytest_plugin.implementation import provided_kernels
 
-    assert provided_kernels("ncm_verify.peers.numpy_chain") == ("chain",)
-    assert provided_kernels("ncm_verify.reference") is None, "a module with every kernel leaves the strategies alone"
+    assert provided_kernels(load_implementation("ncm_verify.peers.numpy_chain")) == ("chain",)
+    assert provided_kernels(load_implementation("ncm_verify.reference")) is None, (
+        "a module with every kernel leaves the strategies alone"
+    )
 
 
 def test_kernel_strategies_draw_only_the_kernels_the_module_provides():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ncm_verify.cli import main
+from ncm_verify.evidence import files
 from ncm_verify.report import document as doc
 
 
@@ -16,7 +17,9 @@ def test_same_evidence_gives_identical_report_bytes(ledger, evidence, tmp_path):
         (folder / "evidence.json").write_text(json.dumps(evidence))
         (tmp_path / "ledger.json").write_text(json.dumps(ledger))
         assert main(["report", "--reports", str(folder), "--ledger", str(tmp_path / "ledger.json")]) == 1
-        outputs.append([(folder / name).read_bytes() for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML)])
+        outputs.append(
+            [(folder / name).read_bytes() for name in (files.VERIFY_JSON, files.VERIFY_MD, files.VERIFY_HTML)]
+        )
     assert outputs[0] == outputs[1]
     assert b"Device(gpu, 0)" in outputs[0][2]  # every figure names the MLX device
 
@@ -28,7 +31,7 @@ def test_one_property_run_by_pytest_alone_rebuilds_as_failed_and_says_what_was_n
     (folder / doc.EVIDENCE_FILE).write_text(json.dumps(passing))
     (folder / "ledger.json").write_text(json.dumps(ledger))
     assert main(["report", "--reports", str(folder), "--ledger", str(folder / "ledger.json")]) == 1
-    parts = json.loads((folder / doc.VERIFY_JSON).read_text())["run"]["parts"]
+    parts = json.loads((folder / files.VERIFY_JSON).read_text())["run"]["parts"]
     failed = {name: part["reasons"] for name, part in parts.items() if not part["passed"]}
     assert sorted(failed) == ["calibration", "phases", "planted bugs"], failed
     assert failed["planted bugs"] == ["not run: no mutants.json"] and "no run record" in failed["phases"][0]

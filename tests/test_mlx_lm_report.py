@@ -7,6 +7,7 @@ import json
 import subprocess
 import textwrap
 
+from ncm_verify.evidence import Evidence, PropertyRecord
 from ncm_verify.report import markdown, mlx_lm_section
 from ncm_verify.report.document import build_report
 
@@ -42,7 +43,7 @@ def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_
     outcomes = {n["nodeid"].rsplit("::", 1)[1]: n["outcome"] for n in evidence["properties"]}
     assert outcomes == {"test_known_bug": "xfailed", "test_fixed_bug": "failed", "test_pass": "passed"}
     assert result.returncode == 1, result.stdout  # the XPASS(strict) alone fails the run
-    section = mlx_lm_section.summarize(evidence["properties"], evidence["environment"])
+    section = mlx_lm_section.summarize(Evidence.from_json(evidence).properties, evidence["environment"])
     verdicts = {row["property"]: (row["verdict"], row["reason"]) for row in section["rows"]}
     assert verdicts["test_known_bug"] == ("known upstream bug", "mlx-lm #1 (repro: f())")
     assert verdicts["test_fixed_bug"][0] == "fail" and "XPASS(strict)" in verdicts["test_fixed_bug"][1]
@@ -69,7 +70,9 @@ def test_a_claim_whose_property_ran_only_as_a_known_upstream_bug_is_held_back_as
         {"nodeid": "p.py::test_a", "property": "p.py::test_a", "outcome": "passed"},
         {"nodeid": "p.py::test_b[mlx-lm]", "property": "p.py::test_b", "outcome": "xfailed"},
     ]
-    status, reason = derive_status(claim, [property_summary(n, {"impl": "ncm_verify.reference"}, "C8") for n in nodes])
+    status, reason = derive_status(
+        claim, [property_summary(PropertyRecord.from_json(n), {"impl": "ncm_verify.reference"}, "C8") for n in nodes]
+    )
     assert status == KNOWN_UPSTREAM_BUGS and reason.startswith("1 listed property ran only as known upstream bugs"), (
         reason
     )

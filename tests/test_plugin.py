@@ -170,8 +170,12 @@ def _random(x):
 def test_the_hypothesis_internals_the_suite_reads_are_still_where_it_reads_them():
     own = hypothesis_internals.settings_of(_random)
     assert own is not None and own.max_examples == 3
-    _random()
+    seen: list[dict] = []
+    with hypothesis_internals.statistics_reported_to(seen.append):
+        _random()
+    assert len(seen) == 1 and "generate-phase" in seen[0], "a run's engine statistics reach the callback"
     assert isinstance(hypothesis_internals.generated_seed(_random), int), "a random test's seed is kept"
+    assert hypothesis_internals.explicit_examples(_random) == 0
     with hypothesis_internals.settings_replaced(_random, settings(own, max_examples=1)):
         assert hypothesis_internals.settings_of(_random).max_examples == 1
     assert hypothesis_internals.settings_of(_random) is own
@@ -353,12 +357,12 @@ def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tm
 
 def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):
     """xdist's work stealing hands each worker a contiguous block first (4 then 5 of 9): each starts with a long one."""
-    from ncm_verify.pytest_plugin import plugin
+    from ncm_verify.pytest_plugin import planning
 
     planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
-    monkeypatch.setattr(plugin, "planned_tests_of", planned.get)
-    assert "".join(plugin.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
-    assert "".join(plugin.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
+    monkeypatch.setattr(planning, "planned_tests_of", planned.get)
+    assert "".join(planning.balanced_order(list("abcdefghi"), 2)) == "fbae" + "hdcgi"
+    assert "".join(planning.balanced_order(list("abcdefghi"), 3)) == "fde" + "hag" + "bci"
 
 
 def noted(error: Exception, *notes: str) -> Exception:
@@ -381,7 +385,7 @@ class FoundTwoFailures(Exception):
 
 
 def test_a_property_that_found_several_failures_reports_each_message_and_the_first_example_and_reproduction():
-    from ncm_verify.pytest_plugin.plugin import failure_details, group_message
+    from ncm_verify.pytest_plugin.failures import failure_details, group_message
 
     message = group_message(FoundTwoFailures())
     assert "Failure 1 of 2: AssertionError: chain output" in message and "Failure 2 of 2: ValueError" in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from synthetic import PASSING_SELFTESTS, POLICY, chi_square_record, node
 
 from ncm_verify.cli import main
+from ncm_verify.evidence import Phase, PropertyRecord, files
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
 
@@ -17,11 +19,11 @@ from ncm_verify.report import status as claim_status
 def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_report(tmp_path, capsys):
     from ncm_verify import run
 
-    (tmp_path / doc.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
+    (tmp_path / files.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
     assert run.verify("ncm_verify.mutants.ratio_invrted", "ci", tmp_path, 1) == 2
     error = capsys.readouterr().err
     assert error.count("cannot import") == 1 and "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in error
-    assert not (tmp_path / doc.VERIFY_JSON).exists()
+    assert not (tmp_path / files.VERIFY_JSON).exists()
 
 
 def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
@@ -29,7 +31,7 @@ def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, 
 
     assert run.verify("ncm_verify.reference", "nonsense", tmp_path, 1) == 2
     assert "profile: no Hypothesis profile 'nonsense'; choose one of" in capsys.readouterr().err
-    assert not (tmp_path / doc.VERIFY_JSON).exists()
+    assert not (tmp_path / files.VERIFY_JSON).exists()
 
 
 @pytest.fixture
@@ -53,7 +55,7 @@ def fake_phases(monkeypatch, passing, ledger, tmp_path):
             folder = Path(next(a for a in command if a.startswith("--ncm-selftest-dir=")).split("=", 1)[1])
             for part, data in PASSING_SELFTESTS.items():
                 (folder / f"{part}.json").write_text(json.dumps(data))
-        return {"name": name, "exit_status": 0, "seconds": 0.0, "problem": None}
+        return Phase(name, 0, 0.0)
 
     monkeypatch.setattr(run, "run_phase", fake)
     monkeypatch.setattr(run, "suite_key", lambda: "k1")
@@ -67,10 +69,10 @@ def test_the_self_tests_run_once_then_are_reused_until_ci_asks_for_a_rerun(fake_
 
     monkeypatch.delenv("CI", raising=False)
     assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
-    first = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    first = json.loads((tmp_path / files.VERIFY_JSON).read_text())
     assert first["run_facts"]["selftests"]["reused"] is False and len(fake_phases) == 2
     assert run.verify("ncm_verify.reference", "ci", tmp_path, 1) == 0
-    second = json.loads((tmp_path / doc.VERIFY_JSON).read_text())
+    second = json.loads((tmp_path / files.VERIFY_JSON).read_text())
     assert second["run_facts"]["selftests"] == {**first["run_facts"]["selftests"], "reused": True}
     assert second["run_facts"]["run_id"] != first["run_facts"]["run_id"] and len(fake_phases) == 2
     monkeypatch.setenv("CI", "true")
@@ -89,23 +91,23 @@ def test_a_run_that_failed_only_through_a_phase_rebuilds_with_the_same_verdict_r
 
     def teeth_fail(name, step, command, env):
         result = fake(name, step, command, env)
-        return {**result, "exit_status": 1} if name == "calibration and power" else result
+        return dataclasses.replace(result, exit_status=1) if name == "calibration and power" else result
 
     monkeypatch.setattr(run, "run_phase", teeth_fail)
     monkeypatch.delenv("CI", raising=False)
     reports = tmp_path / "r"
     ran = run.verify("ncm_verify.reference", "ci", reports, 1)
-    written = (reports / doc.VERIFY_JSON).read_bytes()
+    written = (reports / files.VERIFY_JSON).read_bytes()
     verdict = json.loads(written)["run"]
     assert ran == 1 == verdict["exit_status"], verdict
     assert verdict["reasons"] == [
         "phases: phase calibration and power: a self-test failed (see planted bugs and calibration)"
     ]
     assert main(["report", "--reports", str(reports)]) == ran
-    assert (reports / doc.VERIFY_JSON).read_bytes() == written  # the rebuild is the run's report, byte for byte
+    assert (reports / files.VERIFY_JSON).read_bytes() == written  # the rebuild is the run's report, byte for byte
     (reports / doc.RUN_FILE).unlink()  # evidence without the run's record: the phases are unknown, never passed
     assert main(["report", "--reports", str(reports)]) == 1
-    phases = json.loads((reports / doc.VERIFY_JSON).read_text())["run"]["parts"]["phases"]
+    phases = json.loads((reports / files.VERIFY_JSON).read_text())["run"]["parts"]["phases"]
     assert phases["reasons"] == [
         "no run record (run.json): the phases are unknown, so their exit statuses are not shown"
     ]
@@ -119,7 +121,7 @@ def test_a_port_run_with_its_reports_elsewhere_reuses_what_the_reference_run_lef
     run.verify("ncm_verify.reference", "ci", tmp_path / "reports", 1)
     assert len(fake_phases) == 2 and not (tmp_path / "reports" / ".selftests").exists()
     run.verify(port_file, "ci", tmp_path / "elsewhere", 1)
-    facts = json.loads((tmp_path / "elsewhere" / doc.VERIFY_JSON).read_text())["run_facts"]
+    facts = json.loads((tmp_path / "elsewhere" / files.VERIFY_JSON).read_text())["run_facts"]
     assert reused_nodeids(properties_commands[-1]) == [
         "properties/test_chain.py::test_samples[float32]",
         "properties/test_prefix.py::test_cached",
@@ -189,26 +191,26 @@ def test_a_port_reuses_reference_evidence_only_under_the_same_suite_key_profile_
 
     reports = tmp_path / "r"
     run.verify(port_file, "ci", reports, 1)  # nothing cached yet: every property runs, and the run says why
-    first = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    first = json.loads((reports / files.VERIFY_JSON).read_text())["run_facts"]["reuse"]
     assert (
         first["reused"] == 0
         and "`make verify` once" in first["why"]
         and reused_nodeids(properties_commands[-1]) is None
     )
     run.verify("ncm_verify.reference", "ci", reports, 1)
-    reference_run = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["run_id"]
+    reference_run = json.loads((reports / files.VERIFY_JSON).read_text())["run_facts"]["run_id"]
     run.verify(port_file, "ci", reports, 1)
     assert reused_nodeids(properties_commands[-1]) == [
         "properties/test_chain.py::test_samples[float32]",
         "properties/test_prefix.py::test_cached",
         "properties/test_prefix.py::test_isolated",
     ]  # not test_greedy: it read verify_greedy, which the port defines
-    reuse = json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]
+    reuse = json.loads((reports / files.VERIFY_JSON).read_text())["run_facts"]["reuse"]
     assert reuse["reused"] == 3 and reuse["from_run"] == reference_run
     for changed in ({"seed": 5}, {"profile": "thorough"}):
         run.verify(port_file, changed.get("profile", "ci"), reports, 1, seed=changed.get("seed"))
         assert reused_nodeids(properties_commands[-1]) is None, changed
-    assert "draws random examples" in json.loads((reports / doc.VERIFY_JSON).read_text())["run_facts"]["reuse"]["why"]
+    assert "draws random examples" in json.loads((reports / files.VERIFY_JSON).read_text())["run_facts"]["reuse"]["why"]
     monkeypatch.setattr(run, "suite_key", lambda: "k2")  # the suite or its environment changed
     run.verify(port_file, "ci", reports, 1)
     assert reused_nodeids(properties_commands[-1]) is None
@@ -276,7 +278,9 @@ def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path
     assert nodes["test_suite.py::test_reused"]["reused"] == source and "reused" not in nodes["test_suite.py::test_runs"]
     # alpha and n are those of a full run (2 x 3 + 1 x 4 planned), and the reused tests count against the budget
     assert evidence["policy"]["planned_tests"] == 10 and evidence["budget"]["chi_square_tests_run"] == 1
-    summary = claim_status.property_summary(nodes["test_suite.py::test_reused"], {"impl": "greedy_port"}, "C5")
+    summary = claim_status.property_summary(
+        PropertyRecord.from_json(nodes["test_suite.py::test_reused"]), {"impl": "greedy_port"}, "C5"
+    )
     assert summary["reused"] == "reused from reference run ref123 (2026-11-30T22:00:00+00:00)"
     assert summary["implementation_use_reason"].startswith("not provided by greedy_port")
     reuse["policy"]["planned_tests"] = 12  # a reference run that planned otherwise is not this run's evidence

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from ncm_verify.harness.drivers import make_step_case
 from ncm_verify.harness.kernels import TREE
 from ncm_verify.harness.tree_driver import assert_chain_tree_agree
-from ncm_verify.protocol import RecordingImplementation, import_implementation
+from ncm_verify.protocol import import_implementation
+from ncm_verify.pytest_plugin.implementation import RecordingImplementation
 
 PORT = Path(__file__).resolve().parent.parent / "selftests" / "ports" / "plain_cumsum_chain.py"
 VOCAB = 65_541

@@ -48,7 +48,6 @@ names the module re-exports from the reference (``from ncm_verify.reference impo
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -392,8 +391,6 @@ PROTOCOLS: tuple[type, ...] = (
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
-NOT_PROVIDED = "not provided by"
-"""How a skip for a protocol name the module lacks begins; the report reads it as 'not provided'."""
 
 
 CAPABILITY_NAMES = {
@@ -402,8 +399,6 @@ CAPABILITY_NAMES = {
     "value_error_contract": "invalid input raises a ValueError naming the argument",
 }
 """What a property may need beyond protocol names (its ``needs`` marker); a module lacking one says why."""
-NOT_APPLICABLE = "not applicable:"
-"""How a skip for a capability the module declares it lacks begins; the report reads it as 'not applicable'."""
 
 
 def lacked_capabilities(module: ModuleType, needed) -> dict[str, str]:
@@ -528,67 +523,6 @@ def describe_implementation(module: ModuleType, argument: str) -> dict:
         ),
         "missing": [name for name in PROTOCOL_NAMES if name not in own],
     }
-
-
-class RecordingImplementation:
-    """The implementation module seen through a recorder: calls per protocol name, and which it provides itself.
-
-    Functions are wrapped to count calls; classes count when looked up. A protocol name the module lacks
-    skips the property as not provided (Hypothesis re-raises skips at once, so no example is wasted).
-    """
-
-    def __init__(self, module: ModuleType):
-        self._module = module
-        self._own = own_names(module)
-        self.calls: dict[str, int] = {}
-        self.example_names: set[str] = set()
-        self.looked_up: set[str] = set()
-
-    def begin_test(self) -> None:
-        self.calls, self.example_names, self.looked_up = {}, set(), set()
-
-    def begin_example(self) -> None:
-        self.example_names = set()
-
-    def record(self, name: str) -> None:
-        self.calls[name] = self.calls.get(name, 0) + 1
-        self.example_names.add(name)
-
-    def provenance(self, name: str) -> str:
-        """Whose code `name` is, as a failure message says it: the module's own, or inherited from where."""
-        origin = origin_of(getattr(self._module, name, None))
-        return f"{name} is the module's own ({origin})" if self._own.get(name) else f"{name} inherited from {origin}"
-
-    def call_records(self) -> dict[str, dict]:
-        return {
-            name: {"calls": n, "own": self._own.get(name, False), "origin": origin_of(getattr(self._module, name))}
-            for name, n in sorted(self.calls.items())
-        }
-
-    def __getattr__(self, name: str):
-        # every name read, called or not: a run may reuse a property's reference evidence only when each of them
-        # is the reference's own object (run.reusable_properties); Hypothesis probes for hooks the module lacks
-        if name in PROTOCOL_NAMES or hasattr(self._module, name):
-            self.looked_up.add(name)
-        value = getattr(self._module, name, None)
-        if name not in PROTOCOL_NAMES:
-            if value is None and not hasattr(self._module, name):
-                raise AttributeError(name)
-            return value
-        if value is None:
-            import pytest
-
-            pytest.skip(f"{NOT_PROVIDED} {self._module.__name__}: it has no {name}")
-        if isinstance(value, type) or not callable(value):
-            self.record(name)
-            return value
-
-        @functools.wraps(value)
-        def recorded(*args, **kwargs):
-            self.record(name)
-            return value(*args, **kwargs)
-
-        return recorded
 
 
 def require_names(module: ModuleType, names: tuple[str, ...], what: str, needed_by: str) -> ModuleType:

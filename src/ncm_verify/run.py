@@ -37,8 +37,24 @@ import uuid
 from pathlib import Path
 
 from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.evidence import (
+    CALIBRATION_FILE,
+    EVIDENCE_FILE,
+    MUTANTS_FILE,
+    RECORDS_FILE,
+    REUSABLE_OUTCOMES,
+    REUSE_FILE,
+    RUN_FILE,
+    VERIFY_HTML,
+    VERIFY_JSON,
+    VERIFY_MD,
+    Evidence,
+    Phase,
+    PropertyRecord,
+    RunRecord,
+    read_json,
+)
 from ncm_verify.harness.concept_checkpoint import describe_checkpoint
-from ncm_verify.harness.run_state import RECORDS_FILE
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
@@ -57,9 +73,6 @@ SELFTEST_CACHE = "selftests"
 """Folder under the cache holding cached self-test results, one subfolder per key."""
 REFERENCE_EVIDENCE = "reference-evidence"
 """Folder under the cache keeping the reference's property evidence per suite key, profile and seed."""
-REUSE_FILE = "reuse.json"
-"""The reference evidence a port's run carries (`--ncm-reuse`), written beside the report."""
-REUSABLE_OUTCOMES = ("passed", "xfailed")
 SUITE_SOURCES = ("src/ncm_verify", "properties", "selftests", "tests", "pyproject.toml", "ledger.json")
 PLANTED_FILES = ("selftests/test_mutants.py", "selftests/test_mlx_lm_planted.py")
 """The planted-bug self-tests; the rest of selftests/ is calibration and power."""
@@ -125,7 +138,7 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_phase(name: str, step: str, command: list[str], env: dict) -> dict:
+def run_phase(name: str, step: str, command: list[str], env: dict) -> Phase:
     """Run one phase, streaming its output; record its exit status and whether that status carries a verdict,
     its wall seconds and its CPU seconds (all its processes: on a shared machine the wall clock counts the rest)."""
     say(f"[{step}] {name}: {' '.join(command[2:])}")
@@ -137,16 +150,10 @@ def run_phase(name: str, step: str, command: list[str], env: dict) -> dict:
     if exit_status not in (PYTEST_PASSED, PYTEST_FAILED):
         problem = f"pytest exited {exit_status} (interrupted, internal or usage error, or nothing collected)"
     say(f"[{step}] {name}: exit status {exit_status} after {seconds:.0f} s ({cpu:.0f} CPU s)")
-    return {
-        "name": name,
-        "exit_status": exit_status,
-        "seconds": round(seconds, 1),
-        "cpu_s": round(cpu, 1),
-        "problem": problem,
-    }
+    return Phase(name, exit_status, round(seconds, 1), round(cpu, 1), problem)
 
 
-def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[dict]:
+def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[Phase]:
     """Planted bugs, then calibration and power, leaving mutants.json and calibration.json in `folder`."""
     into = f"--ncm-selftest-dir={folder}"
     # the sweep deals its planted modules to `jobs` processes of its own; the other planted-bug tests run beside it
@@ -158,14 +165,14 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
         run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env),
     ]
     for phase in phases:  # a self-test that failed is a verdict the parts show; say so here too
-        if phase["exit_status"] == PYTEST_FAILED:
-            phase["problem"] = "a self-test failed (see planted bugs and calibration)"
+        if phase.exit_status == PYTEST_FAILED:
+            phase.problem = "a self-test failed (see planted bugs and calibration)"
     return phases
 
 
 def cached_selftests(
     reports: Path, cache_root: Path, key: str, jobs: int, env: dict, *, rerun: bool
-) -> tuple[list[dict], dict]:
+) -> tuple[list[Phase], dict]:
     """The self-tests' results for the suite hashed as `key`: reused from `cache_root`, or run now (and cached if
     they passed)."""
     cache = cache_root / SELFTEST_CACHE / key
@@ -173,20 +180,20 @@ def cached_selftests(
     if not rerun and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         say(f"[2-3/4] self-tests: reusing results of {meta['ran']} from {cache} (suite and environment unchanged)")
-        return meta["phases"], {**meta, "reused": True, "folder": str(cache)}
+        return [Phase.from_json(phase) for phase in meta["phases"]], {**meta, "reused": True, "folder": str(cache)}
     scratch = cache_root / SELFTEST_CACHE / f"{key}.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     phases = selftest_phases(scratch, jobs, env, 2, 4)
-    meta = {"key": key, "ran": ran, "phases": phases}
+    meta = {"key": key, "ran": ran, "phases": [phase.to_json() for phase in phases]}
     (scratch / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    if all(p["exit_status"] == PYTEST_PASSED for p in phases):
+    if all(p.exit_status == PYTEST_PASSED for p in phases):
         shutil.rmtree(cache, ignore_errors=True)
         scratch.rename(cache)
     else:
         cache = scratch  # a failing or broken self-test run is never reused
-    for name in (doc.MUTANTS_FILE, doc.CALIBRATION_FILE):
+    for name in (MUTANTS_FILE, CALIBRATION_FILE):
         (reports / name).unlink(missing_ok=True)
     return phases, {**meta, "reused": False, "folder": str(cache)}
 
@@ -195,7 +202,7 @@ def copy_selftest_results(reports: Path, cache: dict) -> None:
     """Put the self-tests' files beside the evidence, stamped with the cache key and when they ran."""
     folder = Path(cache["folder"])
     stamp = {"key": cache["key"], "ran": cache["ran"], "reused": cache["reused"]}
-    for name in (doc.MUTANTS_FILE, doc.CALIBRATION_FILE):
+    for name in (MUTANTS_FILE, CALIBRATION_FILE):
         target = reports / name
         target.unlink(missing_ok=True)
         if (folder / name).is_file():
@@ -211,11 +218,11 @@ def reference_evidence_path(cache_root: Path, key: str, profile: str, seed: int 
 
 def keep_reference_evidence(reports: Path, target: Path, run_id: str, ran: str) -> None:
     """Store the reference run's property evidence, so that a port's run can reuse what it would repeat."""
-    evidence = doc.read_json(reports / doc.EVIDENCE_FILE)
-    if evidence is None or evidence.get("run_id") != run_id:
+    evidence = Evidence.from_json(read_json(reports / EVIDENCE_FILE))
+    if evidence is None or evidence.run_id != run_id:
         return
     source = {"run_id": run_id, "ran": ran, "key": target.stem}
-    kept = {"source": source, "policy": evidence["policy"], "properties": evidence["properties"]}
+    kept = {"source": source, "policy": evidence.policy, "properties": [p.to_json() for p in evidence.properties]}
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_suffix(".partial")
     scratch.write_text(json.dumps(kept, indent=1) + "\n")
@@ -233,13 +240,13 @@ def reusable_properties(kept: dict, module) -> list[dict]:
     own = own_names(module)
     absent = object()
     carried = []
-    for entry in kept["properties"]:
-        if entry["outcome"] not in REUSABLE_OUTCOMES or entry.get("calls") is None or "looked_up" not in entry:
+    for entry in map(PropertyRecord.from_json, kept["properties"]):
+        if entry.outcome not in REUSABLE_OUTCOMES or entry.calls is None or entry.looked_up is None:
             continue
-        names = {*entry["calls"], *entry["looked_up"]}
+        names = {*entry.calls, *entry.looked_up}
         if all(getattr(module, name, absent) is getattr(reference, name, absent) for name in names):
-            calls = {name: {**record, "own": own.get(name, False)} for name, record in entry["calls"].items()}
-            carried.append({**entry, "calls": calls})
+            entry.calls = {name: {**record, "own": own.get(name, False)} for name, record in entry.calls.items()}
+            carried.append(entry.to_json())
     return carried
 
 
@@ -252,7 +259,7 @@ def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, re
         return {"reused": 0, "why": "CI=true (or --rerun-selftests): every property runs, none reused"}
     if not derandomized:
         return {"reused": 0, "why": "the profile draws random examples: a reference run's are not this run's"}
-    kept = doc.read_json(kept_path)
+    kept = read_json(kept_path)
     if kept is None:
         return {
             "reused": 0,
@@ -275,13 +282,13 @@ def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, re
 def clear_previous_report(reports: Path) -> None:
     """No file of an earlier run may be read as this run's: evidence and report are removed first."""
     for name in (
-        doc.EVIDENCE_FILE,
-        doc.VERIFY_JSON,
-        doc.VERIFY_MD,
-        doc.VERIFY_HTML,
-        doc.MUTANTS_FILE,
-        doc.CALIBRATION_FILE,
-        doc.RUN_FILE,
+        EVIDENCE_FILE,
+        VERIFY_JSON,
+        VERIFY_MD,
+        VERIFY_HTML,
+        MUTANTS_FILE,
+        CALIBRATION_FILE,
+        RUN_FILE,
         RECORDS_FILE,
         REUSE_FILE,
     ):
@@ -291,15 +298,15 @@ def clear_previous_report(reports: Path) -> None:
 def ledger_against_run(reports: Path) -> list[str]:
     """The ledger checked against the properties this run collected: a property listed nowhere, or whose
     markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`."""
-    evidence = doc.read_json(reports / doc.EVIDENCE_FILE)
+    evidence = Evidence.from_json(read_json(reports / EVIDENCE_FILE))
     if evidence is None:
         return []
     ledger, _ = read_ledger(ROOT / "ledger.json")
     claims_ledger = copy.deepcopy(doc.normalized_claims_ledger(ledger))
-    if evidence.get("profile") != THOROUGH_PROFILE:  # deselected under every other profile, so not collected
+    if evidence.profile != THOROUGH_PROFILE:  # deselected under every other profile, so not collected
         for claim in claims_ledger["claims"]:
             claim.pop("thorough_properties", None)
-    return repository_problems(claims_ledger, ROOT, evidence["properties"])
+    return repository_problems(claims_ledger, ROOT, [record.to_json() for record in evidence.properties])
 
 
 def verify(
@@ -357,10 +364,10 @@ def verify(
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     phases = [run_phase("properties", "1/4", properties, env)]
-    if phases[0]["problem"]:  # no evidence tells why: say how to see the tracebacks this phase did not print
+    if phases[0].problem:  # no evidence tells why: say how to see the tracebacks this phase did not print
         traced = f"HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist --impl={impl}"
-        say(f"[1/4] properties: {phases[0]['problem']}; to see its tracebacks: {traced}")
-    completed = phases[0]["exit_status"] in (PYTEST_PASSED, PYTEST_FAILED)
+        say(f"[1/4] properties: {phases[0].problem}; to see its tracebacks: {traced}")
+    completed = phases[0].exit_status in (PYTEST_PASSED, PYTEST_FAILED)
     if module.__name__ == DEFAULT_IMPLEMENTATION and profile_settings.derandomize and completed:
         keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
@@ -369,16 +376,16 @@ def verify(
     phases += selftests
     copy_selftest_results(reports, selftest_cache)
     say("[4/4] report")
-    facts = {
-        "run_id": run_id,
-        "phases": phases,
-        "suite_commit": git_commit(ROOT),
-        "suite_dirty": git_dirty(ROOT),
-        "selftests": {k: selftest_cache[k] for k in ("key", "ran", "reused")},
-        "reuse": {k: v for k, v in reuse.items() if k != "file"},
-        "ledger_problems": ledger_against_run(reports),
-    }
-    (reports / doc.RUN_FILE).write_text(json.dumps(facts, indent=1) + "\n")
+    facts = RunRecord(
+        run_id=run_id,
+        phases=phases,
+        suite_commit=git_commit(ROOT),
+        suite_dirty=git_dirty(ROOT),
+        selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
+        reuse={k: v for k, v in reuse.items() if k != "file"},
+        ledger_problems=ledger_against_run(reports),
+    )
+    (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(report, reports)
     return report["run"]["exit_status"]

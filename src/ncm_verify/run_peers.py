@@ -106,7 +106,7 @@ def run_peer(peer: Peer, folder: Path, run_id: str, jobs: int, env: dict, step: 
             jobs=jobs,
         )
         phase = run_phase(peer.name, step, command, env)
-        facts.update(exit_status=phase["exit_status"], seconds=phase["seconds"])
+        facts.update(exit_status=phase.exit_status, seconds=phase.seconds)
         if peer.edge_cases:
             edges = probe_peer(peer.module)
             (folder / comparison.EDGE_CASES_FILE).write_text(json.dumps(edges, indent=1) + "\n", encoding="utf-8")
@@ -127,7 +127,7 @@ def run_loop(folder: Path, run_id: str, jobs: int, env: dict, step: str) -> dict
         LOOP_PROPERTIES, "-q", *QUIET_FAILURES, f"--ncm-report-dir={folder}", f"--ncm-run-id={run_id}", jobs=jobs
     )
     phase = run_phase("transformers assisted generation", step, command, env)
-    facts.update(exit_status=phase["exit_status"], seconds=phase["seconds"])
+    facts.update(exit_status=phase.exit_status, seconds=phase.seconds)
     return facts
 
 

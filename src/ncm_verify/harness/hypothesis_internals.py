@@ -6,12 +6,13 @@ A Hypothesis upgrade that renames one breaks this module only (tests/test_plugin
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from hypothesis import settings
 from hypothesis.internal import constants_ast
 from hypothesis.internal.conjecture import engine
 from hypothesis.internal.conjecture.engine import ExitReason
+from hypothesis.statistics import collector
 
 SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
 """Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
@@ -56,6 +57,26 @@ def shrink_time_limit() -> float:
 def generated_seed(test) -> int | None:
     """The seed `test`'s last run drew; None when derandomized, seeded, or never run."""
     return getattr(test, _GENERATED_SEED, None)
+
+
+def explicit_examples(test) -> int:
+    """How many `@example`s `test` carries (Hypothesis runs each before it generates any)."""
+    return len(getattr(test, "hypothesis_explicit_examples", ()))
+
+
+@contextlib.contextmanager
+def statistics_reported_to(callback: Callable[[dict], None]) -> Iterator[None]:
+    """Inside the block, each finished `@given` test's engine statistics also go to `callback` (Hypothesis's own
+    statistics callback, for ``--hypothesis-show-statistics``, still gets them)."""
+    outer = collector.value
+
+    def keep(statistics):
+        callback(statistics)
+        if outer is not None:
+            outer(statistics)
+
+    with collector.with_value(keep):  # type: ignore[arg-type]  # typed by its default, None
+        yield
 
 
 def mines_constants_from(path: str) -> bool:

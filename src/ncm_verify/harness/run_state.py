@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from ncm_verify.protocol import RecordingImplementation
-
-RECORDS_FILE = "stats.jsonl"
-"""File under the report folder each chi-square result is appended to, one JSON line each."""
+from ncm_verify.evidence import RECORDS_FILE
 
 
 @dataclasses.dataclass
@@ -34,8 +30,6 @@ class RunState:
     """Every chi-square result of this process, in order."""
     differences: dict[str, dict] = dataclasses.field(default_factory=dict)
     """The largest difference per test and check, until the plugin takes the test's evidence."""
-    recorder: RecordingImplementation | None = None
-    """The recording view of the implementation, once the ``impl`` fixture made it."""
     test: str = ""
     """The node id of the test running now ("" between tests)."""
     kernels: tuple[str, ...] | None = None

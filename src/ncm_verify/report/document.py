@@ -11,32 +11,28 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ncm_verify.bench.ratios import BENCH_CLAIM
 from ncm_verify.bench.ratios import c9_summary as bench_line
+from ncm_verify.evidence import (
+    BENCH_FILE,
+    CALIBRATION_FILE,
+    EVIDENCE_FILE,
+    MUTANTS_FILE,
+    RUN_FILE,
+    Evidence,
+    Outcome,
+    RunRecord,
+    property_id,
+    read_json,
+)
 from ncm_verify.harness.checks import worst_bin_parts
 from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
 
 REPORT_SCHEMA = "ncm-verify/report/1"
-EVIDENCE_FILE = "evidence.json"
-MUTANTS_FILE = "mutants.json"
-CALIBRATION_FILE = "calibration.json"
-BENCH_FILE = "bench.json"
-RUN_FILE = "run.json"
-"""What `ncm-verify verify` knew of its run (phases, run id, self-test cache, reuse), kept for the rebuild."""
-VERIFY_JSON = "verify.json"
-VERIFY_MD = "verify.md"
-VERIFY_HTML = "verify.html"
-
-
-def read_json(path: Path) -> dict | None:
-    """The JSON at `path`, or None when the file is absent."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
 
 
 def normalized_claims(ledger: dict) -> list[dict]:
@@ -68,7 +64,7 @@ def mutants_summary(mutants: dict | None, claims: list[dict], expected: list[str
     rows = []
     for mutant in mutants.get("mutants", []):
         caught_by = sorted(mutant.get("caught_by", []))
-        claims = sorted({c for node in caught_by for c in claims_of_property.get(node.split("[", 1)[0], [])})
+        claims = sorted({c for node in caught_by for c in claims_of_property.get(property_id(node), [])})
         rows.append(
             {
                 "name": mutant["name"],
@@ -144,25 +140,25 @@ def bench_summary(bench: dict | None) -> dict | None:
     }
 
 
-def run_facts(evidence: dict | None, run: dict | None) -> dict:
+def run_facts(evidence: Evidence | None, run: dict | None) -> dict:
     """What identifies the run: implementation (name, path, hash, names it defines), profile, run id."""
-    facts = {"impl": None, "profile": None, "planned_tests": None}
+    facts: dict[str, Any] = {"impl": None, "profile": None, "planned_tests": None}
     if evidence is not None:
         facts.update(
-            impl=evidence["impl"],
-            profile=evidence.get("profile", "ci"),
-            planned_tests=(evidence.get("policy") or {}).get("planned_tests"),
-            run_id=evidence.get("run_id"),
-            implementation=evidence.get("implementation"),
-            checkpoint=evidence.get("checkpoint"),
+            impl=evidence.impl,
+            profile=evidence.profile or "ci",
+            planned_tests=(evidence.policy or {}).get("planned_tests"),
+            run_id=evidence.run_id,
+            implementation=evidence.implementation,
+            checkpoint=evidence.checkpoint,
         )
-        facts["impl_path"] = (evidence.get("implementation") or {}).get("path_argument")
+        facts["impl_path"] = (evidence.implementation or {}).get("path_argument")
     return {**facts, **(run or {})}
 
 
 def build_report(
     ledger: dict,
-    evidence: dict | None,
+    evidence_json: dict | None,
     mutants: dict | None = None,
     calibration: dict | None = None,
     bench: dict | None = None,
@@ -174,16 +170,18 @@ def build_report(
 
     `run` carries what the orchestrator knows: the run id, each phase's exit, where self-tests came from.
     """
-    nodes = evidence["properties"] if evidence else []
+    evidence = Evidence.from_json(evidence_json)
+    record = RunRecord.from_json(run)
+    nodes = evidence.properties if evidence else []
     facts = run_facts(evidence, run)
-    ledger_problems = [*ledger_problems, *facts.get("ledger_problems", [])]
+    ledger_problems = [*ledger_problems, *record.ledger_problems]
     ledger_claims = normalized_claims(ledger)
     claims = claim_status.make_claims(ledger_claims, nodes, facts)
     for claim in claims:  # C9: the last make bench's ratios, if it measured this impl and commit
         if claim["id"] == BENCH_CLAIM:
-            commit = (evidence or {}).get("environment", {}).get("commit")
+            commit = ((evidence.environment if evidence else None) or {}).get("commit")
             claim["reason"] = f"{claim['reason']}. {bench_line(bench, facts['impl'], commit)}"
-    claimed = {n["nodeid"] for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
+    claimed = {n.nodeid for c in ledger_claims for n in claim_status.claim_nodes(c, nodes)}
     mutant_table = mutants_summary(mutants, ledger_claims, expected_mutants)
     calibration_table = calibration_summary(calibration)
     verdict = claim_status.make_verdict(
@@ -193,7 +191,7 @@ def build_report(
         calibration_table,
         list(ledger_problems),
         ledger_claims,
-        phases=facts.get("phases"),
+        phases=record.phases,
         run_id=facts.get("run_id") if run else None,
     )
     return {
@@ -203,16 +201,16 @@ def build_report(
         "run_facts": facts,
         "run": verdict,
         "ledger_problems": list(ledger_problems),
-        "environment": evidence["environment"] if evidence else None,
-        "policy": evidence["policy"] if evidence else None,
-        "budget": evidence["budget"] if evidence else None,
+        "environment": evidence.environment if evidence else None,
+        "policy": evidence.policy if evidence else None,
+        "budget": evidence.budget.to_json() if evidence and evidence.budget else None,
         "claims": claims,
-        "unclaimed": sorted(n["nodeid"] for n in nodes if n["nodeid"] not in claimed),
+        "unclaimed": sorted(n.nodeid for n in nodes if n.nodeid not in claimed),
         "mutants": mutant_table,
-        "mlx_lm": mlx_lm_section.summarize(nodes, evidence["environment"] if evidence else None),
+        "mlx_lm": mlx_lm_section.summarize(nodes, evidence.environment if evidence else None),
         "calibration": calibration_table,
         "bench": bench_summary(bench),
-        "timing": (evidence or {}).get("timing"),
+        "timing": evidence.timing if evidence else None,
         "sources": ledger["sources"],
     }
 
@@ -616,7 +614,7 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
     properties = property_runs(report, "nodeid")
     for summary_of, meaning in (
         (
-            lambda p: p["outcome"] == "not provided" or p.get("implementation_use") == "inherited",
+            lambda p: p["outcome"] == Outcome.NOT_PROVIDED or p.get("implementation_use") == "inherited",
             "not provided by the implementation (its calls reached only inherited names, or names it lacks)",
         ),
         (
@@ -624,10 +622,10 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
             "the suite's own checks: they never call the implementation, so they check the oracle, not the module",
         ),
         (
-            lambda p: p["outcome"] == claim_status.NOT_APPLICABLE_OUTCOME,
+            lambda p: p["outcome"] == Outcome.NOT_APPLICABLE,
             "not applicable: they need what the module declares it cannot do (the reason is each one's skip reason)",
         ),
-        (lambda p: p["outcome"] == "skipped", "skipped"),
+        (lambda p: p["outcome"] == Outcome.SKIPPED, "skipped"),
     ):
         nodes = [p["nodeid"] for p in properties if summary_of(p)]
         if nodes:

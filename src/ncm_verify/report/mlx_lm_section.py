@@ -8,13 +8,15 @@ this run. If mlx-lm fixes it, the strict mark turns it into a failure (XPASS).
 
 from __future__ import annotations
 
+from ncm_verify.evidence import Outcome, PropertyRecord
+
 PROPERTY_FILE = "properties/test_mlx_lm_loop.py"
 VERDICTS = {
-    "passed": "pass",
-    "xfailed": "known upstream bug",
-    "failed": "fail",
-    "error": "fail",
-    "skipped": "not run",
+    Outcome.PASSED: "pass",
+    Outcome.XFAILED: "known upstream bug",
+    Outcome.FAILED: "fail",
+    Outcome.ERROR: "fail",
+    Outcome.SKIPPED: "not run",
 }
 
 
@@ -23,26 +25,25 @@ def parametrisation(nodeid: str) -> str:
     return nodeid.split("[", 1)[1].rstrip("]") if "[" in nodeid else ""
 
 
-def make_rows(nodes: list[dict]) -> list[dict]:
+def make_rows(nodes: list[PropertyRecord]) -> list[dict]:
     """One row per run of an mlx-lm property, in the order of the evidence."""
     rows = []
     for node in nodes:
-        if not node["nodeid"].startswith(PROPERTY_FILE):
+        if not node.nodeid.startswith(PROPERTY_FILE):
             continue
-        failure = node.get("failure") or {}
         rows.append(
             {
-                "property": node["property"].split("::", 1)[1],
-                "case": parametrisation(node["nodeid"]),
-                "verdict": VERDICTS.get(node["outcome"], node["outcome"]),
-                "reason": node.get("xfail_reason") or failure.get("message") or node.get("skip_reason") or "",
-                "examples": (node.get("hypothesis") or {}).get("examples"),
+                "property": node.property.split("::", 1)[1],
+                "case": parametrisation(node.nodeid),
+                "verdict": VERDICTS.get(node.outcome, node.outcome.value),
+                "reason": node.xfail_reason or (node.failure and node.failure.message) or node.skip_reason or "",
+                "examples": node.hypothesis.examples if node.hypothesis else None,
             }
         )
     return rows
 
 
-def summarize(nodes: list[dict], environment: dict | None) -> dict | None:
+def summarize(nodes: list[PropertyRecord], environment: dict | None) -> dict | None:
     """The section's data for verify.json; None when no mlx-lm property ran."""
     rows = make_rows(nodes)
     if not rows:

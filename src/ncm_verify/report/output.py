@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ncm_verify.evidence import VERIFY_HTML, VERIFY_JSON, VERIFY_MD
 from ncm_verify.report import document as doc
 
 
@@ -15,9 +16,9 @@ def write_reports(reports_dir: Path, ledger_path: Path | None = None) -> dict:
 
     report = doc.load_report(reports_dir, ledger_path)
     reports_dir.mkdir(parents=True, exist_ok=True)
-    doc.write_json(report, reports_dir / doc.VERIFY_JSON)
-    (reports_dir / doc.VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
-    (reports_dir / doc.VERIFY_HTML).write_text(render_html(report), encoding="utf-8")
+    doc.write_json(report, reports_dir / VERIFY_JSON)
+    (reports_dir / VERIFY_MD).write_text(render_markdown(report), encoding="utf-8")
+    (reports_dir / VERIFY_HTML).write_text(render_html(report), encoding="utf-8")
     return report
 
 
@@ -26,5 +27,5 @@ def print_report(report: dict, reports_dir: Path) -> None:
     from ncm_verify.report.terminal import render_terminal
 
     print(render_terminal(report))
-    names = ", ".join(str(reports_dir / name) for name in (doc.VERIFY_JSON, doc.VERIFY_MD, doc.VERIFY_HTML))
+    names = ", ".join(str(reports_dir / name) for name in (VERIFY_JSON, VERIFY_MD, VERIFY_HTML))
     print(f"  report: {names}")

@@ -9,9 +9,9 @@ run fails when the planted peer is not caught, or when a peer's run broke (no ve
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ncm_verify.evidence import EVIDENCE_FILE, Evidence, Outcome, PropertyRecord, read_json
 from ncm_verify.report import document as doc
 from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
@@ -24,20 +24,16 @@ COMPARISON_JSON = "peers.json"
 COMPARISON_MD = "peers.md"
 SCHEMA = "ncm-verify/peers/1"
 VERDICTS = {
-    "passed": "pass",
-    "failed": "fail",
-    "error": "fail (error)",
-    "not applicable": "not applicable",
-    "not provided": "not provided",
-    "skipped": "skipped",
-    "xfailed": "known upstream bug",
+    Outcome.PASSED: "pass",
+    Outcome.FAILED: "fail",
+    Outcome.ERROR: "fail (error)",
+    Outcome.NOT_APPLICABLE: "not applicable",
+    Outcome.NOT_PROVIDED: "not provided",
+    Outcome.SKIPPED: "skipped",
+    Outcome.XFAILED: "known upstream bug",
 }
 ACCEPTANCE_PROPERTY = "test_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law"
 """The property whose law is the acceptance law: (drafts, accepted count, emitted token), exact by enumeration."""
-
-
-def read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def first_lines(text: str | None, count: int = 3) -> str:
@@ -45,10 +41,10 @@ def first_lines(text: str | None, count: int = 3) -> str:
     return " / ".join(lines[:count])
 
 
-def evidence_cell(node: dict) -> str:
+def evidence_cell(node: PropertyRecord) -> str:
     """What a property run rests on: samples and p-value, the exact mismatch, or the reason it did not apply."""
-    failure = node.get("failure")
-    summary = claim_status.stats_summary(node.get("stats", []))
+    failure = node.failure
+    summary = claim_status.stats_summary(node.stats)
     parts = []
     if summary:
         parts.append(
@@ -59,35 +55,34 @@ def evidence_cell(node: dict) -> str:
         if summary["impossible_count"]:
             parts.append(f"{summary['impossible_count']} samples on impossible outcomes")
     if failure:
-        parts.append(first_lines(failure.get("message")))
-    elif node.get("skip_reason"):
-        parts.append(node["skip_reason"].removeprefix("Skipped: "))
+        parts.append(first_lines(failure.message))
+    elif node.skip_reason:
+        parts.append(node.skip_reason.removeprefix("Skipped: "))
     elif not summary:
-        examples = (node.get("hypothesis") or {}).get("examples")
+        examples = node.hypothesis.examples if node.hypothesis else None
         parts.append(f"{examples} examples, exact checks" if examples is not None else "one fixed case")
     return "; ".join(parts)
 
 
-def property_rows(evidence: dict | None) -> list[dict]:
+def property_rows(evidence: Evidence | None) -> list[dict]:
     """One row per property run of a peer."""
     rows = []
-    for node in (evidence or {}).get("properties", []):
-        failure = node.get("failure") or {}
+    for node in evidence.properties if evidence else []:
         rows.append(
             {
-                "property": node["nodeid"],
-                "verdict": VERDICTS.get(node["outcome"], node["outcome"]),
+                "property": node.nodeid,
+                "verdict": VERDICTS.get(node.outcome, node.outcome.value),
                 "evidence": evidence_cell(node),
-                "reproduce": failure.get("reproduce_failure"),
-                "example": failure.get("falsifying_example"),
+                "reproduce": node.failure.reproduce_failure if node.failure else None,
+                "example": node.failure.falsifying_example if node.failure else None,
             }
         )
     return rows
 
 
-def sample_sizes(evidence: dict | None) -> dict | None:
+def sample_sizes(evidence: Evidence | None) -> dict | None:
     """The peer's chi-square tests: how many, their n, alpha and the weakest detectable deviation (TV, power 0.99)."""
-    records = [r for node in (evidence or {}).get("properties", []) for r in node.get("stats", [])]
+    records = [r for node in (evidence.properties if evidence else []) for r in node.stats]
     summary = claim_status.stats_summary(records)
     if summary is None:
         return None
@@ -101,18 +96,18 @@ def sample_sizes(evidence: dict | None) -> dict | None:
     }
 
 
-def acceptance(evidence: dict | None) -> dict | None:
+def acceptance(evidence: Evidence | None) -> dict | None:
     """The acceptance law's property: verdict and evidence (its law is exact, from the declared rule)."""
-    for node in (evidence or {}).get("properties", []):
-        if node["property"].endswith(ACCEPTANCE_PROPERTY):
-            return {"verdict": VERDICTS.get(node["outcome"], node["outcome"]), "evidence": evidence_cell(node)}
+    for node in evidence.properties if evidence else []:
+        if node.property.endswith(ACCEPTANCE_PROPERTY):
+            return {"verdict": VERDICTS.get(node.outcome, node.outcome.value), "evidence": evidence_cell(node)}
     return None
 
 
 def peer_summary(folder: Path) -> dict:
     """One peer as the comparison shows it, from its folder."""
     facts = read_json(folder / PEER_FILE) or {"name": folder.name, "problem": "no peer.json: it did not run"}
-    evidence = read_json(folder / "evidence.json")
+    evidence = Evidence.from_json(read_json(folder / EVIDENCE_FILE))
     rows = property_rows(evidence)
     counts: dict[str, int] = {}
     for row in rows:
@@ -122,7 +117,7 @@ def peer_summary(folder: Path) -> dict:
     if facts.get("exit_status") not in (None, 0, 1):
         problems.append(f"its pytest run exited {facts['exit_status']}: no verdict")
     if evidence is None and not facts.get("problem"):
-        problems.append("no evidence.json")
+        problems.append(f"no {EVIDENCE_FILE}")
     if facts.get("planted") and not problems:
         caught = any(row["verdict"] == "fail" for row in rows)  # by assertion: an error is no catch
         if not caught:
@@ -139,11 +134,11 @@ def peer_summary(folder: Path) -> dict:
     }
 
 
-def mlx_lm_rows(main_evidence: dict | None) -> dict | None:
+def mlx_lm_rows(main_evidence: Evidence | None) -> dict | None:
     """mlx-lm's loop as the main run (`make verify`) judged it, when its evidence is at hand."""
     if main_evidence is None:
         return None
-    return mlx_lm_section.summarize(main_evidence["properties"], main_evidence.get("environment"))
+    return mlx_lm_section.summarize(main_evidence.properties, main_evidence.environment)
 
 
 def make_comparison(reports: Path) -> dict:
@@ -161,7 +156,7 @@ def make_comparison(reports: Path) -> dict:
         "exit_status": 0 if not reasons else 1,
         "reasons": reasons,
         "peers": peers,
-        "mlx_lm": mlx_lm_rows(read_json(Path(reports) / "evidence.json")),
+        "mlx_lm": mlx_lm_rows(Evidence.from_json(read_json(Path(reports) / EVIDENCE_FILE))),
     }
 
 

@@ -22,6 +22,15 @@ from __future__ import annotations
 
 import math
 
+from ncm_verify.evidence import (
+    EVIDENCE_FILE,
+    FAILING_OUTCOMES,
+    Evidence,
+    HypothesisSummary,
+    Outcome,
+    Phase,
+    PropertyRecord,
+)
 from ncm_verify.harness import stats
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
@@ -29,7 +38,8 @@ SHOWN = "shown"
 NOT_SHOWN = "not shown"
 FAILED = "failed"
 NOT_CHECKABLE = "not checkable"
-NOT_PROVIDED = "not provided"
+NOT_PROVIDED = Outcome.NOT_PROVIDED.value
+"""A claim whose properties need names, or capabilities, the module lacks: the word of their runs' outcome."""
 NOT_RUN = "not run"
 KNOWN_UPSTREAM_BUGS = "known upstream bugs"
 """Every other property passed and those left ran only as strict xfails: bugs of the third-party code judged
@@ -43,12 +53,6 @@ ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_
 """Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
 
 PASSED, RUN_FAILED = "passed", "failed"
-FAILING_OUTCOMES = ("failed", "error")
-NOT_PROVIDED_OUTCOME = "not provided"
-"""The plugin's outcome for a property that needed a protocol name the module lacks."""
-NOT_APPLICABLE_OUTCOME = "not applicable"
-"""The plugin's outcome for a property that needs a capability the module declares it lacks (with its reason):
-like a name it lacks, neither a pass nor a failure."""
 
 MIN_DISTINCT_EXAMPLES = 10
 """Distinct examples (distinct laws, for a statistical property) a Hypothesis property must run."""
@@ -64,13 +68,13 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
-def reproduce_command(node: dict, run: dict) -> str:
+def reproduce_command(node: PropertyRecord, run: dict) -> str:
     """The shell line that reruns one property exactly as the run did: same profile, impl and planned tests."""
     planned = run.get("planned_tests")
     planned_option = f" --ncm-planned-tests={planned}" if planned else ""
     impl = run.get("impl_path") or run.get("impl")
     return (
-        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} .venv/bin/python -m pytest '{node['nodeid']}' "
+        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} .venv/bin/python -m pytest '{node.nodeid}' "
         f"-p no:xdist --impl={impl}{planned_option}"
     )
 
@@ -149,27 +153,26 @@ def largest_difference(differences: list[dict]) -> dict | None:
     return {**worst, "ratio": None if math.isinf(ratio) else ratio}
 
 
-def distinct_examples(node: dict) -> int | None:
+def distinct_examples(node: PropertyRecord) -> int | None:
     """Distinct examples a property ran: laws if statistical, else Hypothesis's valid examples (never repeated).
 
     None for a plain test, which checks one fixed case by design.
     """
-    hypothesis = node.get("hypothesis")
-    if node.get("statistical_tests_per_example"):
-        return distinct_laws(node.get("stats", [])) if node.get("stats") else 0
-    if hypothesis is None:
+    if node.statistical_tests_per_example:
+        return distinct_laws(node.stats) if node.stats else 0
+    if node.hypothesis is None:
         return None
-    return hypothesis.get("examples") or 0
+    return node.hypothesis.examples or 0
 
 
-def implementation_use(node: dict, impl: str, claim_id: str | None = None) -> tuple[str, str]:
+def implementation_use(node: PropertyRecord, impl: str | None, claim_id: str | None = None) -> tuple[str, str]:
     """('implementation' | 'suite' | 'inherited' | 'unknown', why) from the calls a property made.
 
     For `claim_id`, only calls into that claim's kernels count when the property called any (a relation
     checked on every kernel is evidence for C6 only through the C6 kernels). Without call records (older
     evidence) the use is unknown and not held against it.
     """
-    calls = node.get("calls")
+    calls = node.calls
     if calls is None:
         return "unknown", ""
     if not calls:
@@ -191,81 +194,80 @@ def count_by_file(nodes: list[str]) -> str:
     return ", ".join(f"{name} ({number})" for name, number in counts.items())
 
 
-def reused_note(node: dict) -> str | None:
+def reused_note(node: PropertyRecord) -> str | None:
     """'reused from reference run <id> (<time>)' for evidence carried from the reference's run, else None."""
-    source = node.get("reused")
+    source = node.reused
     return f"reused from reference run {source['run_id']} ({source['ran']})" if source else None
 
 
-def searched_and_found(node: dict) -> bool:
+def searched_and_found(node: PropertyRecord) -> bool:
     """A property that passed because its search found what it looked for (a counterexample shown to exist),
     or that Hypothesis ran to exhaustion: its example count is not a measure of its evidence."""
-    hypothesis = node.get("hypothesis") or {}
-    found = (hypothesis.get("failing_examples") or 0) > 0 and node["outcome"] == "passed"
-    return found or (hypothesis.get("stopped_because") or "").startswith("nothing left to do")
+    hypothesis = node.hypothesis or HypothesisSummary()
+    found = (hypothesis.failing_examples or 0) > 0 and node.outcome == Outcome.PASSED
+    return found or (hypothesis.stopped_because or "").startswith("nothing left to do")
 
 
-def property_evidence(node: dict, impl: str) -> list[str]:
+def property_evidence(node: PropertyRecord) -> list[str]:
     """Why a passing property run is not evidence enough for its claims (empty: it is)."""
     reasons = []
     distinct = distinct_examples(node)
-    exempt = searched_and_found(node) and not node.get("statistical_tests_per_example")
+    exempt = searched_and_found(node) and not node.statistical_tests_per_example
     if distinct is not None and distinct < MIN_DISTINCT_EXAMPLES and not exempt:
-        unit = "distinct law" if node.get("statistical_tests_per_example") else "distinct example"
+        unit = "distinct law" if node.statistical_tests_per_example else "distinct example"
         reasons.append(f"ran {count(distinct, unit)} < {MIN_DISTINCT_EXAMPLES}")
-    if node.get("statistical_tests_per_example") and not node.get("stats"):
+    if node.statistical_tests_per_example and not node.stats:
         reasons.append("statistical but ran no chi-square test")
-    hypothesis = node.get("hypothesis") or {}
-    valid, invalid = hypothesis.get("examples") or 0, hypothesis.get("invalid_examples") or 0
+    hypothesis = node.hypothesis or HypothesisSummary()
+    valid, invalid = hypothesis.examples or 0, hypothesis.invalid_examples or 0
     if invalid and invalid > MAX_FILTERED_FRACTION * (valid + invalid):
         reasons.append(f"{invalid} of {valid + invalid} examples filtered out")
     return reasons
 
 
-def property_summary(node: dict, run: dict, claim_id: str | None = None) -> dict:
+def property_summary(node: PropertyRecord, run: dict, claim_id: str | None = None) -> dict:
     """One property run as the report shows it, with what it is evidence of (for `claim_id`)."""
-    hypothesis = node.get("hypothesis") or {}
-    failure = node.get("failure")
+    hypothesis = node.hypothesis or HypothesisSummary()
     use, use_reason = implementation_use(node, run.get("impl"), claim_id)
     summary = {
-        "nodeid": node["nodeid"],
-        "property": node["property"],
-        "claims": node.get("claims", []),
-        "outcome": node["outcome"],
-        "duration_s": node.get("duration_s"),
-        "examples": hypothesis.get("examples"),
+        "nodeid": node.nodeid,
+        "property": node.property,
+        "claims": node.claims,
+        "outcome": node.outcome.value,
+        "duration_s": node.duration_s,
+        "examples": hypothesis.examples,
         "distinct_examples": distinct_examples(node),
-        "invalid_examples": hypothesis.get("invalid_examples"),
-        "stopped_because": hypothesis.get("stopped_because"),
-        "statistics": stats_summary(node.get("stats", [])),
-        "largest_difference": largest_difference(node.get("differences", [])),
-        "skip_reason": node.get("skip_reason"),
-        "calls": node.get("calls"),
+        "invalid_examples": hypothesis.invalid_examples,
+        "stopped_because": hypothesis.stopped_because,
+        "statistics": stats_summary(node.stats),
+        "largest_difference": largest_difference(node.differences),
+        "skip_reason": node.skip_reason,
+        "calls": node.calls,
         "implementation_use": use,
         "implementation_use_reason": use_reason,
         "reused": reused_note(node),
-        "insufficient": property_evidence(node, run.get("impl")) if node["outcome"] == "passed" else [],
+        "insufficient": property_evidence(node) if node.outcome == Outcome.PASSED else [],
         "failure": None,
     }
-    if failure:
-        summary["failure"] = {**failure, "command": reproduce_command(node, run)}
+    if node.failure:
+        summary["failure"] = {**node.failure.to_json(), "command": reproduce_command(node, run)}
     return summary
 
 
 # --- one claim ---
 
 
-def claim_nodes(claim: dict, nodes: list[dict]) -> list[dict]:
+def claim_nodes(claim: dict, nodes: list[PropertyRecord]) -> list[PropertyRecord]:
     """Evidence entries behind a claim: listed by the ledger or marked with the claim id."""
     listed = set(claim_properties(claim))
-    return [n for n in nodes if n["property"] in listed or claim["id"] in n.get("claims", [])]
+    return [n for n in nodes if n.property in listed or claim["id"] in n.claims]
 
 
-def fails_claim(node: dict, claim_id: str) -> bool:
+def fails_claim(summary: dict, claim_id: str) -> bool:
     """A failure counts against the claims of the kernels its failing example exercised, when known."""
-    if node["outcome"] not in FAILING_OUTCOMES:
+    if summary["outcome"] not in FAILING_OUTCOMES:
         return False
-    attributed = (node.get("failure") or {}).get("claims")
+    attributed = (summary["failure"] or {}).get("claims")
     return not attributed or claim_id in attributed
 
 
@@ -282,7 +284,7 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     if (
         failing
         and claim.get("hypothesis")
-        and all(s["outcome"] == "failed" for s in summaries if s["nodeid"] in failing)
+        and all(s["outcome"] == Outcome.FAILED for s in summaries if s["nodeid"] in failing)
     ):
         return REFUTED, f"the data refute it: {len(failing)} of {runs} failed by assertion: {', '.join(failing)}"
     if failing:
@@ -294,17 +296,17 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     ]
     if elsewhere:
         return NOT_SHOWN, f"failed on another claim's kernel: {', '.join(elsewhere)}"
-    skipped = [s["nodeid"] for s in summaries if s["outcome"] == "skipped"]
+    skipped = [s["nodeid"] for s in summaries if s["outcome"] == Outcome.SKIPPED]
     if skipped:
         return NOT_RUN, f"{len(skipped)} of {runs} skipped: {', '.join(skipped)}"
     not_provided = [
         s
         for s in summaries
-        if s["outcome"] in (NOT_PROVIDED_OUTCOME, NOT_APPLICABLE_OUTCOME) or s["implementation_use"] == "inherited"
+        if s["outcome"] in (Outcome.NOT_PROVIDED, Outcome.NOT_APPLICABLE) or s["implementation_use"] == "inherited"
     ]
-    ran = {s["property"] for s in summaries if s["outcome"] == "passed"}
+    ran = {s["property"] for s in summaries if s["outcome"] == Outcome.PASSED}
     missing = [p for p in claim["properties"] if p not in ran | {s["property"] for s in not_provided}]
-    xfailed = {s["property"] for s in summaries if s["outcome"] == "xfailed"}
+    xfailed = {s["property"] for s in summaries if s["outcome"] == Outcome.XFAILED}
     known = [p for p in missing if p in xfailed]
     if known and len(known) == len(missing):  # an xfail is a known upstream bug: neither a pass nor a failure
         listed = count(len(known), "listed property", "listed properties")
@@ -325,7 +327,7 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         for s in not_provided:
             by_reason.setdefault(s["skip_reason"] or s["implementation_use_reason"], []).append(s["nodeid"])
         why = "; ".join(f"{reason} [{count_by_file(nodes)}]" for reason, nodes in by_reason.items())
-        applicable = all(s["outcome"] != NOT_APPLICABLE_OUTCOME for s in not_provided)
+        applicable = all(s["outcome"] != Outcome.NOT_APPLICABLE for s in not_provided)
         said = "not provided by the module" if applicable else "not provided by the module or not applicable to it"
         return NOT_PROVIDED, f"{len(not_provided)} of {runs} {said}: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
@@ -338,7 +340,7 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     )
 
 
-def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list[dict]:
+def make_claims(ledger_claims: list[dict], nodes: list[PropertyRecord], run: dict) -> list[dict]:
     """Every ledger claim with its derived status and the property summaries behind it."""
     claims = []
     for claim in ledger_claims:
@@ -367,21 +369,26 @@ def make_claims(ledger_claims: list[dict], nodes: list[dict], run: dict) -> list
 # --- the parts of a run, and the run ---
 
 
-def refutes_a_hypothesis(node: dict, hypotheses: frozenset[str]) -> bool:
+def refutes_a_hypothesis(node: PropertyRecord, hypotheses: frozenset[str]) -> bool:
     """A property of research hypotheses alone that failed by assertion: a finding (`REFUTED`), not a failure."""
-    return node["outcome"] == "failed" and bool(node.get("claims")) and set(node["claims"]) <= hypotheses
+    return node.outcome == Outcome.FAILED and bool(node.claims) and set(node.claims) <= hypotheses
 
 
-def properties_part(evidence: dict | None, hypotheses: frozenset[str] = frozenset()) -> list[str]:
+def outcome_counts(nodes) -> dict[str, int]:
+    """Property runs per outcome, outcomes by name in order."""
+    outcomes: dict[str, int] = {}
+    for node in nodes:
+        outcomes[node.outcome.value] = outcomes.get(node.outcome.value, 0) + 1
+    return dict(sorted(outcomes.items()))
+
+
+def properties_part(evidence: Evidence | None, hypotheses: frozenset[str] = frozenset()) -> list[str]:
     if evidence is None:
         return ["no evidence: the properties were not run"]
-    outcomes: dict[str, int] = {}
-    for node in evidence["properties"]:
-        if refutes_a_hypothesis(node, hypotheses):
-            continue
-        outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
-    reasons = [f"{count(outcomes[o], 'property run')} {o}" for o in ("failed", "error", "skipped") if outcomes.get(o)]
-    if not evidence["properties"]:
+    outcomes = outcome_counts(node for node in evidence.properties if not refutes_a_hypothesis(node, hypotheses))
+    failing = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
+    reasons = [f"{count(outcomes[o.value], 'property run')} {o.value}" for o in failing if outcomes.get(o.value)]
+    if not evidence.properties:
         reasons.append("no property ran")
     return reasons
 
@@ -450,20 +457,20 @@ def calibration_part(calibration: dict | None) -> list[str]:
     return reasons
 
 
-def budget_part(evidence: dict | None) -> list[str]:
+def budget_part(evidence: Evidence | None) -> list[str]:
     if evidence is None:
         return ["no evidence"]
-    budget = evidence["budget"]
-    return [budget["note"]] if budget.get("run_failed_by_budget") else []
+    budget = evidence.budget
+    return [budget.note] if budget is not None and budget.run_failed_by_budget else []
 
 
-def ledger_part(ledger_problems: list[str], ledger_claims: list[dict], nodes: list[dict]) -> list[str]:
+def ledger_part(ledger_problems: list[str], ledger_claims: list[dict], nodes: list[PropertyRecord]) -> list[str]:
     known = {c["id"] for c in ledger_claims}
-    unknown = sorted({(claim, n["nodeid"]) for n in nodes for claim in n.get("claims", []) if claim not in known})
+    unknown = sorted({(claim, n.nodeid) for n in nodes for claim in n.claims if claim not in known})
     return [*ledger_problems, *(f"{nodeid}: claim marker {claim} names no ledger entry" for claim, nodeid in unknown)]
 
 
-def phases_part(phases: list[dict] | None, evidence: dict | None, run_id: str | None) -> list[str]:
+def phases_part(phases: list[Phase] | None, evidence: Evidence | None, run_id: str | None) -> list[str]:
     """Each phase's exit status as expected, and the evidence stamped with this run's id.
 
     No phases (no run.json: the evidence was written by pytest alone) is no pass: a self-test or a phase that
@@ -471,24 +478,24 @@ def phases_part(phases: list[dict] | None, evidence: dict | None, run_id: str | 
     """
     if phases is None:
         return ["no run record (run.json): the phases are unknown, so their exit statuses are not shown"]
-    reasons = [f"phase {p['name']}: {p['problem']}" for p in phases if p.get("problem")]
-    if run_id and evidence is not None and evidence.get("run_id") != run_id:
-        reasons.append(f"evidence.json belongs to run {evidence.get('run_id')}, not this run {run_id}")
+    reasons = [f"phase {p.name}: {p.problem}" for p in phases if p.problem]
+    if run_id and evidence is not None and evidence.run_id != run_id:
+        reasons.append(f"{EVIDENCE_FILE} belongs to run {evidence.run_id}, not this run {run_id}")
     return reasons
 
 
 def make_verdict(
-    evidence: dict | None,
+    evidence: Evidence | None,
     claims: list[dict],
     mutants: dict | None,
     calibration: dict | None,
     ledger_problems: list[str],
     ledger_claims: list[dict],
-    phases: list[dict] | None = None,
+    phases: list[Phase] | None = None,
     run_id: str | None = None,
 ) -> dict:
     """The run's verdict: passed only when every part passed. Exit status 0 exactly when passed."""
-    nodes = evidence["properties"] if evidence else []
+    nodes = evidence.properties if evidence else []
     parts = {
         "phases": phases_part(phases, evidence, run_id),
         "properties": properties_part(evidence, frozenset(c["id"] for c in ledger_claims if c.get("hypothesis"))),
@@ -499,15 +506,12 @@ def make_verdict(
         "ledger": ledger_part(ledger_problems, ledger_claims, nodes),
     }
     reasons = [f"{name}: {reason}" for name in PARTS for reason in parts[name]]
-    outcomes: dict[str, int] = {}
-    for node in nodes:
-        outcomes[node["outcome"]] = outcomes.get(node["outcome"], 0) + 1
     verdict = PASSED if not reasons else RUN_FAILED
     return {
         "verdict": verdict,
         "exit_status": 0 if verdict == PASSED else 1,
         "reasons": reasons,
         "parts": {name: {"passed": not parts[name], "reasons": parts[name]} for name in PARTS},
-        "outcomes": dict(sorted(outcomes.items())),
-        "examples": sum((n.get("hypothesis") or {}).get("examples") or 0 for n in nodes),
+        "outcomes": outcome_counts(nodes),
+        "examples": sum((n.hypothesis.examples or 0) if n.hypothesis else 0 for n in nodes),
     }
