@@ -42,6 +42,7 @@ from ncm_verify.reference.speculative import (
     _row_sums,
     _run_compiled_step,
     _scale_rows,
+    _size_operand,
     all_drafts,
     draw_from_blocks,
     valid_rows,
@@ -188,7 +189,7 @@ def _gather_entries(rows: mx.array, row: mx.array, ids: mx.array) -> mx.array:
     """``rows[b, row[b, n], ids[b, n]]`` ``[B, N]`` without copying any row (padded ids read index 0)."""
     batch, count, vocab = rows.shape
     wide = count * vocab >= 2**31
-    flat = row.astype(mx.int64 if wide else mx.int32) * vocab + mx.maximum(ids, 0)
+    flat = row.astype(mx.int64 if wide else mx.int32) * _size_operand(vocab) + mx.maximum(ids, 0)
     return mx.take_along_axis(rows.reshape(batch, count * vocab), flat, axis=1)
 
 
@@ -226,7 +227,8 @@ def _walk_decisions(real, parent, accepted):
     node = _positions(count)[None]
     owners = _positions(count + 1)[None, :, None] - 1
     chosen_by = (parent[:, None, :] == owners) & (real & accepted)[:, None, :]
-    chosen = mx.min(mx.where(chosen_by, node[:, None, :], count), axis=-1)
+    beyond = _size_operand(count)
+    chosen = mx.min(mx.where(chosen_by, node[:, None, :], beyond), axis=-1)
     on_path = real & (mx.take_along_axis(chosen, parent + 1, axis=1) == node)
     jump = parent
     for _ in range(max(count - 1, 1).bit_length()):
@@ -235,9 +237,9 @@ def _walk_decisions(real, parent, accepted):
         jump = mx.where(above, mx.take_along_axis(jump, mx.maximum(jump, 0), axis=1), -1)
     num_accepted = on_path.astype(mx.int32).sum(axis=1)
     # Ancestors come first (topological order): the path is the on-path nodes in increasing index.
-    path = mx.sort(mx.where(on_path, node, count), axis=1)
+    path = mx.sort(mx.where(on_path, node, beyond), axis=1)
     stop = mx.max(mx.where(on_path, node, -1), axis=1)
-    return mx.where(path < count, path, PAD_TOKEN), num_accepted, stop
+    return mx.where(path < beyond, path, PAD_TOKEN), num_accepted, stop
 
 
 CHAINS = -1
@@ -288,7 +290,10 @@ def _apply_tree_with(
     # Nodes whose residual needs a full row, in (parent, index) order so that each sibling list runs unbroken.
     full = real & ((rank > 0) | (not levels.fresh))
     slots = (count if not levels.fresh else max(count - 1, 0)) if later is None else min(max(later, 0), count)
-    key = mx.where(full, (parent + 1) * count, (count + 1) * count) + _positions(count)[None]
+    key = (
+        mx.where(full, (parent + 1) * _size_operand(count), _size_operand((count + 1) * count))
+        + _positions(count)[None]
+    )
     order = mx.argsort(key, axis=1)[:, :slots]  # lazy: never run when no slot reads it
     ids = _positions(vocab)[None]
     judged_mass = mx.ones((batch, count + 1), dtype=mx.float32)
@@ -505,13 +510,13 @@ def _tree_values_valid(target_probs, draft_probs, tree_tokens, parents, num_node
     real = node < num_nodes[:, None]
     table, ids = parents.astype(mx.int32), tree_tokens.astype(mx.int64)
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
-    ok = ok & mx.all((num_nodes >= 0) & (num_nodes <= count))
+    ok = ok & mx.all((num_nodes >= 0) & (num_nodes <= _size_operand(count)))
     # A real node's parent is -1 or an earlier (hence real) node; padding holds -1: no cycle can pass.
     ok = ok & mx.all(mx.where(real, (table >= -1) & (table < node), table == -1))
-    ok = ok & mx.all(mx.where(real, ids >= 0, ids >= PAD_TOKEN) & (ids < vocab))
-    safe = mx.clip(ids, 0, vocab - 1).astype(mx.int32)
+    ok = ok & mx.all(mx.where(real, ids >= 0, ids >= PAD_TOKEN) & (ids < _size_operand(vocab)))
+    safe = mx.clip(ids, 0, _size_operand(vocab - 1)).astype(mx.int32)
     if mode != "top_k":
-        q_x = _gather_entries(draft_probs, mx.clip(table, -1, count - 1) + 1, safe)
+        q_x = _gather_entries(draft_probs, mx.clip(table, -1, _size_operand(count - 1)) + 1, safe)
         ok = ok & mx.all(mx.where(real, q_x > 0, True))
     if mode != "with_replacement":
         both = real[:, :, None] & real[:, None, :] & (node[:, None, :] < node[:, :, None])
