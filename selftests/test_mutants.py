@@ -42,12 +42,13 @@ def properties_for(name: str) -> list[str]:
     catchers = catchers_of(name)
     listed = [prop for claim in LEDGER["claims"] if claim["id"] in catchers.claims for prop in claim["properties"]]
     files = {prop.split("::")[0] for prop in listed}
-    named = {prop.split("[")[0] for prop in (*catchers.sweep, *catchers.blind)}
+    named = {prop.split("[")[0] for prop in (*catchers.sweep, *catchers.blind, *catchers.first)}
     if not named <= files | set(listed):
         raise ValueError(
             f"name: {name}'s catchers name {sorted(named - files - set(listed))}, unlisted by {catchers.claims}"
         )
-    return list(catchers.sweep) or sorted(files - set(catchers.blind))
+    rest = sorted(files - set(catchers.blind) - set(catchers.first))
+    return list(catchers.sweep) or [*catchers.first, *rest]
 
 
 def test_each_planted_bug_is_swept_against_properties_its_claims_list_and_a_row_naming_others_is_refused(
@@ -56,6 +57,8 @@ def test_each_planted_bug_is_swept_against_properties_its_claims_list_and_a_row_
     assert all(properties_for(name) for name in MUTANTS)
     assert properties_for("tree_mass_not_reset") == ["properties/test_tree.py", "properties/test_apply_exact.py"]
     assert properties_for("tree_loop_positions_by_index") == ["properties/test_tree_loop.py"]  # the longest prefix
+    cache_files = properties_for("cache_lru_ignores_hits")  # its stateful model first, then every other prefix file
+    assert cache_files[0] == "properties/test_prefix_cache_model.py" and len(set(cache_files)) == len(cache_files) > 1
     monkeypatch.setitem(mutants.CATCHERS, "cache_", Catchers(("C15",), sweep=("properties/test_chain.py",)))
     with pytest.raises(ValueError, match=r"^name: cache_lru_ignores_hits's catchers name \['properties/test_chain"):
         properties_for("cache_lru_ignores_hits")
