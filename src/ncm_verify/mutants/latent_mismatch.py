@@ -2,7 +2,8 @@
 
 from ncm_verify.mutants import make_implementation
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference.speculative import LatentChainOutcome, apply_factorized, select_code
+from ncm_verify.reference._kernels.chain import LatentChainOutcome, apply_factorized
+from ncm_verify.reference.speculative import select_code
 
 
 def apply_latent_chain_mismatched(
