@@ -77,8 +77,7 @@ BLOCK_RULES = BlockRules(
 def apply_block(
     target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules: BlockRules = BLOCK_RULES
 ) -> ChainOutcome:
-    """Block verification given uniforms ``[B, 2, G+1]``: ``u[b, 0, i]`` judges position i + 1, ``u[b, 1, 0]``
-    draws the last token. Unvalidated and traceable by ``mx.compile``; the chain's outcome."""
+    """`block.apply_block` (the public face), deciding by `rules`."""
     batch, max_draft = draft_tokens.shape
     target, draft = as_float32(target_probs), as_float32(draft_probs)
     if num_draft is None:

@@ -80,7 +80,7 @@ MLX's 32 MiB CPU buffer cache, so a large batch does not page-fault fresh memory
 def apply_chain(
     target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules: Rules = REFERENCE_RULES
 ) -> ChainOutcome:
-    """Chain verification given uniforms ``[B, 2, G+1]`` (acceptance row, emission row)."""
+    """`speculative.apply_chain`, deciding by `rules`."""
     max_draft = draft_tokens.shape[1]
     is_draft = drafted_columns(num_draft, max_draft)
     p_x = gather_drafted(target_probs, draft_tokens)
@@ -135,12 +135,8 @@ def apply_latent_chain(
     *,
     rules: Rules = REFERENCE_RULES,
 ) -> LatentChainOutcome:
-    """The NCM step given uniforms ``[B, 2, N+1]`` (column 0 for the latent).
-
-    The latent is a chain step over the codebook. If it stands, the level's
-    tokens are verified factorised given it; if it changed, the chain ends and
-    every token is drawn from the target given the corrected latent.
-    """
+    """`speculative.apply_latent_chain`, deciding by `rules`: a chain step over the codebook, then the level's
+    tokens factorised given the latent (from the target alone if the latent changed)."""
     latent_step = apply_factorized(
         target_latent_probs[:, None],
         draft_latent_probs[:, None],
