@@ -17,6 +17,7 @@ from ncm_verify.bench import ratios as bench_ratios
 from ncm_verify.oracles import numpy_steps
 from ncm_verify.protocol import load_implementation
 from ncm_verify.reference import speculative
+from ncm_verify.reference._kernels import chain
 
 SMALL = [
     bench.BenchCase("chain", 37, 3, 5),
@@ -138,7 +139,7 @@ def test_a_chain_step_corrected_in_groups_of_sequences_equals_one_corrected_whol
     arguments = (inputs["target"], inputs["draft"], inputs["tokens"], mx.array(np.arange(7, dtype=np.int32) % 4))
     uniforms = mx.array(numpy_steps.numpy_uniforms(np.random.default_rng(8), (7, 2, 4)))
     whole = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
-    monkeypatch.setattr(speculative, "CORRECTION_ENTRIES", 2 * case.vocab)  # groups of 2, 2, 2 and 1
+    monkeypatch.setattr(chain, "CORRECTION_ENTRIES", 2 * case.vocab)  # groups of 2, 2, 2 and 1
     grouped = outcome_arrays(speculative.apply_chain(*arguments, uniforms))
     for part, g, w in zip(("tokens", "num_accepted"), grouped, whole):
         np.testing.assert_array_equal(g, w, err_msg=f"{part} differ when corrected in groups of 2 sequences")

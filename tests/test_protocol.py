@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -10,7 +11,16 @@ from pathlib import Path
 import pytest
 
 import ncm_verify.reference as reference
-from ncm_verify.protocol import LEVEL_DRAFT_NAMES, NCM_NAMES, PROTOCOL_NAMES, PROTOCOLS, protocol_members
+from ncm_verify.protocol import (
+    LEVEL_DRAFT_NAMES,
+    NCM_NAMES,
+    PROTOCOL_NAMES,
+    PROTOCOLS,
+    BlockVerification,
+    SpeculativeKernels,
+    TreeVerification,
+    protocol_members,
+)
 from ncm_verify.report.ledger import kernel_claims, load_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +36,18 @@ def test_the_reference_exports_exactly_the_protocol_names_and_level_drafting_is_
     assert set(LEVEL_DRAFT_NAMES) <= set(PROTOCOL_NAMES), "level drafting is part of the protocol"
     assert len(set(PROTOCOL_NAMES)) == len(PROTOCOL_NAMES), f"a name in two families: {PROTOCOL_NAMES}"
     assert sorted(reference.__all__) == sorted(PROTOCOL_NAMES), "reference.__all__ against the Protocol classes"
+
+
+KERNEL_FAMILIES = (SpeculativeKernels, TreeVerification, BlockVerification)
+
+
+@pytest.mark.parametrize("protocol", KERNEL_FAMILIES, ids=lambda protocol: protocol.__name__)
+def test_the_reference_kernels_take_exactly_the_protocols_parameters(protocol):
+    """A port reads the reference as the contract: no parameter beyond the protocol's (the seams are private)."""
+    for name in protocol_members(protocol):
+        wanted = [(p.name, p.kind) for p in inspect.signature(getattr(protocol, name)).parameters.values()][1:]
+        given = [(p.name, p.kind) for p in inspect.signature(getattr(reference, name)).parameters.values()]
+        assert given == wanted, f"reference.{name}{inspect.signature(getattr(reference, name))} against the protocol"
 
 
 def test_every_protocol_member_says_what_it_is_in_one_line():

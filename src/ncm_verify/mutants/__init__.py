@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-from ncm_verify.reference import speculative
-from ncm_verify.reference.speculative import REFERENCE_RULES, Rules
+from ncm_verify.reference._kernels import chain
+from ncm_verify.reference._kernels.block import BLOCK_RULES
+from ncm_verify.reference._kernels.chain import REFERENCE_RULES, Rules
+from ncm_verify.reference._kernels.factory import Kernels
+from ncm_verify.reference._kernels.tree import TREE_RULES, Levels
 
 MUTANTS = {
     "ratio_inverted": "accepts with min(1, q/p) instead of min(1, p/q)",
@@ -198,26 +201,32 @@ EVIDENCE_MUTANTS = {
 their claims shown. Kept apart from `MUTANTS`, which must each fail some property."""
 
 
+CHAIN_NAMES = (
+    "apply_chain",
+    "apply_factorized",
+    "apply_latent_chain",
+    "verify_chain",
+    "verify_factorized",
+    "verify_latent_chain",
+    "draw_uniforms",
+)
+"""What a planted chain rule or step replaces: every kernel that reads the chain's rules (greedy reads none)."""
+
+
+def names_of(kernels: Kernels, names: tuple[str, ...]) -> dict:
+    """`names` of `kernels`, for a planted module's ``globals()``."""
+    return {name: getattr(kernels, name) for name in names}
+
+
 def make_implementation(rules: Rules = REFERENCE_RULES, *, chain_inputs=None, apply_latent_chain=None) -> dict:
-    """The protocol's kernels with `rules`, chain inputs rewritten by `chain_inputs`."""
+    """The protocol's chain kernels with `rules`, chain inputs rewritten by `chain_inputs`, the latent-chain
+    step replaced by `apply_latent_chain` (``(*arrays, uniforms, *, rules)``)."""
 
-    def apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms, *, rules=rules):
-        arguments = (target_probs, draft_probs, draft_tokens, num_draft, uniforms)
-        if chain_inputs is not None:
-            arguments = chain_inputs(*arguments)
-        return speculative.apply_chain(*arguments, rules=rules)
+    def chain_step(*arrays, rules):
+        return chain.apply_chain(*(arrays if chain_inputs is None else chain_inputs(*arrays)), rules=rules)
 
-    apply_factorized = partial(speculative.apply_factorized, rules=rules)
-    apply_latent = partial(apply_latent_chain or speculative.apply_latent_chain, rules=rules)
-    return {
-        "apply_chain": apply_chain,
-        "apply_factorized": apply_factorized,
-        "apply_latent_chain": apply_latent,
-        "verify_chain": partial(speculative.verify_chain, rules=rules, apply=apply_chain),
-        "verify_factorized": partial(speculative.verify_factorized, rules=rules, apply=apply_factorized),
-        "verify_latent_chain": partial(speculative.verify_latent_chain, rules=rules, apply=apply_latent),
-        "draw_uniforms": partial(speculative.draw_uniforms, rules=rules),
-    }
+    kernels = Kernels(rules, chain_step=chain_step, latent_step=apply_latent_chain or chain.apply_latent_chain)
+    return names_of(kernels, CHAIN_NAMES)
 
 
 def with_rule(**changes) -> dict:
@@ -226,38 +235,19 @@ def with_rule(**changes) -> dict:
 
 
 def with_tree_rule(**changes) -> dict:
-    """The reference tree verifier with one of its decisions (`tree.TreeRules`) swapped."""
-    from ncm_verify.reference import tree
-
-    rules = tree.TREE_RULES._replace(**changes)
-    return {
-        "apply_tree": partial(tree.apply_tree, rules=rules),
-        "verify_tree": partial(tree.verify_tree, rules=rules),
-    }
+    """The reference tree verifier with one of its decisions (`TreeRules`) swapped."""
+    return names_of(Kernels(tree_rules=TREE_RULES._replace(**changes)), ("apply_tree", "verify_tree"))
 
 
 def with_tree_levels(start) -> dict:
-    """The reference tree verifier with how a level starts (`tree._Levels.start`) swapped: every node worked
+    """The reference tree verifier with how a level starts (`Levels.start`) swapped: every node worked
     through on full rows, as the start may carry state from the level above."""
-    from ncm_verify.reference import tree
-
-    levels = tree._Levels(start=start, fresh=False)
-
-    def apply_tree(*arrays, mode="with_replacement", rules=tree.TREE_RULES):
-        return tree._apply_tree_with(*arrays, mode=mode, rules=rules, levels=levels)
-
-    return {"apply_tree": apply_tree, "verify_tree": partial(tree.verify_tree, apply=apply_tree)}
+    return names_of(Kernels(levels=Levels(start=start, fresh=False)), ("apply_tree", "verify_tree"))
 
 
 def with_block_rule(**changes) -> dict:
-    """The reference block verifier with one of its decisions (`block.BlockRules`) swapped."""
-    from ncm_verify.reference import block
-
-    rules = block.BLOCK_RULES._replace(**changes)
-    return {
-        "apply_block": partial(block.apply_block, rules=rules),
-        "verify_block": partial(block.verify_block, rules=rules),
-    }
+    """The reference block verifier with one of its decisions (`BlockRules`) swapped."""
+    return names_of(Kernels(block_rules=BLOCK_RULES._replace(**changes)), ("apply_block", "verify_block"))
 
 
 def make_prefix_cache(rewrite_key) -> type:

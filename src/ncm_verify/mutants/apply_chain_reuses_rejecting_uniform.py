@@ -9,8 +9,8 @@ from ncm_verify.reference import *  # noqa: F401,F403
 from ncm_verify.reference import speculative
 
 
-def apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms, **options):
-    decided = speculative.apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms, **options)
+def apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms):
+    decided = speculative.apply_chain(target_probs, draft_probs, draft_tokens, num_draft, uniforms)
     rejecting = mx.take_along_axis(uniforms[:, 0], decided.num_accepted[:, None], axis=1)
     reused = mx.concatenate([uniforms[:, :1], mx.concatenate([rejecting, uniforms[:, 1, 1:]], axis=1)[:, None]], axis=1)
-    return speculative.apply_chain(target_probs, draft_probs, draft_tokens, num_draft, reused, **options)
+    return speculative.apply_chain(target_probs, draft_probs, draft_tokens, num_draft, reused)

@@ -9,8 +9,8 @@ from ncm_verify.reference import *  # noqa: F401,F403
 from ncm_verify.reference import speculative
 
 
-def apply_latent_chain(*inputs, **options):
+def apply_latent_chain(*inputs):
     *arguments, uniforms = inputs
     shared = mx.broadcast_to(uniforms[:, 1, :1], uniforms[:, 1].shape)
     reused = mx.concatenate([uniforms[:, :1], shared[:, None]], axis=1)
-    return speculative.apply_latent_chain(*arguments, reused, **options)
+    return speculative.apply_latent_chain(*arguments, reused)

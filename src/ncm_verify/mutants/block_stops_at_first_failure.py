@@ -3,6 +3,6 @@ first failed threshold, where the paper (and vllm-project/vllm#46781) keeps the 
 
 from ncm_verify.mutants import with_block_rule
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference.speculative import _count_accepted
+from ncm_verify.reference._kernels.arrays import count_accepted
 
-globals().update(with_block_rule(length=_count_accepted))
+globals().update(with_block_rule(length=count_accepted))

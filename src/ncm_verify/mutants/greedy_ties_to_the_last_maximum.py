@@ -8,14 +8,11 @@ show it; tied scores (masked or quantised logits) do, and greedy decoding then d
 import mlx.core as mx
 
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference import speculative
+from ncm_verify.reference._kernels.factory import Kernels
 
 
 def last_argmax(scores: mx.array) -> mx.array:
     return scores.shape[-1] - 1 - mx.argmax(scores[..., ::-1], axis=-1)
 
 
-def verify_greedy(target, draft_tokens, *, num_draft=None, validate=True):
-    speculative.verify_greedy(target, draft_tokens, num_draft=num_draft, validate=validate)  # the same ValueErrors
-    lengths = speculative.all_drafts(*draft_tokens.shape) if num_draft is None else num_draft.astype(mx.int32)
-    return speculative.apply_greedy(target, draft_tokens, lengths, argmax=last_argmax)
+verify_greedy = Kernels(argmax=last_argmax).verify_greedy

@@ -16,10 +16,10 @@ def holds_nan(*arrays) -> bool:
     return any(bool(mx.any(mx.isnan(a)).item()) for a in floating)
 
 
-def verify_chain(target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True, **options):
+def verify_chain(target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate=True):
     validate = validate and not holds_nan(target_probs, draft_probs)
     return speculative.verify_chain(
-        target_probs, draft_probs, draft_tokens, key=key, num_draft=num_draft, validate=validate, **options
+        target_probs, draft_probs, draft_tokens, key=key, num_draft=num_draft, validate=validate
     )
 
 

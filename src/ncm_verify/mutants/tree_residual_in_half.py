@@ -4,31 +4,28 @@ Each rejection rounds max(r - q_i, 0) and its mass to the inputs' dtype (float16
 computes in the inputs' dtype would; float32 inputs are walked exactly as the reference walks them.
 """
 
-from functools import partial
-
 import mlx.core as mx
 
+from ncm_verify.mutants import names_of
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference import tree
+from ncm_verify.reference._kernels.factory import Kernels
+from ncm_verify.reference._kernels.tree import renormalised_residual, walk
 
 HALF = (mx.float16, mx.bfloat16)
 
 
 def rounded_update(dtype):
     def update(weights, mass, q_i):
-        rest, left = tree.renormalised_residual(weights, mass, q_i)
+        rest, left = renormalised_residual(weights, mass, q_i)
         return rest.astype(dtype).astype(mx.float32), left.astype(dtype).astype(mx.float32)
 
     return update
 
 
-def apply_tree(
-    target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, mode="with_replacement", rules=None
-):
-    rules = tree.TREE_RULES
+def walk_rounded(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, *, mode, rules):
     if target_probs.dtype in HALF:
         rules = rules._replace(update=rounded_update(target_probs.dtype))
-    return tree.apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode, rules=rules)
+    return walk(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode, rules=rules)
 
 
-verify_tree = partial(tree.verify_tree, apply=apply_tree)
+globals().update(names_of(Kernels(tree_step=walk_rounded), ("apply_tree", "verify_tree")))

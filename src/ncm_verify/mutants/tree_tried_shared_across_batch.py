@@ -8,12 +8,12 @@ import mlx.core as mx
 
 from ncm_verify.mutants import with_tree_rule
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference import tree
+from ncm_verify.reference._kernels.tree import tree_proposal
 
 
 def shared_proposal(q, tried, x, mode):
     shared = mx.broadcast_to(mx.any(tried, axis=0, keepdims=True), tried.shape)
-    return tree.tree_proposal(q, shared, x, mode)
+    return tree_proposal(q, shared, x, mode)
 
 
 globals().update(with_tree_rule(proposal=shared_proposal))

@@ -2,7 +2,7 @@
 
 from ncm_verify.mutants import with_tree_rule
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference.tree import tree_proposal
+from ncm_verify.reference._kernels.tree import tree_proposal
 
 
 def proposal(q, tried, x, mode):

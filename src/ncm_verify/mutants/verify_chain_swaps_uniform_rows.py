@@ -5,14 +5,14 @@ output law is unchanged, but verify_chain no longer equals apply_chain on the un
 `draw_uniforms` gives for its key, so a replay of the step disagrees with the run.
 """
 
-from functools import partial
-
 from ncm_verify.reference import *  # noqa: F401,F403
-from ncm_verify.reference import speculative
+from ncm_verify.reference._kernels.chain import REFERENCE_RULES
+from ncm_verify.reference._kernels.factory import Kernels
+from ncm_verify.reference.speculative import make_uniforms
 
 
 def swapped_rows(keys, shape):
-    return speculative.make_uniforms(keys, shape)[:, ::-1]
+    return make_uniforms(keys, shape)[:, ::-1]
 
 
-verify_chain = partial(speculative.verify_chain, rules=speculative.REFERENCE_RULES._replace(uniforms=swapped_rows))
+verify_chain = Kernels(REFERENCE_RULES._replace(uniforms=swapped_rows)).verify_chain

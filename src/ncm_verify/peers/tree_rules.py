@@ -41,7 +41,8 @@ import numpy as np
 
 from ncm_verify.oracles.exact import acceptance, inverse_cdf, residual
 from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, TreeStep
-from ncm_verify.reference import speculative, tree
+from ncm_verify.reference import speculative
+from ncm_verify.reference._kernels.tree_inputs import check_tree_inputs
 from ncm_verify.reference.tree import TreeOutcome
 
 __all__ = [
@@ -274,7 +275,7 @@ def tree_kernels(rule: PublishedRule) -> tuple[Callable, Callable, Callable]:
     ):
         """``apply_tree`` with the uniforms `key` gives, after the reference's input checks."""
         if validate:
-            num_nodes = tree._check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
+            num_nodes = check_tree_inputs(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
         batch, count = tree_tokens.shape
         uniforms = draw_uniforms(key, batch, (2, count + 1))
         return apply_tree(target_probs, draft_probs, tree_tokens, parents, num_nodes, uniforms, mode=mode)
