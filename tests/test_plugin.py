@@ -137,6 +137,16 @@ def test_the_policy_plans_each_statistical_markers_tests_per_example_explicit_on
     assert policy["planned_tests"] == 3 * (5 + 1) + 1 * 4
 
 
+def test_a_session_stopping_at_its_first_catch_meets_the_exact_properties_before_the_sampled_ones(suite, pytester):
+    failing_exact = STATISTICAL.replace(
+        "def test_not_statistical(x):\n    pass", "def test_not_statistical(x):\n    assert x < 0"
+    )
+    reports = pytester.path / "reports"
+    suite(failing_exact, f"--ncm-report-dir={reports}", "--ncm-stop-when-caught").assert_outcomes(failed=1)
+    assert [node["nodeid"] for node in evidence_of(pytester)["properties"]] == ["test_suite.py::test_not_statistical"]
+    suite(failing_exact, f"--ncm-report-dir={reports}").assert_outcomes(passed=2, failed=1)  # in file order, to the end
+
+
 def test_the_planned_count_can_be_fixed_and_must_be_positive(suite, pytester):
     suite(STATISTICAL, f"--ncm-report-dir={pytester.path / 'reports'}", "--ncm-planned-tests=7")
     assert evidence_of(pytester)["policy"]["planned_tests"] == 7

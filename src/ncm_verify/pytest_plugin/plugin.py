@@ -73,7 +73,8 @@ def pytest_addoption(parser):
     group.addoption(
         "--ncm-stop-when-caught",
         action="store_true",
-        help="stop at the first property that fails by assertion (the planted-bug sweep needs only one)",
+        help="stop at the first property that fails by assertion (the planted-bug sweep needs only one); "
+        "exact properties run before sampled ones",
     )
     group.addoption(
         "--ncm-reuse",
@@ -129,6 +130,8 @@ def pytest_collection_modifyitems(session, config, items):
     reused = planning.reused_entries(config)
     # after the policy is planned over every property, so alpha and n are those of a full run
     planning.deselect(config, items, [item for item in items if item.nodeid in reused])
+    if config.getoption("--ncm-stop-when-caught"):
+        items[:] = planning.exact_first(items)
     if _is_worker(config) and getattr(config.option, "dist", None) == "worksteal":  # every worker orders alike
         items[:] = planning.balanced_order(items, int(config.workerinput["workercount"]))
 
