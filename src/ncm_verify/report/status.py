@@ -32,6 +32,7 @@ from ncm_verify.evidence import (
     PropertyRecord,
 )
 from ncm_verify.evidence.chi_square import LAW_DECIMALS, power_case_names
+from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
@@ -54,11 +55,6 @@ ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_
 
 PASSED, RUN_FAILED = "passed", "failed"
 
-MIN_DISTINCT_EXAMPLES = 10
-"""Distinct examples (distinct laws, for a statistical property) a Hypothesis property must run."""
-MAX_FILTERED_FRACTION = 0.4
-"""A property that lost more of its examples than this to `assume` or filters tested what was left, not its
-claim (the reference's most filtered property loses 27% under `ci`)."""
 
 PARTS = ("phases", "properties", "claims", "planted bugs", "calibration", "budget", "ledger")
 

@@ -3,7 +3,7 @@ they are (`report.document.build_document` puts them in the document)."""
 
 from __future__ import annotations
 
-from ncm_verify.report import status as claim_status
+from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
 from ncm_verify.report.model import Table, number
 
 
@@ -56,9 +56,9 @@ def claims_table(report: dict) -> Table:
         for c in report["claims"]
     ]
     note = (
-        f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
+        f"shown needs, per property, {MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
         f"for a statistical one), a chi-square test if statistical, at most "
-        f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
+        f"{MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
         "provides itself"
     )
     return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
