@@ -130,3 +130,22 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
         "    ... 3 more lines in verify.md",
     ]
     assert not any("shrinking stopped" in line for line in greedy), greedy
+
+
+def test_rebuilding_the_report_imports_no_harness_and_no_scipy(ledger, evidence, tmp_path):
+    """`ncm-verify report` reads JSON: the statistics and test machinery that wrote it stay unimported."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "evidence.json").write_text(json.dumps(evidence))
+    (tmp_path / "ledger.json").write_text(json.dumps(ledger))
+    script = (
+        "import sys; from ncm_verify.cli import main; "
+        f"main(['report', '--reports', {str(tmp_path)!r}, '--ledger', {str(tmp_path / 'ledger.json')!r}]); "
+        "print('IMPORTED', *sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' or "
+        "m.startswith('ncm_verify.harness')))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert (tmp_path / "verify.html").exists(), "the report was rebuilt"
+    assert out.splitlines()[-1] == "IMPORTED", out.splitlines()[-1]
