@@ -21,6 +21,7 @@ import pytest
 from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import stats, strategies
 from ncm_verify.harness.checks import (
     as_numpy,
@@ -41,7 +42,6 @@ from ncm_verify.mlx_lm_real.models import (
     outcome_index,
 )
 from ncm_verify.mlx_lm_real.recording import RULES, CallLog, block_drafts, check_sampler_calls, sampler_match
-from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 
 
 def cases(kinds=KINDS):

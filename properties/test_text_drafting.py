@@ -19,6 +19,7 @@ import pytest
 from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import stats, strategies
 from ncm_verify.harness.checks import assert_distributions_equal, assert_joint_sample_fits
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, outcome_index
@@ -36,7 +37,6 @@ from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting.models import ARDrafter
 from ncm_verify.reference.drafting.text import text_ids
 from ncm_verify.reference.drafting.trained import load_trained
-from ncm_verify.report.status import MIN_DISTINCT_EXAMPLES
 
 pytestmark = pytest.mark.claim("C17")
 

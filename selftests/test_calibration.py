@@ -1,7 +1,7 @@
 """The goodness-of-fit machinery is calibrated, holds its size at the run's alpha, and has its stated power.
 
 These checks run inside `make verify`. The sampling ones (three calibration checks and
-the bars of every power case in `stats.POWER_CASES`) spend the run's
+the bars of every power case in `POWER_CASES`) spend the run's
 `stats.SELFTEST_BUDGET`, split evenly (`CHECKS`); the size and planner checks are
 computed exactly, bounded by importance sampling with a fixed seed, or drawn from
 fixed seeds, and spend nothing.
@@ -23,6 +23,7 @@ from scipy import stats as scipy_stats
 from scipy.special import gammaln
 
 from ncm_verify import reference
+from ncm_verify.evidence.chi_square import POWER_CASES
 from ncm_verify.harness import drivers, stats
 from ncm_verify.oracles import exact
 
@@ -34,7 +35,7 @@ POWER_RUNS = 850
 """Enough runs that the bar tells power 0.99 from 0.95 (see `test_the_power_bar_tells_099_from_095`)."""
 POWER_BARS = sum(
     1 if shape == "within pooled" else 1 + (shape in stats.RAW_MODEL_SHAPES)
-    for shapes in stats.POWER_CASES.values()
+    for shapes in POWER_CASES.values()
     for shape in shapes
 )
 """One bar per power case at the boundary production relies on, one more at the raw model's where it holds."""
@@ -487,7 +488,7 @@ def test_the_power_bar_tells_099_from_095():
 
 
 def power_law(case: str, alpha: float) -> tuple[np.ndarray, stats.Plan]:
-    """The law of a power case of `stats.POWER_CASES` and its plan at `alpha`."""
+    """The law of a power case of `POWER_CASES` and its plan at `alpha`."""
     if case == "chain fixture, 9 outcomes":
         probs = exact.as_vector(exact.target_joint(FIXTURE), SHAPE)
     elif case == "Dirichlet(0.3), 512 outcomes":  # most outcomes pooled: df and n of a large fixture
@@ -526,9 +527,7 @@ def rejections(plan: stats.Plan, planted: np.ndarray, seed: int) -> int:
     )
 
 
-@pytest.mark.parametrize(
-    ("case", "shape"), [(case, shape) for case, shapes in stats.POWER_CASES.items() for shape in shapes]
-)
+@pytest.mark.parametrize(("case", "shape"), [(case, shape) for case, shapes in POWER_CASES.items() for shape in shapes])
 def test_a_deviation_at_the_power_boundary_is_caught_at_the_predicted_rate(reports, case, shape, nested_environment):
     """A sampler off by the TV at which the discounted model (what n is chosen by) predicts power 0.99, at the
     alpha and n a `make verify` run uses; the raw model's boundary is run beside it and, on the shapes it holds

@@ -122,3 +122,15 @@ def test_read_json_is_none_for_a_file_that_is_not_there(tmp_path):
     assert read_json(tmp_path / "absent.json") is None
     (tmp_path / "there.json").write_text('{"a": 1}')
     assert read_json(tmp_path / "there.json") == {"a": 1}
+
+
+def test_the_worst_bins_are_ranked_by_their_part_of_the_statistic_ties_in_bin_order():
+    import numpy as np
+
+    from ncm_verify.evidence.chi_square import WORST_BINS, worst_bin_parts
+
+    expected, observed = [4.0, 0.0, 4.0, 1.0, 2.0, 9.0, 4.0], [6.0, 3.0, 2.0, 2.0, 2.0, 3.0, 6.0]
+    parts = worst_bin_parts(expected, observed)
+    assert parts == [(5, 4.0), (0, 1.0), (2, 1.0), (3, 1.0), (6, 1.0)], "largest first, equal parts in bin order"
+    assert len(parts) == WORST_BINS and (1, 0.0) not in parts, "an empty expected bin counts 0, never inf"
+    assert worst_bin_parts(np.array(expected), np.array(observed)) == parts, "the harness passes NumPy arrays"

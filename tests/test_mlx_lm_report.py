@@ -9,7 +9,7 @@ import textwrap
 
 from ncm_verify.evidence import Evidence, PropertyRecord
 from ncm_verify.report import markdown, mlx_lm_section
-from ncm_verify.report.document import build_report
+from ncm_verify.report.document import build_document, build_report
 
 SUITE = """
 import pytest
@@ -54,7 +54,7 @@ def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_
 def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path, run_pytest):
     _, evidence = run_suite(tmp_path, run_pytest)
     ledger = {"sources": [], "claims": []}
-    text = markdown.render_markdown(build_report(ledger, evidence))
+    text = markdown.render_markdown(build_document(build_report(ledger, evidence)))
     assert f"## mlx-lm {evidence['environment']['mlx_lm']} under test" in text
     assert "| test_known_bug |  | known upstream bug |" in text
     assert "1 pass, 1 known upstream bug, 1 fail" in text

@@ -19,7 +19,7 @@ def test_a_failed_property_fails_its_claim_with_the_reproduction_line(ledger, ev
         "--impl=ncm_verify.reference --ncm-planned-tests=60"
     )
     assert report["run"]["verdict"] == "failed"
-    for text in (render_markdown(report), render_html(report)):
+    for text in (render_markdown(doc.build_document(report)), render_html(doc.build_document(report))):
         assert REPRODUCE.replace("'", "&#x27;") in text or REPRODUCE in text
         assert "seed=3" in text
 
@@ -33,7 +33,7 @@ def test_html_is_self_contained(ledger, evidence):
         "p_values": [i / 100 for i in range(100)],
         "planted": {"name": "ratio_inverted", "runs": 20, "rejections": 20, "rejection_rate": 1.0},
     }
-    page = render_html(doc.build_report(ledger, evidence, calibration=calibration))
+    page = render_html(doc.build_document(doc.build_report(ledger, evidence, calibration=calibration)))
     assert "<script" not in page and "<link" not in page and " src=" not in page
     assert page.count("<svg") == 2  # one frequency plot, one calibration histogram
     for claim in ledger["claims"]:
@@ -70,7 +70,7 @@ def test_planted_bug_table_names_the_claims_that_caught_each_bug(ledger, evidenc
     assert rows["ratio_inverted"]["claims"] == ["C5"]
     assert report["mutants"]["survived"] == ["off_by_one"]
     assert "planted bugs: planted bugs not caught: off_by_one" in report["run"]["reasons"]
-    assert "SURVIVED" in render_markdown(report)
+    assert "SURVIVED" in render_markdown(doc.build_document(report))
 
 
 def test_bench_summary_is_linked_when_present(ledger, evidence):
@@ -86,7 +86,7 @@ def test_bench_summary_is_linked_when_present(ledger, evidence):
     }
     report = doc.build_report(ledger, evidence, bench=bench)
     assert report["bench"]["benchmarks"][0]["rounds"] == 50
-    assert '<a href="bench.json">' in render_html(report)
+    assert '<a href="bench.json">' in render_html(doc.build_document(report))
 
 
 def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_example_and_rerun_line(ledger, passing):
@@ -110,7 +110,9 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
         outcome="error",
         failure={"phase": "call", "kind": "ValueError", "message": "\n".join(f"line {i}" for i in range(9))},
     )
-    lines = render_terminal(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN)).splitlines()
+    lines = render_terminal(
+        doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN))
+    ).splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("  FAILURE ")]
     assert [lines[i].split(":")[0] for i in starts] == ["  FAILURE 1 of 2", "  FAILURE 2 of 2"], lines
     chain, greedy = lines[starts[0] : starts[1]], lines[starts[1] :]
@@ -128,3 +130,22 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
         "    ... 3 more lines in verify.md",
     ]
     assert not any("shrinking stopped" in line for line in greedy), greedy
+
+
+def test_rebuilding_the_report_imports_no_harness_and_no_scipy(ledger, evidence, tmp_path):
+    """`ncm-verify report` reads JSON: the statistics and test machinery that wrote it stay unimported."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "evidence.json").write_text(json.dumps(evidence))
+    (tmp_path / "ledger.json").write_text(json.dumps(ledger))
+    script = (
+        "import sys; from ncm_verify.cli import main; "
+        f"main(['report', '--reports', {str(tmp_path)!r}, '--ledger', {str(tmp_path / 'ledger.json')!r}]); "
+        "print('IMPORTED', *sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' or "
+        "m.startswith('ncm_verify.harness')))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert (tmp_path / "verify.html").exists(), "the report was rebuilt"
+    assert out.splitlines()[-1] == "IMPORTED", out.splitlines()[-1]

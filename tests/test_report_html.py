@@ -14,6 +14,7 @@ import pytest
 from synthetic import POLICY, greedy_and_uncheckable_claims, node  # one shape of evidence for every report test
 
 from ncm_verify.report import document as doc
+from ncm_verify.report import tables
 from ncm_verify.report.html import (
     breakable,
     claim_anchor,
@@ -167,7 +168,7 @@ def figure_of(page: str, nodeid: str) -> str:
 
 def test_every_claim_and_property_has_one_stable_anchor_the_contents_and_tables_link_to():
     report = make_report()
-    page = render_html(report)
+    page = render_html(doc.build_document(report))
     ids = re.findall(r' id="([^"]+)"', page)
     assert len(ids) == len(set(ids)), "an id appears twice"
     dangling = sorted(set(re.findall(r'href="#([^"]+)"', page)) - set(ids))
@@ -176,7 +177,7 @@ def test_every_claim_and_property_has_one_stable_anchor_the_contents_and_tables_
         assert claim_anchor(claim["id"]) in ids and f'href="#{claim_anchor(claim["id"])}"' in page
         for p in claim["properties"]:
             assert property_anchor(p["nodeid"]) in ids
-    assert page == render_html(make_report()), "the same report gives the same page"
+    assert page == render_html(doc.build_document(make_report())), "the same report gives the same page"
 
 
 def test_property_anchors_are_stable_and_keep_near_equal_node_ids_apart():
@@ -186,7 +187,7 @@ def test_property_anchors_are_stable_and_keep_near_equal_node_ids_apart():
 
 
 def test_the_failing_plot_is_the_minimal_counterexample_with_bins_labelled_by_outcome():
-    page = render_html(make_report())
+    page = render_html(doc.build_document(make_report()))
     figure = figure_of(page, LONG_ID.split("[", 1)[0] + "_fails[float32]")
     assert "minimal counterexample" in figure and "n=4242" in figure and "n=99001" not in figure
     assert figure.count("<rect") - 1 == len(MINIMAL_LABELS)  # one bar per bin, plus the legend swatch
@@ -196,9 +197,9 @@ def test_the_failing_plot_is_the_minimal_counterexample_with_bins_labelled_by_ou
 
 def test_bins_of_a_record_without_labels_are_named_by_index():
     report = make_report()
-    for p in doc.statistical_rows(report):
+    for p in tables.statistical_rows(report):
         p["statistics"]["counterexample"]["context"] = {}
-    figure = figure_of(render_html(report), LONG_ID.split("[", 1)[0] + "_fails[float32]")
+    figure = figure_of(render_html(doc.build_document(report)), LONG_ID.split("[", 1)[0] + "_fails[float32]")
     assert ">bin 0<" in figure and "bins by index" in figure
 
 
@@ -223,7 +224,8 @@ def test_what_was_not_checked_is_derived_from_the_run():
         "not provided by the implementation" in text and f"{file_of_long_id} (1)" in text and LONG_ID in nodes[0]
         for text, nodes in items
     ), "the item counts the inherited run under its file and lists its node id"
-    assert LONG_ID in unchecked_html(report).replace("<wbr>", ""), "the folded list still names every node id"
+    folded = unchecked_html(doc.build_document(report)).replace("<wbr>", "")
+    assert LONG_ID in folded, "the folded list still names every node id"
     report["run_facts"] = {"reuse": {"reused": 7, "why": "7 of 9 properties read only names this module inherits"}}
     assert any(text.startswith("7 property runs did not run here: 7 of 9") for text in unchecked_texts(report))
     report["run_facts"] = {"implementation": {"inherits": ["verify_greedy", "apply_chain"]}}
@@ -306,7 +308,7 @@ def test_the_overflow_probe_sees_a_page_wider_than_the_window(tmp_path):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_nothing_in_the_report_overflows_horizontally_in_chromium(tmp_path, width):
-    measured = measure_overflow(render_html(make_report()), width, tmp_path)
+    measured = measure_overflow(render_html(doc.build_document(make_report())), width, tmp_path)
     assert measured["innerWidth"] == width, f"the window is {measured['innerWidth']} px wide, not {width}"
     assert measured["count"] == 0 and measured["scrollWidth"] <= measured["clientWidth"], (
         f"at {width} px the page is {measured['scrollWidth']} px wide; {measured['count']} elements overflow, "

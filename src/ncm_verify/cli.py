@@ -20,9 +20,9 @@ from ncm_verify.report.output import print_report, write_reports
 def command_report(args) -> int:
     """Rebuild the report from a run's JSON; the exit status is the same verdict the run had."""
     reports_dir = Path(args.reports)
-    report = write_reports(reports_dir, args.ledger)
-    print_report(report, reports_dir)
-    return report["run"]["exit_status"]
+    document = write_reports(reports_dir, args.ledger)
+    print_report(document, reports_dir)
+    return document.verdict.exit_status
 
 
 def command_verify(args) -> int:

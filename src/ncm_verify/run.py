@@ -386,6 +386,6 @@ def verify(
         ledger_problems=ledger_against_run(reports),
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
-    report = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
-    print_report(report, reports)
-    return report["run"]["exit_status"]
+    document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
+    print_report(document, reports)
+    return document.verdict.exit_status

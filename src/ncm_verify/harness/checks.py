@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from hypothesis import note, reject
 
+from ncm_verify.evidence.chi_square import WORST_BINS, worst_bin_parts
 from ncm_verify.harness import evidence, stats
 from ncm_verify.tolerances import EXACT_IDENTITY, tolerance_for
 
@@ -117,10 +118,6 @@ def assert_distributions_equal(actual: dict, expected: dict, *, label: str, call
         )
 
 
-WORST_BINS = 5
-"""Bins a chi-square record keeps and a failure prints: the largest contributions to the statistic."""
-
-
 def outcome_labels(shape: tuple[int, ...], *names: str) -> Callable[[int], str]:
     """Label flat outcome indices of `shape`: one name per leading axis, the last name for the rest.
 
@@ -145,19 +142,6 @@ def bin_labels(bin_of: np.ndarray, label_outcome: Callable[[int], str]) -> list[
         else:
             labels.append(f"{len(members)} pooled outcomes ({label_outcome(members[0])}, ...)")
     return labels
-
-
-def worst_bin_parts(expected, observed) -> list[tuple[int, float]]:
-    """(bin, its part of the chi-square statistic) for the `WORST_BINS` largest parts, largest first; an empty
-    expected bin counts 0. The one ranking for the failure message and the report."""
-    wide_expected, wide_observed = np.asarray(expected, dtype=np.float64), np.asarray(observed, dtype=np.float64)
-    parts = np.divide(
-        (wide_observed - wide_expected) ** 2,
-        wide_expected,
-        out=np.zeros_like(wide_expected),
-        where=wide_expected != 0,
-    )
-    return [(int(b), float(parts[b])) for b in np.argsort(-parts, kind="stable")[:WORST_BINS]]
 
 
 def worst_bins(result: stats.ChiSquareResult, labels: list[str]) -> list[dict]:

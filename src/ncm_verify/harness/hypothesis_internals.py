@@ -14,8 +14,10 @@ from hypothesis.internal.conjecture import engine
 from hypothesis.internal.conjecture.engine import ExitReason
 from hypothesis.statistics import collector
 
-SHRINK_STOPPED = ExitReason.very_slow_shrinking.value
-"""Hypothesis's stop reason when the profile's shrink budget (SHRINK_SECONDS in properties/conftest.py) ran out."""
+from ncm_verify.evidence.chi_square import SHRINK_STOPPED
+
+if ExitReason.very_slow_shrinking.value != SHRINK_STOPPED:  # the evidence states it plainly, for the report
+    raise RuntimeError(f"Hypothesis's slow-shrinking stop reason is now {ExitReason.very_slow_shrinking.value!r}")
 
 _SETTINGS = "_hypothesis_internal_use_settings"
 """Where `@given` keeps a test's settings; no public accessor (`settings.default` is the profile's, not the test's)."""

@@ -48,6 +48,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
+from ncm_verify.evidence.chi_square import LAW_DECIMALS, POWER_SHAPES  # with the evidence: the report reads them
 from ncm_verify.harness.run_state import run_state
 
 FAMILY_BUDGET = 1e-3
@@ -86,29 +87,12 @@ POWER_DRAW_BUDGET = 2_000_000
 POWER_CHECK_AT = 0.985
 """The power check fails a plan whose true power is this (the model's error allowed) with at most `POWER_CHECK_RISK`."""
 POWER_CHECK_RISK = 1e-9
-LAW_DECIMALS = 6
-"""Binned laws are rounded to this many decimals before `law_digest`: the largest n (4e6) resolves a bin to
-about 5e-4, so laws closer than 1e-6 are one law to every test the suite can run (exp(log p) is not a new law)."""
 RAW_MODEL_SHAPES = ("spread", "concentrated")
 """Shapes on which the raw noncentral chi-square is accurate: their power cases also pass its own 0.99 bar."""
-POWER_SHAPES = ("spread", "concentrated", "smallest", "pooled", "within pooled")
-"""Every deviation shape `deviate` knows: the power cases show each at its boundary."""
-POWER_CASES = {
-    "chain fixture, 9 outcomes": ("spread", "concentrated", "smallest"),
-    "Dirichlet(0.3), 512 outcomes": POWER_SHAPES,
-    "worst df-3 plan": ("spread", "smallest"),  # its two likeliest bins are the large one and a smallest
-}
-"""The power self-tests, by law and shape (the chain fixture and the df-3 plan pool nothing). The self-test
-parametrises over these and the verdict (`report.status.calibration_part`) requires every one."""
 LOOP_TARGET_TV = 0.2
 """Total-variation deviation the sampled smoke of a whole decoding loop must detect (one Python call per
 sequence, n = 1024): a loop's exactness is checked call by call, exactly, in properties/test_mlx_lm_loop.py."""
 MAX_SAMPLES = 4_000_000
-
-
-def power_case_names() -> list[str]:
-    """'<law>: <shape>' for every power case the calibration self-tests must record."""
-    return [f"{law}: {shape}" for law, shapes in POWER_CASES.items() for shape in shapes]
 
 
 def chi_square_tail_at(alpha: float) -> float:

@@ -1,14 +1,13 @@
-"""The report as data: ledger + evidence + self-test files -> verify.json, and its tables.
+"""The report built once: ledger + evidence + self-test files -> verify.json (`build_report`), and that content
+as the typed document the writers render (`build_document`; its tables from `report.tables`).
 
 Everything here is a pure function of the input files, so the same evidence
 gives the same bytes; no clock is read. The markdown, HTML and terminal
-writers render the tables built here and add nothing of their own.
+writers render the document and add nothing of their own.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,28 @@ from ncm_verify.evidence import (
     property_id,
     read_json,
 )
-from ncm_verify.harness.checks import worst_bin_parts
-from ncm_verify.report import mlx_lm_section
+from ncm_verify.evidence.chi_square import SHRINK_STOPPED, worst_bin_parts
+from ncm_verify.report import mlx_lm_section, tables
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.ledger import read_ledger
+from ncm_verify.report.model import (
+    Bin,
+    Calibration,
+    Claim,
+    Document,
+    Failure,
+    Histogram,
+    Mutants,
+    Plot,
+    StatisticalRun,
+    Summary,
+    Tables,
+    Verdict,
+)
 
 REPORT_SCHEMA = "ncm-verify/report/1"
+CALIBRATION_BINS = 20
+"""Bins of the calibration p-values' histogram."""
 
 
 def normalized_claims(ledger: dict) -> list[dict]:
@@ -232,325 +247,7 @@ def load_report(reports_dir: Path, ledger_path: Path | None = None) -> dict:
     )
 
 
-# --- tables shared by the markdown, HTML and terminal writers ---
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-    title: str
-    header: tuple[str, ...]
-    rows: Sequence[Sequence[str]]
-    note: str = ""
-
-
-def number(value, digits: int = 3) -> str:
-    """A number for a table cell: '-' for None, short scientific form when small or large."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool) or isinstance(value, int):
-        return str(value)
-    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
-        return f"{value:.{digits - 1}e}"
-    return f"{value:.{digits}g}"
-
-
-def policy_table(report: dict) -> Table | None:
-    policy, budget = report["policy"], report["budget"]
-    if policy is None:
-        return None
-    rows = [
-        ("family-wise false-failure budget", number(policy["family_budget"])),
-        *(
-            [
-                ("of which the calibration self-tests", number(policy["selftest_budget"])),
-                ("left to the chi-square properties", number(policy["property_budget"])),
-            ]
-            if "selftest_budget" in policy
-            else []
-        ),
-        ("chi-square tests planned (Sidak split)", number(policy["planned_tests"])),
-        ("per-test share of the budget", number(policy["per_test_share"])),
-        ("per-test alpha (share x fraction)", f"{number(policy['alpha'])} (x{policy['alpha_fraction']})"),
-        ("bins pooled below expected count", number(policy["min_expected"])),
-        ("power at the detectable deviation", number(policy["power"])),
-        ("power safety factor", number(policy["power_safety"])),
-        ("target total-variation deviation", number(policy["target_tv"])),
-        ("target deviation of whole decoding loops", number(policy.get("loop_target_tv"))),
-        ("smallest alpha any run reaches (most tests planned)", number(policy.get("min_alpha"))),
-        ("chi-square tests run", number(budget["chi_square_tests_run"])),
-        ("budget check", budget["note"]),
-    ]
-    return Table("Statistical policy", ("setting", "value"), rows)
-
-
-def verdict_table(report: dict) -> Table:
-    """Each part of the run's verdict: passed, or why not."""
-    rows = [
-        (name, "passed" if part["passed"] else "failed", "; ".join(part["reasons"]) or "-")
-        for name, part in report["run"]["parts"].items()
-    ]
-    return Table(
-        "Verdict by part",
-        ("part", "verdict", "why"),
-        rows,
-        f"run verdict: {report['run']['verdict']} (exit status {report['run']['exit_status']})",
-    )
-
-
-def claims_table(report: dict) -> Table:
-    rows = [
-        (c["id"], c["status"], number(c["property_count"]), number(c["distinct_examples"]), c["statement"], c["reason"])
-        for c in report["claims"]
-    ]
-    note = (
-        f"shown needs, per property, {claim_status.MIN_DISTINCT_EXAMPLES} distinct examples (distinct laws "
-        f"for a statistical one), a chi-square test if statistical, at most "
-        f"{claim_status.MAX_FILTERED_FRACTION:.0%} of its examples filtered, and a call into code the module "
-        "provides itself"
-    )
-    return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
-
-
-def properties_table(claim: dict) -> Table:
-    rows = []
-    for p in claim["properties"]:
-        difference = p["largest_difference"]
-        rows.append(
-            (
-                p["nodeid"],
-                p["outcome"],
-                f"{number(p['distinct_examples'])} of {number(p['examples'])}",
-                "; ".join(
-                    [p["implementation_use_reason"] or p["implementation_use"], *p["insufficient"]]
-                    + ([p["reused"]] if p.get("reused") else [])
-                ),
-                number(p["duration_s"]),
-                number(p["statistics"]["tests"]) if p["statistics"] else "-",
-                f"{difference['check']}: {number(difference['difference'])} vs {number(difference['tolerance'])}"
-                if difference
-                else "-",
-            )
-        )
-    header = (
-        "property",
-        "outcome",
-        "distinct examples",
-        "evidence",
-        "seconds",
-        "chi-square tests",
-        "largest difference vs tolerance",
-    )
-    return Table(f"{claim['id']}: properties", header, rows)
-
-
-def property_runs(report: dict, key: str) -> list[dict]:
-    """Every property run whose `key` is set, once, in claim order."""
-    seen, rows = set(), []
-    for claim in report["claims"]:
-        for p in claim["properties"]:
-            if p[key] and p["nodeid"] not in seen:
-                seen.add(p["nodeid"])
-                rows.append(p)
-    return rows
-
-
-def statistical_rows(report: dict) -> list[dict]:
-    """Every statistical property run once, in claim order."""
-    return property_runs(report, "statistics")
-
-
-def statistical_table(report: dict) -> Table:
-    rows = [
-        (
-            p["nodeid"],
-            number(p["statistics"]["tests"]),
-            number(p["statistics"]["distinct_laws"]),
-            f"{number(p['statistics']['n_min'])}-{number(p['statistics']['n_max'])}",
-            number(p["statistics"]["p_min"]),
-            number(p["statistics"]["alpha"]),
-            number(p["statistics"]["min_detectable_tv"]),
-            number(p["statistics"]["pooled_mass_max"]),
-            number(p["statistics"]["raw_detectable_tv"]),
-            number(p["statistics"]["failed_tests"]),
-        )
-        for p in statistical_rows(report)
-    ]
-    header = (
-        "property",
-        "tests",
-        "distinct laws",
-        "n",
-        "min p-value",
-        "alpha",
-        "min detectable TV",
-        "pooled mass",
-        "raw-law TV",
-        "rejections",
-    )
-    note = (
-        "min detectable TV: the smallest total-variation deviation of the binned law each test detects with the "
-        "policy's power; binning cannot see mass moved inside the pooled remainder, so on the raw law a test "
-        "detects TV of at least min detectable TV + pooled mass (raw-law TV, its worst test)."
-    )
-    return Table("Statistical properties", header, rows, note)
-
-
-def mutants_table(report: dict) -> Table:
-    mutants = report["mutants"]
-    if mutants is None:
-        return Table("Planted bugs", ("mutant",), [], "not run: no mutants.json (run the self-tests)")
-    rows = [
-        (
-            m["name"],
-            "caught" if m["caught"] else "BROKEN SWEEP" if m.get("sweep_error") else "SURVIVED",
-            ", ".join(m["claims"]) or "-",
-            ", ".join(m["caught_by"]) or ("refused by the verdict" if m["caught"] else "-"),
-            m["description"] + (f" (errors, not catches: {', '.join(m['errors'])})" if m.get("errors") else ""),
-        )
-        for m in mutants["mutants"]
-    ]
-    note = f"{mutants['caught']} of {len(rows)} planted bugs caught (profile {mutants['profile']})"
-    return Table("Planted bugs", ("mutant", "verdict", "claims", "caught by", "bug"), rows, note)
-
-
-def calibration_table(report: dict) -> Table:
-    calibration = report["calibration"]
-    if calibration is None:
-        return Table("Calibration", ("measure",), [], "not run: no calibration.json (run the self-tests)")
-    rows = [
-        ("runs of the correct kernels", number(calibration["runs"])),
-        ("rejections at alpha", f"{number(calibration['rejections'])} at {number(calibration['alpha'])}"),
-        ("binomial p-value of that count", number(calibration["binomial_p_value"])),
-        ("KS p-value of uniform p-values", number(calibration.get("ks_uniform_p_value"))),
-        ("each check fails when its p-value is below", number(calibration.get("check_budget"))),
-    ]
-    for case in calibration.get("power_cases") or []:
-        if case.get("needed") is not None:
-            bar = f"needs {number(case['needed'])}"
-        else:  # inside the pooled remainder: the test is blind, rejections at the size
-            bar = f"at most {number(case.get('allowed'))} allowed"
-        raw = case.get("raw_rejections")
-        beside = "" if raw is None else f"; at the raw model's boundary (TV {number(case.get('raw_tv'))}) {raw}"
-        rows.append(
-            (
-                f"power: {case.get('name')}, TV {number(case.get('tv'))}",
-                f"{number(case.get('rejections'))} of {number(case.get('runs'))} rejected, {bar}{beside} "
-                f"(n {number(case.get('n'))}, df {number(case.get('df'))}, alpha {number(case.get('alpha'))})",
-            )
-        )
-    # the size figures the README points to: generated by the self-tests, never copied by hand
-    for name, ratio in ((calibration.get("size") or {}).get("ratios") or {}).items():
-        # six digits: an exact plan's 0.99997 must not read as 1, its bound
-        rows.append((f"largest size / alpha, df 1-5 summed: {name}", f"{ratio:.6g}"))
-    for row in (calibration.get("size_large_df") or {}).get("rows") or []:
-        rows.append((f"size / alpha bound, df {row['df']} importance-sampled: {row['profile']}", number(row["ratio"])))
-    cache = calibration.get("cache")
-    note = f"self-tests from cache key {cache['key']} (ran {cache['ran']})" if cache else ""
-    return Table("Calibration and power", ("measure", "value"), rows, note)
-
-
-def environment_table(report: dict) -> Table | None:
-    environment = report["environment"]
-    if environment is None:
-        return None
-    rows = [("implementation under test", str(report["impl"])), ("Hypothesis profile", str(report["profile"]))]
-    facts = report.get("run_facts") or {}
-    implementation = facts.get("implementation") or {}
-    for key in ("path", "sha256", "defines", "inherits"):
-        if implementation.get(key) is not None:
-            value = implementation[key]
-            rows.append((f"implementation {key}", ", ".join(value) if isinstance(value, list) else str(value)))
-    checkpoint = facts.get("checkpoint") or {}
-    for key in ("path", "sha256"):
-        if checkpoint.get(key) is not None:
-            rows.append((f"checkpoint (model-level path (b)) {key}", str(checkpoint[key])))
-    for key in ("run_id", "suite_commit", "suite_dirty"):
-        if facts.get(key) is not None:
-            rows.append((key.replace("_", " "), str(facts[key])))
-    if facts.get("reuse"):
-        rows.append(("properties reused", facts["reuse"]["why"]))
-    rows += [(key, str(value)) for key, value in environment.items()]
-    return Table("Environment", ("item", "value"), rows)
-
-
-def timing_table(report: dict) -> Table | None:
-    """Where the run's time went: each phase's wall and CPU seconds, and the properties phase's CPU by part."""
-    phases = (report.get("run_facts") or {}).get("phases") or []
-    timing = report.get("timing")
-    if not phases and not timing:
-        return None
-    reused = ((report.get("run_facts") or {}).get("selftests") or {}).get("reused")
-    rows = [
-        (
-            phase["name"] + (" (reused: when it ran)" if reused and phase["name"] != "properties" else ""),
-            number(phase.get("seconds")),
-            number(phase.get("cpu_s")) if phase.get("cpu_s") is not None else "-",
-        )
-        for phase in phases
-    ]
-    if timing:
-        workers = sum(p["role"] == "worker" for p in timing["processes"])
-        rows += [(f"properties: {part}", "-", number(cpu)) for part, cpu in timing["parts_cpu_s"].items()]
-        note = (
-            f"CPU seconds are user + system of every process of a phase; the properties phase's parts are summed "
-            f"over its {workers or 1} pytest process{'es' if workers > 1 else ''} (and controller), examples split "
-            "by Hypothesis's own timings of each example"
-        )
-    else:
-        note = "CPU seconds are user + system of every process of a phase"
-    return Table("Where the time went", ("phase", "wall s", "CPU s"), rows, note)
-
-
-def bench_table(report: dict) -> Table | None:
-    bench = report["bench"]
-    if bench is None:
-        return None
-    rows = [
-        (b["name"], number(b["median_s"]), number(b["mean_s"]), number(b["stddev_s"]), number(b["rounds"]))
-        for b in bench["benchmarks"]
-    ]
-    note = f"from {bench['file']} ({bench['datetime']}); measured by make bench, not asserted"
-    return Table("Benchmarks (C9)", ("benchmark", "median s", "mean s", "stddev s", "rounds"), rows, note)
-
-
-def mlx_lm_table(report: dict) -> Table | None:
-    """The mlx-lm section (`mlx_lm_section.summarize`) as a table; None when it has no rows."""
-    section = report.get("mlx_lm")
-    if not section:
-        return None
-    counts = ", ".join(f"{count} {verdict}" for verdict, count in section["counts"].items() if count)
-    return Table(
-        f"mlx-lm {section['version'] or '(version not recorded)'} under test",
-        ("property", "decoder-model", "verdict", "examples", "upstream reference and reproduction / failure"),
-        [
-            (
-                r["property"],
-                r["case"],
-                r["verdict"],
-                str(r["examples"] if r["examples"] is not None else "-"),
-                r["reason"],
-            )
-            for r in section["rows"]
-        ],
-        f"{counts}. A known upstream bug is a strict expected failure: a finding about mlx-lm, "
-        "not a failure of this run; a fix upstream fails the run until the mark is lifted.",
-    )
-
-
-def sources_table(report: dict) -> Table:
-    rows = [
-        (s["id"], s.get("authors", "-"), s["title"], s.get("version", "-"), s["url"], s["read_scope"], s["supports"])
-        for s in report["sources"]
-    ]
-    return Table("Sources", ("id", "authors", "title", "version", "url", "read", "supports"), rows)
-
-
-def failures(report: dict) -> list[dict]:
-    """Every failed property run once, with its claim ids and reproduction."""
-    return property_runs(report, "failure")
-
-
-# --- what the writers show: decided here, rendered by markdown, html and terminal ---
+# --- the document the writers render: every choice of what they show is made here, once ---
 
 
 def bin_labels(record: dict) -> list[str]:
@@ -561,16 +258,15 @@ def bin_labels(record: dict) -> list[str]:
     return [f"bin {i}" for i in range(len(record["expected"]))]
 
 
-def worst_bins(record: dict) -> list[dict]:
+def worst_bins(record: dict) -> tuple[Bin, ...]:
     """The bins contributing most to the statistic: the record's own list when it has one."""
     listed = (record.get("context") or {}).get("worst_bins")
     if listed:
-        return listed
+        return tuple(
+            Bin(row.get("outcome"), row.get("expected"), row.get("observed"), row.get("contribution")) for row in listed
+        )
     labels, expected, observed = bin_labels(record), record["expected"], record["observed"]
-    return [
-        {"outcome": labels[b], "expected": expected[b], "observed": observed[b], "contribution": part}
-        for b, part in worst_bin_parts(expected, observed)
-    ]
+    return tuple(Bin(labels[b], expected[b], observed[b], part) for b, part in worst_bin_parts(expected, observed))
 
 
 def plotted_record(statistics: dict) -> tuple[dict, str]:
@@ -611,7 +307,7 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
     inherited = ((report.get("run_facts") or {}).get("implementation") or {}).get("inherits")
     if inherited:
         items.append(f"Names {report['impl']} inherits instead of defining (not its own code): {', '.join(inherited)}.")
-    properties = property_runs(report, "nodeid")
+    properties = tables.property_runs(report, "nodeid")
     for summary_of, meaning in (
         (
             lambda p: p["outcome"] == Outcome.NOT_PROVIDED or p.get("implementation_use") == "inherited",
@@ -647,5 +343,142 @@ def unchecked_items(report: dict) -> list[tuple[str, list[str]]]:
     return [item if isinstance(item, tuple) else (item, []) for item in items]
 
 
-def write_json(report: dict, path: Path) -> None:
-    path.write_text(json.dumps(report, indent=1, sort_keys=True, default=float) + "\n", encoding="utf-8")
+def plot(p: dict) -> Plot:
+    """A statistical property run's figure."""
+    record, which = plotted_record(p["statistics"])
+    labels = bin_labels(record)
+    return Plot(
+        nodeid=p["nodeid"],
+        which=which,
+        name=record["name"],
+        labels=tuple(labels),
+        labelled=not labels[0].startswith("bin ") if labels else False,
+        expected=tuple(record["expected"]),
+        observed=tuple(record["observed"]),
+        n=record["n"],
+        df=record["df"],
+        statistic=record["statistic"],
+        p_value=record["p_value"],
+        alpha=record["alpha"],
+        rejected=not record.get("passed", True),
+        worst_bins=worst_bins(record),
+        failed_tests=p["statistics"]["failed_tests"],
+    )
+
+
+def failure(p: dict) -> Failure:
+    """A failed property run; a chi-square rejection carries its figure (the terminal prints its worst bins)."""
+    failure = p["failure"]
+    statistics = p.get("statistics")
+    return Failure(
+        nodeid=p["nodeid"],
+        claims=tuple(p["claims"]),
+        outcome=p["outcome"],
+        kind=failure.get("kind"),
+        kernels=tuple(failure.get("kernels") or ()),
+        message=failure.get("message") or "",
+        falsifying_example=failure.get("falsifying_example"),
+        reproduce_failure=failure.get("reproduce_failure"),
+        seed=failure.get("seed"),
+        command=failure["command"],
+        shrink_stopped=p.get("stopped_because") == SHRINK_STOPPED,
+        plot=plot(p) if statistics and statistics["failed_tests"] else None,
+    )
+
+
+def histogram(p_values: list[float], bins: int = CALIBRATION_BINS) -> Histogram:
+    """The p-values in `bins` equal bins of [0, 1], a p-value of 1 in the last."""
+    counts = [0] * bins
+    for p in p_values:
+        counts[min(int(p * bins), bins - 1)] += 1
+    return Histogram(
+        tuple(counts), tuple(f"{i / bins:.2f}" for i in range(bins)), (len(p_values) / bins,) * bins, len(p_values)
+    )
+
+
+def calibration(section: dict | None) -> Calibration | None:
+    if section is None:
+        return None
+    return Calibration(
+        rejections=section["rejections"],
+        runs=section["runs"],
+        alpha=section["alpha"],
+        binomial_p_value=section["binomial_p_value"],
+        ks_uniform_p_value=section.get("ks_uniform_p_value"),
+        power_cases=len(section.get("power_cases") or []),
+        histogram=histogram(section["p_values"]) if section.get("p_values") else None,
+    )
+
+
+def claim(c: dict) -> Claim:
+    return Claim(
+        id=c["id"],
+        status=c["status"],
+        statement=c["statement"],
+        reason=c["reason"],
+        sources=tuple(c["sources"]),
+        paths=tuple(c["paths"]),
+        property_count=c["property_count"],
+        distinct_examples=c["distinct_examples"],
+        properties=tables.properties_table(c) if c["properties"] else None,
+        nodeids=tuple(p["nodeid"] for p in c["properties"]),
+    )
+
+
+def build_document(report: dict) -> Document:
+    """The typed document of verify.json's content (`report`), which the writers render as it is."""
+    run, facts = report["run"], report.get("run_facts") or {}
+    implementation, environment = facts.get("implementation") or {}, report["environment"] or {}
+    policy, budget, mutants = report["policy"], report["budget"], report["mutants"]
+    statistical = tables.statistical_rows(report)
+    return Document(
+        impl=report["impl"],
+        implementation_path=implementation.get("path") or None,
+        implementation_sha256=implementation.get("sha256") or None,
+        device=f"MLX {environment.get('mlx', '?')} on {environment.get('mlx_default_device', '?')}",
+        verdict=Verdict(
+            verdict=run["verdict"],
+            exit_status=run["exit_status"],
+            reasons=tuple(run.get("reasons") or ()),
+            has_parts=bool(run.get("parts")),
+            parts=tables.verdict_table(report),
+        ),
+        claims=tuple(claim(c) for c in report["claims"]),
+        failures=tuple(failure(p) for p in tables.property_runs(report, "failure")),
+        statistical=tuple(
+            StatisticalRun(
+                nodeid=p["nodeid"],
+                distinct_laws=p["statistics"]["distinct_laws"],
+                n_min=p["statistics"]["n_min"],
+                n_max=p["statistics"]["n_max"],
+                p_min=p["statistics"]["p_min"],
+                min_detectable_tv=p["statistics"]["min_detectable_tv"],
+                raw_detectable_tv=p["statistics"]["raw_detectable_tv"],
+            )
+            for p in statistical
+        ),
+        plots=tuple(plot(p) for p in sorted(statistical, key=lambda p: p["statistics"]["failed_tests"] == 0)),
+        unchecked=tuple((text, tuple(nodes)) for text, nodes in unchecked_items(report)),
+        unclaimed=tuple(report["unclaimed"]),
+        reuse=(facts.get("reuse") or {}).get("why") if facts.get("reuse") else None,
+        policy=None
+        if policy is None
+        else Summary(policy["family_budget"], policy["planned_tests"], policy["alpha"], budget["chi_square_tests_run"]),
+        mutants=None
+        if mutants is None
+        else Mutants(mutants["caught"], len(mutants["mutants"]), tuple(mutants["survived"])),
+        calibration=calibration(report["calibration"]),
+        tables=Tables(
+            claims=tables.claims_table(report),
+            policy=tables.policy_table(report),
+            statistical=tables.statistical_table(report),
+            mlx_lm=tables.mlx_lm_table(report),
+            mutants=tables.mutants_table(report),
+            calibration=tables.calibration_table(report),
+            bench=tables.bench_table(report),
+            timing=tables.timing_table(report),
+            environment=tables.environment_table(report),
+            sources=tables.sources_table(report),
+        ),
+        data=report,
+    )

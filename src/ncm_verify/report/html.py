@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable
 from html import escape
 
-from ncm_verify.report import document as doc
+from ncm_verify.evidence import BENCH_FILE
+from ncm_verify.report.model import Document, Plot, Table, number
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -138,7 +139,7 @@ def render_cell(name: str, value, anchors: dict[str, Callable[[str], str]]) -> s
 
 
 def render_table(
-    table: doc.Table,
+    table: Table,
     level: int = 2,
     section: str = "",
     anchors: dict[str, Callable[[str], str]] | None = None,
@@ -175,7 +176,7 @@ def svg_frame(title: str, y_max: float, x_title: str) -> list[str]:
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>',
         f'<line x1="{LEFT - 4}" y1="{TOP}" x2="{LEFT}" y2="{TOP}" stroke="#333"/>',
         f'<line x1="{LEFT}" y1="{bottom}" x2="{PLOT_WIDTH - 8}" y2="{bottom}" stroke="#333"/>',
-        f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{doc.number(y_max)}</text>',
+        f'<text x="{LEFT - 6}" y="{TOP + 4}" font-size="10" text-anchor="end">{number(y_max)}</text>',
         f'<text x="{LEFT - 6}" y="{bottom}" font-size="10" text-anchor="end">0</text>',
         f'<text x="4" y="14" font-size="12">{escape(clip(title, 60))}</text>',
         (
@@ -213,8 +214,8 @@ def bars_svg(
         for i, value in enumerate(values):
             h = height * value / y_max
             x = LEFT + 2 + i * width + s * bar
-            tip = f"{x_labels[i]}: {name} {doc.number(value)}" + (
-                f", {reference_label} {doc.number(reference[i])}" if reference else ""
+            tip = f"{x_labels[i]}: {name} {number(value)}" + (
+                f", {reference_label} {number(reference[i])}" if reference else ""
             )
             parts.append(
                 f'<rect x="{x:.2f}" y="{bottom - h:.2f}" width="{bar:.2f}" height="{h:.2f}" '
@@ -247,16 +248,11 @@ def bars_svg(
     return "".join(parts)
 
 
-def device_note(report: dict) -> str:
-    environment = report["environment"] or {}
-    return f"MLX {environment.get('mlx', '?')} on {environment.get('mlx_default_device', '?')}"
-
-
-def worst_bins_table(record: dict) -> str:
+def worst_bins_table(plot: Plot) -> str:
     rows = "".join(
-        f"<tr><td>{breakable(str(row.get('outcome')))}</td><td>{doc.number(row.get('expected'))}</td>"
-        f"<td>{doc.number(row.get('observed'))}</td><td>{doc.number(row.get('contribution'))}</td></tr>"
-        for row in doc.worst_bins(record)
+        f"<tr><td>{breakable(str(row.outcome))}</td><td>{number(row.expected)}</td>"
+        f"<td>{number(row.observed)}</td><td>{number(row.contribution)}</td></tr>"
+        for row in plot.worst_bins
     )
     return (
         "<table><tr><th>outcome (bin)</th><th>expected</th><th>observed</th><th>chi-square part</th></tr>"
@@ -264,64 +260,54 @@ def worst_bins_table(record: dict) -> str:
     )
 
 
-def frequency_figure(report: dict, p: dict) -> str:
+def frequency_figure(document: Document, plot: Plot) -> str:
     """Expected vs observed bin counts of one statistical property, bins labelled by outcome."""
-    record, which = doc.plotted_record(p["statistics"])
-    labels = doc.bin_labels(record)
-    labelled = not labels[0].startswith("bin ") if labels else False
     svg = bars_svg(
-        record["name"],
-        [("observed", record["observed"])],
-        labels,
-        reference=record["expected"],
+        plot.name,
+        [("observed", list(plot.observed))],
+        list(plot.labels),
+        reference=list(plot.expected),
         reference_label="expected (exact)",
-        x_title="bins by outcome (hover a bar for its label)" if labelled else "bins by index",
+        x_title="bins by outcome (hover a bar for its label)" if plot.labelled else "bins by index",
     )
     caption = (
-        f"{which}: n={record['n']}, df={record['df']}, statistic={doc.number(record['statistic'])}, "
-        f"p={doc.number(record['p_value'])}, alpha={doc.number(record['alpha'])}, "
-        f"{'rejected' if not record.get('passed', True) else 'not rejected'}; "
-        f"{'' if labelled else 'bins by index (this record carries no outcome labels), '}"
-        f"the last bin may pool rare outcomes; {device_note(report)}"
+        f"{plot.which}: n={plot.n}, df={plot.df}, statistic={number(plot.statistic)}, "
+        f"p={number(plot.p_value)}, alpha={number(plot.alpha)}, "
+        f"{'rejected' if plot.rejected else 'not rejected'}; "
+        f"{'' if plot.labelled else 'bins by index (this record carries no outcome labels), '}"
+        f"the last bin may pool rare outcomes; {document.device}"
     )
-    heading = link(p["nodeid"], property_anchor(p["nodeid"]))
+    heading = link(plot.nodeid, property_anchor(plot.nodeid))
     return (
-        f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(record)}"
+        f"<figure><div>{heading}</div>{svg}<figcaption>{breakable(caption)}{worst_bins_table(plot)}"
         "</figcaption></figure>"
     )
 
 
-def frequency_figures(report: dict) -> str:
-    """One figure per statistical property, failed properties first."""
-    rows = sorted(doc.statistical_rows(report), key=lambda p: p["statistics"]["failed_tests"] == 0)
-    figures = [frequency_figure(report, p) for p in rows]
+def frequency_figures(document: Document) -> str:
+    """One figure per statistical property, in the document's order (failed properties first)."""
+    figures = [frequency_figure(document, plot) for plot in document.plots]
     if not figures:
         return ""
     return '<h2 id="frequencies">Expected vs observed frequencies</h2>\n' + "\n".join(figures)
 
 
-def calibration_figure(report: dict, bins: int = 20) -> str:
+def calibration_figure(document: Document) -> str:
     """Histogram of the calibration p-values against the uniform law they should follow."""
-    calibration = report["calibration"]
-    if not calibration or not calibration.get("p_values"):
+    histogram = document.calibration.histogram if document.calibration else None
+    if histogram is None:
         return ""
-    p_values = calibration["p_values"]
-    counts = [0] * bins
-    for p in p_values:
-        counts[min(int(p * bins), bins - 1)] += 1
-    labels = [f"{i / bins:.2f}" for i in range(bins)]
-    uniform = [len(p_values) / bins] * bins
     svg = bars_svg(
         "calibration p-values",
-        [("runs", counts)],
-        labels,
-        reference=uniform,
+        [("runs", list(histogram.counts))],
+        list(histogram.labels),
+        reference=list(histogram.uniform),
         reference_label="uniform expectation",
         x_title="p-value",
     )
     caption = (
-        f"{len(p_values)} chi-square p-values of the correct kernels in {bins} bins; a calibrated test "
-        f"gives a flat histogram; {device_note(report)}"
+        f"{histogram.total} chi-square p-values of the correct kernels in {len(histogram.counts)} bins; a calibrated "
+        f"test gives a flat histogram; {document.device}"
     )
     return f"<h3>Calibration p-values</h3>\n<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
 
@@ -329,67 +315,58 @@ def calibration_figure(report: dict, bins: int = 20) -> str:
 # --- sections ---
 
 
-def all_properties(report: dict) -> list[dict]:
-    """Every property run once, in claim order."""
-    return doc.property_runs(report, "nodeid")
-
-
-def failures_html(report: dict) -> str:
+def failures_html(document: Document) -> str:
     parts = []
-    for p in doc.failures(report):
-        failure = p["failure"]
-        items = [f"<pre>{escape(failure['message'].strip())}</pre>"]
-        for key, label in (("falsifying_example", "example"), ("reproduce_failure", "decorator"), ("seed", "seed")):
-            if failure.get(key):
-                items.append(f"<p>{label}:</p><pre>{escape(str(failure[key]))}</pre>")
-        items.append(f"<p>rerun:</p><pre>{escape(failure['command'])}</pre>")
-        claims = ", ".join(link(c, claim_anchor(c)) for c in p["claims"])
-        parts.append(f"<h3>{link(p['nodeid'], property_anchor(p['nodeid']))} ({claims})</h3>" + "".join(items))
+    for f in document.failures:
+        items = [f"<pre>{escape(f.message.strip())}</pre>"]
+        for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
+            if value:
+                items.append(f"<p>{label}:</p><pre>{escape(str(value))}</pre>")
+        items.append(f"<p>rerun:</p><pre>{escape(f.command)}</pre>")
+        claims = ", ".join(link(c, claim_anchor(c)) for c in f.claims)
+        parts.append(f"<h3>{link(f.nodeid, property_anchor(f.nodeid))} ({claims})</h3>" + "".join(items))
     if not parts:
         return ""
     return '<h2 id="failures">Failures and how to reproduce them</h2>\n' + "\n".join(parts)
 
 
-def claim_details(report: dict) -> str:
+def claim_details(document: Document) -> str:
     """Each claim in a collapsible block with its id as anchor; each property row anchored once, where it first
     appears (a property under several claims links there from the others). Browsers open a closed block when a
     link points inside it, so the page needs no script."""
     parts = ['<h2 id="evidence">Evidence per claim</h2>']
     placed: set[str] = set()
-    for claim in report["claims"]:
-        summary = f"{escape(claim['id'])} {status_span(claim['status'])} {breakable(claim['statement'])}"
+    for claim in document.claims:
+        summary = f"{escape(claim.id)} {status_span(claim.status)} {breakable(claim.statement)}"
         body = [
-            f"<p>{breakable(claim['reason'])}</p>",
+            f"<p>{breakable(claim.reason)}</p>",
             (
-                f"<p>sources: {breakable(', '.join(claim['sources']) or '-')}; code: "
-                f"{breakable(', '.join(claim['paths']) or '-')}</p>"
+                f"<p>sources: {breakable(', '.join(claim.sources) or '-')}; code: "
+                f"{breakable(', '.join(claim.paths) or '-')}</p>"
             ),
         ]
-        if claim["properties"]:
+        if claim.properties is not None:
             ids = []
-            for p in claim["properties"]:
-                anchor = property_anchor(p["nodeid"])
-                ids.append(anchor if anchor not in placed else f"{claim_anchor(claim['id'])}-{anchor}")
+            for nodeid in claim.nodeids:
+                anchor = property_anchor(nodeid)
+                ids.append(anchor if anchor not in placed else f"{claim_anchor(claim.id)}-{anchor}")
                 placed.add(anchor)
-            body.append(
-                render_table(doc.properties_table(claim), level=4, row_ids=ids, anchors={"property": property_anchor})
-            )
-        parts.append(f'<details id="{claim_anchor(claim["id"])}"><summary>{summary}</summary>{"".join(body)}</details>')
+            body.append(render_table(claim.properties, level=4, row_ids=ids, anchors={"property": property_anchor}))
+        parts.append(f'<details id="{claim_anchor(claim.id)}"><summary>{summary}</summary>{"".join(body)}</details>')
     return "\n".join(parts)
 
 
-def implementation_line(report: dict) -> str:
+def implementation_line(document: Document) -> str:
     """What was tested: the module, and its file and hash when the run recorded them."""
-    implementation = (report.get("run_facts") or {}).get("implementation") or {}
-    facts = [f"<code>{breakable(str(report['impl']))}</code>"]
-    if implementation.get("path"):
-        facts.append(f"file <code>{breakable(str(implementation['path']))}</code>")
-    if implementation.get("sha256"):
-        facts.append(f"sha256 <code>{escape(str(implementation['sha256'])[:16])}\u2026</code>")
+    facts = [f"<code>{breakable(str(document.impl))}</code>"]
+    if document.implementation_path:
+        facts.append(f"file <code>{breakable(document.implementation_path)}</code>")
+    if document.implementation_sha256:
+        facts.append(f"sha256 <code>{escape(document.implementation_sha256[:16])}\u2026</code>")
     return "Implementation under test: " + ", ".join(facts)
 
 
-def unchecked_item_html(text: str, nodes: list[str]) -> str:
+def unchecked_item_html(text: str, nodes: tuple[str, ...]) -> str:
     """One item; the node ids behind it fold away, since a port's run lists a hundred of them."""
     if not nodes:
         return f"<li>{breakable(text)}</li>"
@@ -397,85 +374,72 @@ def unchecked_item_html(text: str, nodes: list[str]) -> str:
     return f"<li><details><summary>{breakable(text)}</summary><ul>{listed}</ul></details></li>"
 
 
-def unchecked_html(report: dict) -> str:
-    items = doc.unchecked_items(report)
-    body = "".join(unchecked_item_html(*item) for item in items) or "<li>Nothing this report knows of.</li>"
+def unchecked_html(document: Document) -> str:
+    body = (
+        "".join(unchecked_item_html(*item) for item in document.unchecked) or "<li>Nothing this report knows of.</li>"
+    )
     return f'<div class="unchecked"><h2 id="not-checked">What was not checked here</h2><ul>{body}</ul></div>'
 
 
-def contents(report: dict, present: set[str]) -> str:
+def contents(document: Document, present: set[str]) -> str:
     """The table of contents: every section on the page, then every claim with its status."""
     sections = "".join(f'<li><a href="#{key}">{escape(title)}</a></li>' for key, title in SECTIONS if key in present)
-    claims = "".join(
-        f"<li>{link(c['id'], claim_anchor(c['id']))} {status_span(c['status'])}</li>" for c in report["claims"]
-    )
+    claims = "".join(f"<li>{link(c.id, claim_anchor(c.id))} {status_span(c.status)}</li>" for c in document.claims)
     return (
         f'<nav class="toc" aria-label="contents"><strong>Contents</strong><ol>{sections}</ol>'
         f'<strong>Claims</strong><ul class="claims">{claims}</ul></nav>'
     )
 
 
-def verdict_html(report: dict) -> str:
-    """The verdict by part, where the report carries one (a report rebuilt from older JSON may not)."""
-    if not report["run"].get("parts"):
-        return ""
-    return render_table(doc.verdict_table(report), section="verdict-parts")
-
-
-def body_sections(report: dict) -> list[str]:
+def body_sections(document: Document) -> list[str]:
     """The page's sections in reading order; empty strings for sections with nothing to show."""
-    run = report["run"]
-    reasons = f" ({breakable('; '.join(run['reasons']))})" if run.get("reasons") else ""
-    if run.get("parts"):
+    verdict, tables = document.verdict, document.tables
+    reasons = f" ({breakable('; '.join(verdict.reasons))})" if verdict.reasons else ""
+    if verdict.has_parts:
         reasons = ' (<a href="#verdict-parts">why, by part</a>)'  # the table below says it once
     property_links = {"property": property_anchor}
     body = [
-        f'<p id="verdict">{implementation_line(report)}; run verdict: {status_span(run["verdict"])}{reasons}</p>',
-        verdict_html(report),
-        unchecked_html(report),
-        render_table(doc.claims_table(report), section="claims", anchors={"claim": claim_anchor}),
-        failures_html(report),
+        f'<p id="verdict">{implementation_line(document)}; run verdict: {status_span(verdict.verdict)}{reasons}</p>',
+        # a report rebuilt from older JSON may carry no parts
+        render_table(verdict.parts, section="verdict-parts") if verdict.has_parts else "",
+        unchecked_html(document),
+        render_table(tables.claims, section="claims", anchors={"claim": claim_anchor}),
+        failures_html(document),
+        render_table(tables.policy, section="policy") if tables.policy is not None else "",
+        render_table(tables.statistical, section="statistical", anchors=property_links)
+        if tables.statistical.rows
+        else "",
+        render_table(tables.mlx_lm, section="mlx-lm") if tables.mlx_lm is not None else "",
+        frequency_figures(document),
+        render_table(tables.mutants, section="planted-bugs"),
+        render_table(tables.calibration, section="calibration") + calibration_figure(document),
+        claim_details(document),
     ]
-    policy = doc.policy_table(report)
-    body.append(render_table(policy, section="policy") if policy is not None else "")
-    if doc.statistical_rows(report):
-        body.append(render_table(doc.statistical_table(report), section="statistical", anchors=property_links))
-    mlx_lm = doc.mlx_lm_table(report)
-    body.append(render_table(mlx_lm, section="mlx-lm") if mlx_lm is not None else "")
-    body += [
-        frequency_figures(report),
-        render_table(doc.mutants_table(report), section="planted-bugs"),
-        render_table(doc.calibration_table(report), section="calibration") + calibration_figure(report),
-        claim_details(report),
-    ]
-    if report["unclaimed"]:
+    if document.unclaimed:
         body.append(
             '<h2 id="unclaimed">Runs under no claim</h2><ul>'
-            + "".join(f"<li><code>{breakable(n)}</code></li>" for n in report["unclaimed"])
+            + "".join(f"<li><code>{breakable(n)}</code></li>" for n in document.unclaimed)
             + "</ul>"
         )
-    bench = doc.bench_table(report)
-    if bench is not None:
+    if tables.bench is not None:
         body.append(
-            render_table(bench, section="benchmarks") + f'<p><a href="{doc.BENCH_FILE}">{doc.BENCH_FILE}</a></p>'
+            render_table(tables.bench, section="benchmarks") + f'<p><a href="{BENCH_FILE}">{BENCH_FILE}</a></p>'
         )
-    timing = doc.timing_table(report)
-    if timing is not None:
-        body.append(render_table(timing, section="timing"))
-    environment = doc.environment_table(report)
-    if environment is not None:
-        body.append(render_table(environment, section="environment"))
-    body.append(render_table(doc.sources_table(report), section="sources"))
+    if tables.timing is not None:
+        body.append(render_table(tables.timing, section="timing"))
+    if tables.environment is not None:
+        body.append(render_table(tables.environment, section="environment"))
+    body.append(render_table(tables.sources, section="sources"))
     return [part for part in body if part]
 
 
-def render_html(report: dict) -> str:
-    """The whole page; a pure function of `report`."""
-    body = body_sections(report)
+def render_html(document: Document) -> str:
+    """The whole page; a pure function of `document`."""
+    body = body_sections(document)
     present = {key for key, _ in SECTIONS if any(f'id="{key}"' in part for part in body)}
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>ncm-verify report</title><style>{CSS}</style></head><body>\n"
-        "<h1>ncm-verify report</h1>\n" + contents(report, present) + "\n" + "\n".join(body) + "\n</body></html>\n"
+        "<h1>ncm-verify report</h1>\n" + contents(document, present) + "\n" + "\n".join(body) + "\n</body></html>\n"
     )

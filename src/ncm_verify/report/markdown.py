@@ -1,15 +1,15 @@
-"""verify.md: the report's tables as GitHub-flavoured markdown."""
+"""verify.md: the report's document as GitHub-flavoured markdown."""
 
 from __future__ import annotations
 
-from ncm_verify.report import document as doc
+from ncm_verify.report.model import Document, Table
 
 
 def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_table(table: doc.Table, level: str = "##") -> str:
+def render_table(table: Table, level: str = "##") -> str:
     lines = [f"{level} {table.title}", ""]
     if table.note:
         lines += [table.note, ""]
@@ -21,54 +21,41 @@ def render_table(table: doc.Table, level: str = "##") -> str:
     return "\n".join(lines)
 
 
-def render_failures(report: dict) -> str:
-    failed = doc.failures(report)
-    if not failed:
+def render_failures(document: Document) -> str:
+    if not document.failures:
         return ""
     lines = ["## Failures and how to reproduce them", ""]
-    for p in failed:
-        failure = p["failure"]
-        lines += [f"### {p['nodeid']} ({', '.join(p['claims'])})", "", "```", failure["message"].strip(), "```", ""]
-        for key, label in (("falsifying_example", "example"), ("reproduce_failure", "decorator"), ("seed", "seed")):
-            if failure.get(key):
-                lines += [f"{label}:", "", "```", str(failure[key]), "```", ""]
-        lines += ["rerun:", "", "```", failure["command"], "```", ""]
+    for f in document.failures:
+        lines += [f"### {f.nodeid} ({', '.join(f.claims)})", "", "```", f.message.strip(), "```", ""]
+        for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
+            if value:
+                lines += [f"{label}:", "", "```", str(value), "```", ""]
+        lines += ["rerun:", "", "```", f.command, "```", ""]
     return "\n".join(lines)
 
 
-def render_markdown(report: dict) -> str:
-    """The whole report; a pure function of `report`."""
-    run = report["run"]
+def render_markdown(document: Document) -> str:
+    """The whole report; a pure function of `document`."""
+    verdict, tables = document.verdict, document.tables
     parts = [
         "# ncm-verify report",
         "",
-        f"Implementation under test: `{report['impl']}`; run verdict: **{run['verdict']}**"
-        + (f" ({'; '.join(run['reasons'])})" if run["reasons"] else ""),
+        f"Implementation under test: `{document.impl}`; run verdict: **{verdict.verdict}**"
+        + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""),
         "",
-        render_table(doc.verdict_table(report)),
-        render_table(doc.claims_table(report)),
-        render_failures(report),
+        render_table(verdict.parts),
+        render_table(tables.claims),
+        render_failures(document),
     ]
-    for table in (
-        doc.policy_table(report),
-        doc.statistical_table(report),
-        doc.mlx_lm_table(report),
-        doc.mutants_table(report),
-        doc.calibration_table(report),
-    ):
+    for table in (tables.policy, tables.statistical, tables.mlx_lm, tables.mutants, tables.calibration):
         if table is not None:
             parts.append(render_table(table))
-    for claim in report["claims"]:
-        if claim["properties"]:
-            parts.append(render_table(doc.properties_table(claim), "###"))
-    if report["unclaimed"]:
-        parts += ["## Runs under no claim", ""] + [f"- `{n}`" for n in report["unclaimed"]] + [""]
-    for table in (
-        doc.bench_table(report),
-        doc.timing_table(report),
-        doc.environment_table(report),
-        doc.sources_table(report),
-    ):
+    for claim in document.claims:
+        if claim.properties is not None:
+            parts.append(render_table(claim.properties, "###"))
+    if document.unclaimed:
+        parts += ["## Runs under no claim", ""] + [f"- `{n}`" for n in document.unclaimed] + [""]
+    for table in (tables.bench, tables.timing, tables.environment, tables.sources):
         if table is not None:
             parts.append(render_table(table))
     return "\n\n".join(part.strip() for part in parts if part.strip()) + "\n"

@@ -12,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ncm_verify.evidence import EVIDENCE_FILE, Evidence, Outcome, PropertyRecord, read_json
-from ncm_verify.report import document as doc
 from ncm_verify.report import mlx_lm_section
 from ncm_verify.report import status as claim_status
 from ncm_verify.report.markdown import render_table
+from ncm_verify.report.model import Table, number
+from ncm_verify.report.output import write_json
 
 PEERS_DIR = "peers"
 PEER_FILE = "peer.json"
@@ -49,8 +50,8 @@ def evidence_cell(node: PropertyRecord) -> str:
     if summary:
         parts.append(
             f"{summary['tests']} chi-square tests, n {summary['n_min']}-{summary['n_max']}, "
-            f"min p {doc.number(summary['p_min'])} (alpha {doc.number(summary['alpha'])}), "
-            f"detects TV {doc.number(summary['min_detectable_tv'])}"
+            f"min p {number(summary['p_min'])} (alpha {number(summary['alpha'])}), "
+            f"detects TV {number(summary['min_detectable_tv'])}"
         )
         if summary["impossible_count"]:
             parts.append(f"{summary['impossible_count']} samples on impossible outcomes")
@@ -163,7 +164,7 @@ def make_comparison(reports: Path) -> dict:
 # --- rendering ---
 
 
-def overview_table(comparison: dict) -> doc.Table:
+def overview_table(comparison: dict) -> Table:
     rows = []
     for peer in comparison["peers"]:
         sizes = peer["sample_sizes"] or {}
@@ -177,7 +178,7 @@ def overview_table(comparison: dict) -> doc.Table:
                 role,
                 counts or "-",
                 f"{sizes.get('n_min', '-')}-{sizes.get('n_max', '-')}" if sizes else "-",
-                doc.number(sizes.get("min_detectable_tv")) if sizes else "-",
+                number(sizes.get("min_detectable_tv")) if sizes else "-",
                 f"{peer.get('seconds', '-')} s",
                 state,
             )
@@ -190,17 +191,17 @@ def overview_table(comparison: dict) -> doc.Table:
         "peer must fail."
     )
     header = ("peer", "version", "rule", "properties", "n", "detects TV", "wall", "state")
-    return doc.Table("Peers", header, rows, note)
+    return Table("Peers", header, rows, note)
 
 
-def properties_table(peer: dict) -> doc.Table:
+def properties_table(peer: dict) -> Table:
     rows = [
         (row["property"].removeprefix("properties/"), row["verdict"], row["evidence"]) for row in peer["properties"]
     ]
-    return doc.Table(f"{peer['name']}: properties", ("property", "verdict", "evidence"), rows)
+    return Table(f"{peer['name']}: properties", ("property", "verdict", "evidence"), rows)
 
 
-def acceptance_table(comparison: dict) -> doc.Table:
+def acceptance_table(comparison: dict) -> Table:
     rows = [
         (peer["name"], peer.get("acceptance_rule", "-"), peer["acceptance"]["verdict"], peer["acceptance"]["evidence"])
         for peer in comparison["peers"]
@@ -209,19 +210,19 @@ def acceptance_table(comparison: dict) -> doc.Table:
     note = (
         "The acceptance law: per sequence (drafts, accepted count, emitted token) against its exact law under the rule."
     )
-    return doc.Table("Acceptance against the declared rule's law", ("peer", "rule", "verdict", "evidence"), rows, note)
+    return Table("Acceptance against the declared rule's law", ("peer", "rule", "verdict", "evidence"), rows, note)
 
 
-def edge_table(peer: dict) -> doc.Table:
+def edge_table(peer: dict) -> Table:
     rows = [(case["case"], case["verdict"], case["happened"], case["expected"]) for case in peer["edge_cases"]]
     note = f"Peer version: {peer.get('versions', '-')}. Each reproduction below is the program that gave the verdict."
-    return doc.Table(f"{peer['name']}: edge cases", ("case", "verdict", "what happened", "expected"), rows, note)
+    return Table(f"{peer['name']}: edge cases", ("case", "verdict", "what happened", "expected"), rows, note)
 
 
-def mlx_lm_table(mlx_lm: dict) -> doc.Table:
+def mlx_lm_table(mlx_lm: dict) -> Table:
     rows = [(row["property"], row["case"], row["verdict"], first_lines(row["reason"], 1)) for row in mlx_lm["rows"]]
     note = f"mlx-lm {mlx_lm.get('version') or '?'} as the main run (`make verify`, reports/evidence.json) judged it."
-    return doc.Table("mlx-lm (main run)", ("property", "case", "verdict", "reason"), rows, note)
+    return Table("mlx-lm (main run)", ("property", "case", "verdict", "reason"), rows, note)
 
 
 def render_markdown(comparison: dict) -> str:
@@ -247,6 +248,6 @@ def render_markdown(comparison: dict) -> str:
 def write_comparison(reports: Path) -> dict:
     """Decide the comparison from `reports` and write peers.json and peers.md there."""
     comparison = make_comparison(reports)
-    doc.write_json(comparison, Path(reports) / COMPARISON_JSON)
+    write_json(comparison, Path(reports) / COMPARISON_JSON)
     (Path(reports) / COMPARISON_MD).write_text(render_markdown(comparison), encoding="utf-8")
     return comparison

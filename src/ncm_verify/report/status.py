@@ -31,7 +31,8 @@ from ncm_verify.evidence import (
     Phase,
     PropertyRecord,
 )
-from ncm_verify.harness import stats
+from ncm_verify.evidence.chi_square import LAW_DECIMALS, power_case_names
+from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
@@ -54,11 +55,6 @@ ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_
 
 PASSED, RUN_FAILED = "passed", "failed"
 
-MIN_DISTINCT_EXAMPLES = 10
-"""Distinct examples (distinct laws, for a statistical property) a Hypothesis property must run."""
-MAX_FILTERED_FRACTION = 0.4
-"""A property that lost more of its examples than this to `assume` or filters tested what was left, not its
-claim (the reference's most filtered property loses 27% under `ci`)."""
 
 PARTS = ("phases", "properties", "claims", "planted bugs", "calibration", "budget", "ledger")
 
@@ -84,11 +80,11 @@ def reproduce_command(node: PropertyRecord, run: dict) -> str:
 
 def distinct_laws(records: list[dict]) -> int:
     """Distinct laws per chi-square test name, the fewest over the names: a law that never changes is not shown
-    by the others' changing. Laws by `law_digest` (the binned law rounded to `stats.LAW_DECIMALS`), else by
+    by the others' changing. Laws by `law_digest` (the binned law rounded to `LAW_DECIMALS`), else by
     their expected counts as frequencies rounded alike."""
     laws: dict[str, set] = {}
     for r in records:
-        law = r.get("law_digest") or tuple(round(x / r["n"], stats.LAW_DECIMALS) for x in r["expected"])
+        law = r.get("law_digest") or tuple(round(x / r["n"], LAW_DECIMALS) for x in r["expected"])
         laws.setdefault(r["name"], set()).add(law)
     return min((len(digests) for digests in laws.values()), default=0)
 
@@ -422,7 +418,7 @@ def mutants_part(mutants: dict | None) -> list[str]:
 
 def calibration_part(calibration: dict | None) -> list[str]:
     """The binomial and KS checks of the correct kernels, the size of the worst plans (summed, and of many bins
-    bounded), and every power case `stats.power_case_names` names, each passed."""
+    bounded), and every power case `power_case_names` names, each passed."""
     if calibration is None:
         return ["not run: no calibration.json"]
     budget = calibration.get("check_budget")
@@ -444,7 +440,7 @@ def calibration_part(calibration: dict | None) -> list[str]:
     elif not large.get("passed"):
         reasons.append(f"a plan of many bins exceeds its alpha: size/alpha bound {large.get('largest_ratio')}")
     cases = {case.get("name"): case for case in calibration.get("power_cases") or []}
-    missing = [name for name in stats.power_case_names() if name not in cases]
+    missing = [name for name in power_case_names() if name not in cases]
     if missing:
         reasons.append(f"power cases not recorded: {', '.join(missing)}")
     for name, case in cases.items():

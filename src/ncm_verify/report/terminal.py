@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ncm_verify.harness.hypothesis_internals import SHRINK_STOPPED
-from ncm_verify.report import document as doc
+from ncm_verify.report.model import Document, Failure, number
 
 MESSAGE_LINES = 6
 """Lines of a failure's message printed; the whole message, example and reproduction are in verify.md."""
@@ -15,91 +14,83 @@ def clipped(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def failure_block(p: dict, number: int, total: int) -> list[str]:
+def failure_block(f: Failure, index: int, total: int) -> list[str]:
     """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it."""
-    failure = p["failure"]
-    kernels = f" on {', '.join(failure['kernels'])}" if failure.get("kernels") else ""
-    kind = "by assertion" if failure.get("kind") == "assertion" else f"with {failure.get('kind')}"
+    kernels = f" on {', '.join(f.kernels)}" if f.kernels else ""
+    kind = "by assertion" if f.kind == "assertion" else f"with {f.kind}"
     lines = [
-        f"  FAILURE {number} of {total}: {p['nodeid']} ({', '.join(p['claims']) or 'no claim'}), {p['outcome']} "
-        f"{kind}{kernels}"
+        f"  FAILURE {index} of {total}: {f.nodeid} ({', '.join(f.claims) or 'no claim'}), {f.outcome} {kind}{kernels}"
     ]
-    message = [line for line in (failure.get("message") or "").strip().splitlines() if line.strip()]
-    statistics = p.get("statistics")
-    if statistics and statistics["failed_tests"]:  # a chi-square rejection: its headline, then its worst bins
+    message = [line for line in f.message.strip().splitlines() if line.strip()]
+    if f.plot is not None:  # a chi-square rejection: its headline, then its worst bins
         # a group's first line only counts its failures ("Hypothesis found 2 distinct failures."): keep the next too
         headline = message[:2] if message and message[0].startswith("Hypothesis found") else message[:1]
         lines += [f"    {clipped(line)}" for line in headline]
-        record, _ = doc.plotted_record(statistics)
-        lines.append(f"    worst bins of {len(record['expected'])} (outcome: expected vs observed):")
+        lines.append(f"    worst bins of {len(f.plot.expected)} (outcome: expected vs observed):")
         lines += [
-            f"      {clipped(str(row.get('outcome')), 60)}: {doc.number(row.get('expected'))} vs "
-            f"{doc.number(row.get('observed'))} (chi-square part {doc.number(row.get('contribution'))})"
-            for row in doc.worst_bins(record)[:TERMINAL_BINS]
+            f"      {clipped(str(row.outcome), 60)}: {number(row.expected)} vs "
+            f"{number(row.observed)} (chi-square part {number(row.contribution)})"
+            for row in f.plot.worst_bins[:TERMINAL_BINS]
         ]
     else:
         lines += [f"    {clipped(line)}" for line in message[:MESSAGE_LINES]]
         if len(message) > MESSAGE_LINES:
             lines.append(f"    ... {len(message) - MESSAGE_LINES} more lines in verify.md")
-    if failure.get("falsifying_example"):
-        example = " ".join(failure["falsifying_example"].split())  # Hypothesis's one argument a line, joined
+    if f.falsifying_example:
+        example = " ".join(f.falsifying_example.split())  # Hypothesis's one argument a line, joined
         lines.append(f"    example: {clipped(example)}")
-    if p.get("stopped_because") == SHRINK_STOPPED:
+    if f.shrink_stopped:
         lines.append("    (shrinking stopped at the profile's time budget: the example is less shrunk)")
-    lines.append(f"    rerun: {failure['command']}")
+    lines.append(f"    rerun: {f.command}")
     return lines
 
 
-def render_terminal(report: dict) -> str:
+def render_terminal(document: Document) -> str:
     """Policy, per-claim status, per statistical property n / min p / detectable TV."""
-    run = report["run"]
-    lines = [f"ncm-verify: run {run['verdict']} (exit status {run['exit_status']})"]
-    lines += [f"  FAILED {reason}" for reason in run["reasons"]]
-    policy, budget = report["policy"], report["budget"]
+    verdict = document.verdict
+    lines = [f"ncm-verify: run {verdict.verdict} (exit status {verdict.exit_status})"]
+    lines += [f"  FAILED {reason}" for reason in verdict.reasons]
+    policy = document.policy
     if policy is not None:
         lines.append(
-            f"  policy: family-wise budget {doc.number(policy['family_budget'])} over "
-            f"{policy['planned_tests']} planned chi-square tests, per-test alpha {doc.number(policy['alpha'])}; "
-            f"{budget['chi_square_tests_run']} run"
+            f"  policy: family-wise budget {number(policy.family_budget)} over "
+            f"{policy.planned_tests} planned chi-square tests, per-test alpha {number(policy.alpha)}; "
+            f"{policy.tests_run} run"
         )
-    reuse = (report.get("run_facts") or {}).get("reuse")
-    if reuse:
-        lines.append(f"  properties reused: {reuse['why']}")
+    if document.reuse is not None:
+        lines.append(f"  properties reused: {document.reuse}")
     lines.append("  claims:")
-    for claim in report["claims"]:
+    for claim in document.claims:
         lines.append(
-            f"    {claim['id']:<4} {claim['status']:<14} {claim['property_count']:>3} properties, "
-            f"{claim['distinct_examples']:>5} distinct examples"
-            + ("" if claim["status"] == "shown" else f": {claim['reason'][:300]}")
+            f"    {claim.id:<4} {claim.status:<14} {claim.property_count:>3} properties, "
+            f"{claim.distinct_examples:>5} distinct examples"
+            + ("" if claim.status == "shown" else f": {claim.reason[:300]}")
         )
-    rows = doc.statistical_rows(report)
-    if rows:
+    if document.statistical:
         lines.append("  statistical properties:")
-    for p in rows:
-        s = p["statistics"]
+    for s in document.statistical:
         lines.append(
-            f"    {p['nodeid']}: {s['distinct_laws']} distinct laws, "
-            f"n={doc.number(s['n_min'])}..{doc.number(s['n_max'])} "
-            f"min p={doc.number(s['p_min'])} min detectable TV={doc.number(s['min_detectable_tv'])} "
-            f"(raw law {doc.number(s['raw_detectable_tv'])})"
+            f"    {s.nodeid}: {s.distinct_laws} distinct laws, "
+            f"n={number(s.n_min)}..{number(s.n_max)} "
+            f"min p={number(s.p_min)} min detectable TV={number(s.min_detectable_tv)} "
+            f"(raw law {number(s.raw_detectable_tv)})"
         )
-    mutants = report["mutants"]
+    mutants = document.mutants
     lines.append(
         "  planted bugs: not run"
         if mutants is None
-        else f"  planted bugs: {mutants['caught']} of {len(mutants['mutants'])} caught"
-        + (f"; SURVIVED: {', '.join(mutants['survived'])}" if mutants["survived"] else "")
+        else f"  planted bugs: {mutants.caught} of {mutants.total} caught"
+        + (f"; SURVIVED: {', '.join(mutants.survived)}" if mutants.survived else "")
     )
-    calibration = report["calibration"]
+    calibration = document.calibration
     lines.append(
         "  calibration: not run"
         if calibration is None
-        else f"  calibration: {calibration['rejections']} of {calibration['runs']} rejected at alpha "
-        f"{doc.number(calibration['alpha'])}, binomial p={doc.number(calibration['binomial_p_value'])}, "
-        f"KS p={doc.number(calibration.get('ks_uniform_p_value'))}; "
-        f"{len(calibration.get('power_cases') or [])} power cases"
+        else f"  calibration: {calibration.rejections} of {calibration.runs} rejected at alpha "
+        f"{number(calibration.alpha)}, binomial p={number(calibration.binomial_p_value)}, "
+        f"KS p={number(calibration.ks_uniform_p_value)}; "
+        f"{calibration.power_cases} power cases"
     )
-    failed = doc.failures(report)
-    for number, p in enumerate(failed, 1):
-        lines += failure_block(p, number, len(failed))
+    for index, f in enumerate(document.failures, 1):
+        lines += failure_block(f, index, len(document.failures))
     return "\n".join(lines)
