@@ -132,8 +132,8 @@ def test_the_closing_summary_gives_each_failure_one_block_with_its_worst_bins_ex
     assert not any("shrinking stopped" in line for line in greedy), greedy
 
 
-def test_rebuilding_the_report_imports_no_harness_and_no_scipy(ledger, evidence, tmp_path):
-    """`ncm-verify report` reads JSON: the statistics and test machinery that wrote it stay unimported."""
+def test_rebuilding_the_report_imports_no_harness_no_scipy_no_hypothesis_and_no_mlx(ledger, evidence, tmp_path):
+    """`ncm-verify report` reads JSON: the statistics, test machinery and kernels that wrote it stay unimported."""
     import json
     import subprocess
     import sys
@@ -143,8 +143,8 @@ def test_rebuilding_the_report_imports_no_harness_and_no_scipy(ledger, evidence,
     script = (
         "import sys; from ncm_verify.cli import main; "
         f"main(['report', '--reports', {str(tmp_path)!r}, '--ledger', {str(tmp_path / 'ledger.json')!r}]); "
-        "print('IMPORTED', *sorted(m for m in sys.modules if m.split('.')[0] == 'scipy' or "
-        "m.startswith('ncm_verify.harness')))"
+        "print('IMPORTED', *sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'hypothesis', 'mlx') or "
+        "m.startswith(('ncm_verify.harness', 'ncm_verify.reference', 'ncm_verify.mutants'))))"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert (tmp_path / "verify.html").exists(), "the report was rebuilt"

@@ -58,7 +58,7 @@ def normalized_claims(ledger: dict) -> list[dict]:
 
 def registered_mutants() -> list[str]:
     """Every planted bug the sweep must report on."""
-    from ncm_verify.mutants import EVIDENCE_MUTANTS, MUTANTS
+    from ncm_verify.planted import EVIDENCE_MUTANTS, MUTANTS
 
     return sorted({*MUTANTS, *EVIDENCE_MUTANTS})
 

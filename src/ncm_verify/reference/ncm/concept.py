@@ -9,7 +9,6 @@ Public API: `concept_configs()` (a Hypothesis strategy of tiny configs, every re
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from ncm_verify.reference.ncm.cache import PrefixCache
 from ncm_verify.reference.ncm.concept_config import (
@@ -37,30 +36,38 @@ __all__ = [
 _LEVELS = {4: ((1, 2, 4), (1, 4), (2, 4)), 8: ((1, 2, 4, 8), (1, 2, 8), (2, 4, 8), (1, 8))}
 
 
-@st.composite
-def concept_configs(draw, dtypes=("float32",)) -> ConceptConfig:
-    """Tiny configs over both mask readings and both input readings, dropout and tied codes."""
-    length = draw(st.sampled_from(sorted(_LEVELS)))
-    levels = draw(st.sampled_from(_LEVELS[length]))
-    heads = draw(st.sampled_from((1, 2)))
-    return ConceptConfig(
-        vocab_size=draw(st.integers(3, 24)),
-        sequence_length=length,
-        level_lengths=levels,
-        codebook_sizes=tuple(draw(st.integers(2, 12)) for _ in levels),
-        prefix_length=draw(st.integers(1, 6)),
-        codec_dim=draw(st.sampled_from((8, 16))),
-        d_model=draw(st.sampled_from((16, 32))),
-        num_heads=heads,
-        num_layers=draw(st.integers(1, 2)),
-        mask=draw(st.sampled_from(MASK_READINGS)),
-        level_input=draw(st.sampled_from(INPUT_READINGS)),
-        dropout=draw(st.sampled_from((0.0, 0.1))),
-        tied_codes=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**16)),
-        codec_seed=draw(st.integers(0, 2**16)),
-        dtype=draw(st.sampled_from(dtypes)),
-    )
+def concept_configs(dtypes=("float32",)):
+    """A Hypothesis strategy of tiny configs over both mask readings and both input readings, dropout and tied codes.
+
+    The protocol's config strategy; Hypothesis is imported here, as the model itself needs none of it.
+    """
+    from hypothesis import strategies as st
+
+    @st.composite
+    def configs(draw) -> ConceptConfig:
+        length = draw(st.sampled_from(sorted(_LEVELS)))
+        levels = draw(st.sampled_from(_LEVELS[length]))
+        heads = draw(st.sampled_from((1, 2)))
+        return ConceptConfig(
+            vocab_size=draw(st.integers(3, 24)),
+            sequence_length=length,
+            level_lengths=levels,
+            codebook_sizes=tuple(draw(st.integers(2, 12)) for _ in levels),
+            prefix_length=draw(st.integers(1, 6)),
+            codec_dim=draw(st.sampled_from((8, 16))),
+            d_model=draw(st.sampled_from((16, 32))),
+            num_heads=heads,
+            num_layers=draw(st.integers(1, 2)),
+            mask=draw(st.sampled_from(MASK_READINGS)),
+            level_input=draw(st.sampled_from(INPUT_READINGS)),
+            dropout=draw(st.sampled_from((0.0, 0.1))),
+            tied_codes=draw(st.booleans()),
+            seed=draw(st.integers(0, 2**16)),
+            codec_seed=draw(st.integers(0, 2**16)),
+            dtype=draw(st.sampled_from(dtypes)),
+        )
+
+    return configs()
 
 
 def make_concept_cache(max_bytes: int = 64 * 2**20) -> PrefixCache:
