@@ -28,7 +28,7 @@ from ncm_verify.oracles.exact import (
     chain_round,
     inverse_cdf,
 )
-from ncm_verify.oracles.exact_tree import _judge_draw
+from ncm_verify.oracles.exact_tree import judge_draw
 from ncm_verify.tolerances import FLOAT32_EPS, prefix_weight_slack, threshold_boundary_slack
 
 __all__ = [
@@ -299,7 +299,7 @@ def compare_block_step(target, draft, drafts, num_draft, uniforms, tokens, num_a
         else:
             error = np.zeros_like(weights)
         what = "correction" if k < g else "bonus"
-        _judge_draw(
+        judge_draw(
             comparison, f"sequence {b} {what} at position {k}", int(tokens[b, k]), weights, error, uniforms[b, 1, 0]
         )
     return comparison

@@ -470,7 +470,7 @@ def _judge_acceptance(comparison: StepComparison, where: str, kernel: bool, pair
     (comparison.excused if near else comparison.mismatches).append(line)
 
 
-def _judge_draw(comparison: StepComparison, where: str, kernel_id: int, weights, error, u: float) -> None:
+def judge_draw(comparison: StepComparison, where: str, kernel_id: int, weights, error, u: float) -> None:
     """As `StepComparison.draw`, with the float32 residual's error bound `error` (per id) added to the slack."""
     comparison.decisions += 1
     exact_id = inverse_cdf(weights, u)
@@ -520,7 +520,7 @@ def compare_tree_step(target, draft, tree_tokens, parents, num_nodes, uniforms, 
             continue
         what = "correction" if ended.had_children else "bonus"
         error = ended.state.error if ended.had_children else np.zeros_like(ended.last_row)
-        _judge_draw(comparison, f"sequence {b} {what}", int(tokens[b, k]), ended.last_row, error, uniforms[b, 1, 0])
+        judge_draw(comparison, f"sequence {b} {what}", int(tokens[b, k]), ended.last_row, error, uniforms[b, 1, 0])
         comparison.same(f"sequence {b} kept tokens", tokens[b, :k], tree_tokens[b, kernel_path])
         comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(count - k, PAD_TOKEN))
         comparison.same(f"sequence {b} path padding", path[b, k:], np.full(count - k, PAD_TOKEN))

@@ -30,7 +30,7 @@ import numpy as np
 from ncm_verify.reference.ncm.cache import CacheKey, PrefixCache
 from ncm_verify.reference.ncm.codec import codec_decode
 from ncm_verify.reference.ncm.concept_model import ConceptModel, codec_fingerprint, generator_fingerprint
-from ncm_verify.reference.ncm.generator import KV, _check_prefix, apply_level, prefix_kv
+from ncm_verify.reference.ncm.generator import KV, apply_level, check_prefix, prefix_kv
 
 __all__ = [
     "ConceptGeneration",
@@ -121,7 +121,7 @@ def _split_keys(keys: mx.array, count: int) -> list[mx.array]:
 def _generate(model: ConceptModel, prefix, keys, temperature, top_k, start, serve, cached_path: bool):
     """Level by level; `serve(level, codes)` returns the level's logits."""
     config = model.config
-    _check_prefix(model, prefix)
+    check_prefix(model, prefix)
     _check_sampling(temperature, top_k, 0)
     _check_keys(keys, prefix.shape[0])
     level_keys = _split_keys(keys, config.layout.num_levels + 1)

@@ -136,7 +136,7 @@ def _apply_rows(model, x, positions, mask, past=None, train=False, stage="rotate
     return model.generator.norm(x), kvs
 
 
-def _check_prefix(model, prefix: mx.array) -> None:
+def check_prefix(model, prefix: mx.array) -> None:
     vocab = model.config.vocab_size
     if not isinstance(prefix, mx.array) or prefix.ndim != 2 or not mx.issubdtype(prefix.dtype, mx.integer):
         raise ValueError(f"prefix: expected integer token ids [B, P], got {getattr(prefix, 'shape', prefix)!r}")
@@ -183,7 +183,7 @@ def _full_mask(model, prefix_length: int) -> np.ndarray:
 
 def prefix_kv(model, prefix: mx.array, start: int = 0) -> list[KV]:
     """Per layer, the prefix's K (after QK-norm and rotation) and V, from the prefix alone."""
-    _check_prefix(model, prefix)
+    check_prefix(model, prefix)
     _check_start(start)
     seams, length = model._seams, prefix.shape[1]
     first = 0 if seams.prefix_rope_from_zero else start
@@ -210,7 +210,7 @@ def _check_level(model, codes, level: int) -> None:
 
 def apply_level(model, prefix: mx.array, codes, level: int, *, prefix_kv=None, level_kv=None, start: int = 0):
     """Level `level`'s logits ``[B, n_l, K_l]`` and the K/V of the level rows this forward ran."""
-    _check_prefix(model, prefix)
+    check_prefix(model, prefix)
     _check_start(start)
     _check_level(model, codes, level)
     length = prefix.shape[1]
@@ -262,7 +262,7 @@ def level_logits(model, prefix: mx.array, codes, level: int, *, prefix_kv=None, 
 
 def training_logits(model, prefix: mx.array, codes, start: int = 0) -> list[mx.array]:
     """Every level's logits from one forward over ``[prefix | all levels]`` given all codes."""
-    _check_prefix(model, prefix)
+    check_prefix(model, prefix)
     _check_start(start)
     config, length, batch = model.config, prefix.shape[1], prefix.shape[0]
     if len(codes) != config.layout.num_levels:
