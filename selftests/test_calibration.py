@@ -8,6 +8,7 @@ fixed seeds, and spend nothing.
 """
 
 import dataclasses
+import fcntl
 import json
 import math
 import re
@@ -57,11 +58,23 @@ SHAPE = (3, 3)
 _POLICIES: dict[str, stats.Policy] = {}
 
 
-def verify_policy(env: dict) -> stats.Policy:
-    """The policy a run installs: its properties collected under `env`'s profile (collected once per profile)."""
+def verify_policy(env: dict, folder: Path) -> stats.Policy:
+    """The policy a run installs: its properties collected under `env`'s profile, once per profile for every
+    worker of the session (the first collects, under a lock in the self-tests' `folder`; the others read its count)."""
     profile = env.get("HYPOTHESIS_PROFILE", "dev")
-    if profile in _POLICIES:
-        return _POLICIES[profile]
+    if profile not in _POLICIES:
+        counted = folder / f"planned-tests-{profile}.txt"
+        with open(folder / f"planned-tests-{profile}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not counted.exists():
+                counted.write_text(str(collected_plan(env)))
+            planned = int(counted.read_text())
+        _POLICIES[profile] = stats.Policy(planned_tests=planned)
+    return _POLICIES[profile]
+
+
+def collected_plan(env: dict) -> int:
+    """The chi-square tests a run under `env` plans: its properties collected in a pytest of their own."""
     code = (
         "import pytest\nfrom ncm_verify.harness.run_state import run_state\n"
         "class Planned:\n"
@@ -77,8 +90,7 @@ def verify_policy(env: dict) -> stats.Policy:
         text=True,
         check=True,
     )
-    _POLICIES[profile] = stats.Policy(planned_tests=int(re.search(r"PLANNED (\d+)", done.stdout).group(1)))
-    return _POLICIES[profile]
+    return int(re.search(r"PLANNED (\d+)", done.stdout).group(1))
 
 
 def chain_p_values(plan, runs: int) -> tuple[list[float], list[float]]:
@@ -252,10 +264,10 @@ def test_a_p_value_by_summation_equals_the_brute_force_tail():
             assert summed <= bound + 1e-15, (threshold, summed, bound)
 
 
-def size_alphas(nested_environment) -> dict[str, float]:
+def size_alphas(nested_environment, reports: Path) -> dict[str, float]:
     """The alphas the size is proven at: each profile's run, and the smallest any run can reach."""
     return {
-        **{profile: verify_policy(nested_environment(profile)).alpha for profile in SIZE_PROFILES},
+        **{profile: verify_policy(nested_environment(profile), reports).alpha for profile in SIZE_PROFILES},
         SMALLEST: stats.MIN_ALPHA,
     }
 
@@ -264,7 +276,7 @@ def test_the_worst_plans_make_plan_builds_hold_their_size_at_the_run_alpha(repor
     """Exact size (by summation) <= alpha for df 1-2 (exact p-values) and df 3-5 (corrected chi-square tail),
     at the `ci` and `thorough` alphas and at `stats.MIN_ALPHA`."""
     rows = []
-    for profile, alpha in size_alphas(nested_environment).items():
+    for profile, alpha in size_alphas(nested_environment, reports).items():
         for target in (1, 2, 3, 4, 5):
             for plan in worst_plans(target, alpha):
                 df = plan.df
@@ -355,7 +367,7 @@ def test_a_plan_of_many_bins_holds_its_size_down_to_the_smallest_alpha(reports, 
         f"importance sampling {estimate:.3g} +- {error:.2g} against the summed size {summed:.3g} of the worst df-3 plan"
     )
     rows = []
-    for profile, alpha in size_alphas(nested_environment).items():
+    for profile, alpha in size_alphas(nested_environment, reports).items():
         plan = worst_plans(LARGE_DF, alpha)[0]
         assert plan.df == LARGE_DF and not stats.is_exact(plan.df)
         estimate, error = importance_size(plan, plan.critical, IMPORTANCE_DRAWS)
@@ -533,7 +545,7 @@ def test_a_deviation_at_the_power_boundary_is_caught_at_the_predicted_rate(repor
     alpha and n a `make verify` run uses; the raw model's boundary is run beside it and, on the shapes it holds
     for (`stats.RAW_MODEL_SHAPES`), must pass the same bar. Inside the pooled remainder the test is blind: the
     whole remainder moved is rejected at the size, and the plan's raw-law TV covers it."""
-    policy = verify_policy(nested_environment("ci"))
+    policy = verify_policy(nested_environment("ci"), reports)
     probs, plan = power_law(case, policy.alpha)
     needed = fewest_rejections(POWER_RUNS, stats.POWER, CHECK_BUDGET)
     row = {
