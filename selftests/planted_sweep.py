@@ -174,9 +174,9 @@ class Sweep:
     def cost(self, name: str) -> dict[str, float]:
         """The wall and CPU seconds job `name`'s session took ({} when it left no result)."""
         job = next(job for job in self.jobs if job["name"] == name)
-        from ncm_verify.report import document as doc
+        from ncm_verify.evidence import read_json
 
-        result = doc.read_json(Path(job["report_dir"]) / RESULT_FILE) or {}
+        result = read_json(Path(job["report_dir"]) / RESULT_FILE) or {}
         return {key: result[key] for key in ("wall_seconds", "cpu_seconds") if key in result}
 
     def stop(self) -> None:
@@ -189,11 +189,11 @@ class Sweep:
 
 def read_job(job: dict, sweep_exit: int, scratch: Path) -> tuple[dict, str | None]:
     """What one job left: its evidence, and why the sweep broke on it (None when its session gave a verdict)."""
-    from ncm_verify.report import document as doc
+    from ncm_verify.evidence import EVIDENCE_FILE, read_json
 
     folder = Path(job["report_dir"])
-    evidence = doc.read_json(folder / doc.EVIDENCE_FILE) or {}
-    result = doc.read_json(folder / RESULT_FILE)
+    evidence = read_json(folder / EVIDENCE_FILE) or {}
+    result = read_json(folder / RESULT_FILE)
     if result is None:
         return evidence, f"not judged: the sweep exited {sweep_exit} before it (see {scratch / 'sweep.log'})"
     if result.get("timed_out"):

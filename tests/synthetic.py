@@ -136,7 +136,7 @@ def verdict_through_files(ledger: dict, evidence: dict, folder: Path, **selftest
     """Write the run's JSON (its run record among it), rebuild the report with the CLI: (exit status, verify.json)."""
     folder.mkdir()
     (folder / "evidence.json").write_text(json.dumps(evidence))
-    (folder / doc.RUN_FILE).write_text(json.dumps(PASSING_RUN))
+    (folder / files.RUN_FILE).write_text(json.dumps(PASSING_RUN))
     for name, data in selftests.items():
         (folder / f"{name}.json").write_text(json.dumps(data))
     (folder / "ledger.json").write_text(json.dumps(ledger))

@@ -6,7 +6,6 @@ import json
 
 from ncm_verify.cli import main
 from ncm_verify.evidence import files
-from ncm_verify.report import document as doc
 
 
 def test_same_evidence_gives_identical_report_bytes(ledger, evidence, tmp_path):
@@ -28,7 +27,7 @@ def test_one_property_run_by_pytest_alone_rebuilds_as_failed_and_says_what_was_n
     """README's "One property, still with a report": evidence only, no self-tests and no run record."""
     folder = tmp_path / "quick"
     folder.mkdir()
-    (folder / doc.EVIDENCE_FILE).write_text(json.dumps(passing))
+    (folder / files.EVIDENCE_FILE).write_text(json.dumps(passing))
     (folder / "ledger.json").write_text(json.dumps(ledger))
     assert main(["report", "--reports", str(folder), "--ledger", str(folder / "ledger.json")]) == 1
     parts = json.loads((folder / files.VERIFY_JSON).read_text())["run"]["parts"]

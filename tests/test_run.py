@@ -49,7 +49,7 @@ def fake_phases(monkeypatch, passing, ledger, tmp_path):
         if name == "properties":
             folder = Path(next(a for a in command if a.startswith("--ncm-report-dir=")).split("=", 1)[1])
             run_id = next(a for a in command if a.startswith("--ncm-run-id=")).split("=", 1)[1]
-            (folder / doc.EVIDENCE_FILE).write_text(json.dumps({**passing, "run_id": run_id}))
+            (folder / files.EVIDENCE_FILE).write_text(json.dumps({**passing, "run_id": run_id}))
         else:
             ran.append(name)
             folder = Path(next(a for a in command if a.startswith("--ncm-selftest-dir=")).split("=", 1)[1])
@@ -105,7 +105,7 @@ def test_a_run_that_failed_only_through_a_phase_rebuilds_with_the_same_verdict_r
     ]
     assert main(["report", "--reports", str(reports)]) == ran
     assert (reports / files.VERIFY_JSON).read_bytes() == written  # the rebuild is the run's report, byte for byte
-    (reports / doc.RUN_FILE).unlink()  # evidence without the run's record: the phases are unknown, never passed
+    (reports / files.RUN_FILE).unlink()  # evidence without the run's record: the phases are unknown, never passed
     assert main(["report", "--reports", str(reports)]) == 1
     phases = json.loads((reports / files.VERIFY_JSON).read_text())["run"]["parts"]["phases"]
     assert phases["reasons"] == [
