@@ -100,7 +100,8 @@ clean:
 # Issue 24's models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
 # NCM (a target, two smaller drafts), trained with MLX
 # (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
-# runs this; FRESH=1 drops the checkpoints first.
+# runs this; FRESH=1 drops the checkpoints first; CHECK=1 retrains from scratch and compares with the shipped
+# record (held-out loss within tolerances.TRAIN_REPRODUCTION_NATS), exiting 1 beyond it.
 ## train: train the target and the drafters into fixtures/drafting/ (minutes on 2 cores; resumable)
 train: install
-	$(PY) -m ncm_verify.train $(if $(FRESH),--fresh)
+	$(PY) -m ncm_verify.train $(if $(FRESH),--fresh) $(if $(CHECK),--check) $(if $(ONLY),--only $(ONLY))

@@ -112,3 +112,11 @@ def threshold_boundary_slack(u: float, mass: float, weight: float, positive_term
         return 1.0
     moved = (abs(1.0 - weight) * mass_error + abs(mass) * weight_error) / smallest**2
     return moved + accept_boundary_slack(u, mass / (mass + 1.0 - weight))
+
+
+# --- make train's reproduction check ---
+
+TRAIN_REPRODUCTION_NATS = 0.02
+"""A retrain from scratch (`make train CHECK=1`) must land each model's held-out loss within this many nats per
+token of its shipped record: MLX on another machine or build may sum in another order, and a few hundred steps of
+AdamW carry that drift; the shipped weights, not a retrain, are what every property reads."""

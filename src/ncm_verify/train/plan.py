@@ -34,9 +34,10 @@ from ncm_verify.reference.drafting.models import (
     make_llama,
     parameter_count,
 )
-from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256
+from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256, load_record
 from ncm_verify.reference.ncm.config import NCMConfig
 from ncm_verify.reference.ncm.model import make_model
+from ncm_verify.tolerances import TRAIN_REPRODUCTION_NATS
 from ncm_verify.train import data, evaluate
 from ncm_verify.train.loop import RunSpec, Task, train
 from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NCMLevelTask, NextTokenTask
@@ -301,9 +302,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.train", description=__doc__)
     parser.add_argument("--fresh", action="store_true", help="drop the checkpoints in .train-cache/ first")
     parser.add_argument("--only", nargs="*", help="train only these models (and the target when they learn from it)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="retrain from scratch (the checkpoints of what it trains dropped), compare each model with its shipped"
+        " record, exit 1 if any"
+        f" held-out loss differs by more than {TRAIN_REPRODUCTION_NATS} nats/token",
+    )
     args = parser.parse_args(argv)
+    shipped = load_record() if args.check else {}
     if args.fresh and CHECKPOINTS.exists():
         shutil.rmtree(CHECKPOINTS)
+    if args.check:
+        drop_checkpoints(set(args.only) if args.only else None, set(shipped["models"]))
     corpus_info = {
         "file": corpus.CORPUS.name,
         "sha256": data.sha256_text(corpus.load_text()),
@@ -320,4 +331,63 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:<14} {entry['parameters']:>8} params  held-out {entry['held_out_loss']:.4f}  "
             f"{entry['wall_seconds']:>7.1f} s  {entry['steps']} steps"
         )
+    if args.check:
+        return report_reproduction(shipped["models"], record["models"], [m.spec.name for m in made])
     return 0
+
+
+def drop_checkpoints(only: set[str] | None, shipped: set[str]) -> None:
+    """Before a reproduction: every checkpoint of the models it retrains and of auxiliary runs (a shared pretrain);
+    a shipped model outside `only` keeps its checkpoint (a teacher reproduced by an earlier check)."""
+    if not CHECKPOINTS.exists():
+        return
+    for directory in CHECKPOINTS.iterdir():
+        if only is None or directory.name in only or directory.name not in shipped:
+            shutil.rmtree(directory)
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """One model's retrain set beside its shipped record."""
+
+    name: str
+    shipped_loss: float
+    loss: float
+    identical: bool
+    """The retrained weights' sha256 equals the shipped file's: bit-identical."""
+    shipped_seconds: float
+    seconds: float
+
+    @property
+    def within(self) -> bool:
+        return abs(self.loss - self.shipped_loss) <= TRAIN_REPRODUCTION_NATS
+
+
+def report_reproduction(shipped: dict[str, Any], retrained: dict[str, Any], names: list[str]) -> int:
+    """Print each retrained model beside its shipped record; 1 if any held-out loss strays beyond the tolerance."""
+    rows = []
+    for name in names:
+        if name not in shipped:
+            print(f"  {name}: no shipped record to compare with")
+            return 1
+        old, new = shipped[name], retrained[name]
+        rows.append(
+            Reproduction(
+                name,
+                old["held_out_loss"],
+                new["held_out_loss"],
+                old["sha256"] == new["sha256"],
+                old["wall_seconds"],
+                new["wall_seconds"],
+            )
+        )
+    print(f"reproduction from scratch (tolerance {TRAIN_REPRODUCTION_NATS} nats/token on the held-out loss):")
+    print(f"  {'model':<22} {'shipped':>8} {'retrain':>8} {'diff':>9}  weights        shipped s  retrain s")
+    for r in rows:
+        weights = "bit-identical" if r.identical else "differ"
+        verdict = "" if r.within else "  OUTSIDE TOLERANCE"
+        print(
+            f"  {r.name:<22} {r.shipped_loss:8.4f} {r.loss:8.4f} {r.loss - r.shipped_loss:+9.5f}  {weights:<13}"
+            f"  {r.shipped_seconds:9.1f}  {r.seconds:9.1f}{verdict}"
+        )
+    return 0 if all(r.within for r in rows) else 1
