@@ -326,9 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     made = make_all(set(args.only) if args.only else None)
     record = write(made, corpus_info)
     print(f"trained {len(made)} models in {time.perf_counter() - began:.0f} s (resumed work included in each)")
-    for name, entry in sorted(record["models"].items()):
+    for name in sorted(m.spec.name for m in made):
+        entry = record["models"][name]
         print(
-            f"  {name:<14} {entry['parameters']:>8} params  held-out {entry['held_out_loss']:.4f}  "
+            f"  {name:<22} {entry['parameters']:>8} params  held-out {entry['held_out_loss']:.4f}  "
             f"{entry['wall_seconds']:>7.1f} s  {entry['steps']} steps"
         )
     if args.check:
