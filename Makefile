@@ -26,7 +26,10 @@ $(VENV)/installed: pyproject.toml
 	touch $@
 
 ## install: create .venv and install the project into it
+# Then MLX's CPU JIT preamble is precompiled where its g++ finds it (Linux; kept only if a probe kernel builds
+# byte-identical, rebuilt whenever MLX's headers change): src/ncm_verify/mlx_jit.py.
 install: $(VENV)/installed
+	@$(PY) -m ncm_verify.mlx_jit
 
 ## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.

@@ -40,9 +40,12 @@ def describe_environment() -> dict:
     """The facts every report and figure carries; the device is asked of MLX, never assumed."""
     import mlx.core as mx
 
+    from ncm_verify.mlx_jit import preamble_state
+
     return {
         "mlx": mx.__version__,
         "mlx_default_device": str(mx.default_device()),
+        "mlx_cpu_jit_preamble": preamble_state(),
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
         "platform": platform.platform(),

@@ -26,6 +26,7 @@ from ncm_verify.harness import stats
 from ncm_verify.harness.concept_checkpoint import describe_checkpoint
 from ncm_verify.harness.hypothesis_internals import statistics_reported_to
 from ncm_verify.harness.run_state import install, run_state, uninstall
+from ncm_verify.mlx_jit import remove_if_stale
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, ImplementationError, lacked_capabilities
 from ncm_verify.pytest_plugin import collector, expected, failures, planning, timing
 from ncm_verify.pytest_plugin.implementation import (
@@ -93,6 +94,8 @@ def _is_worker(config) -> bool:
 
 
 def pytest_configure(config):
+    if not _is_worker(config):
+        remove_if_stale()  # g++ would read a precompiled MLX preamble whatever MLX's headers now say
     process_timing = config.stash[_TIMING] = timing.ProcessTiming("worker" if _is_worker(config) else "controller")
     config.pluginmanager.register(timing.TimingHooks(process_timing), "ncm-verify-timing")
     config.pluginmanager.register(expected, "ncm-verify-expected")
