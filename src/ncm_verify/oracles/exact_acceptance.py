@@ -13,6 +13,10 @@ is at least `floor` times its component's weight (each code z's tree is cut at t
 parent's rows are), so only the descendants of an unexpanded child are missing, and each depth below holds
 at most the child's mass: E[accepted] lies in [lower, lower + bound], bound = sum over unexpanded children of
 mass x (k - depth). Rows are float64 (the models' float32 rows, promoted).
+
+The frontier is processed as arrays (a depth at a time, in the order a depth-first listing gives it); at the last
+depth each entry needs only sum_x min(p, q), computed once per pair of a target row and a distinct draft row (an
+NCM drafter's rows depend on its code alone, and codes sharing their coarse levels share rows).
 """
 
 from __future__ import annotations
@@ -103,10 +107,7 @@ def expected_accepted_length(
     for depth in range(k):
         if comp.size == 0:
             break
-        unique, inverse = np.unique(
-            np.concatenate([context_of[comp, None], prefixes], axis=1), axis=0, return_inverse=True
-        )
-        inverse = inverse.reshape(-1)
+        unique, inverse = _unique_rows(np.concatenate([context_of[comp, None], prefixes], axis=1))
         keys = [(int(row[0]), tuple(int(x) for x in row[1:])) for row in unique]
         p = target_rows(keys)
         nodes += len(keys)
@@ -115,6 +116,13 @@ def expected_accepted_length(
             if draft_rows is None:
                 raise ValueError("draft_rows: a component without rows needs the drafter's rows")
             q_ar = draft_rows(keys)
+        if depth + 1 == k:  # the last depth needs each entry's sum alone: one per (target row, draft row) pair
+            np.add.at(
+                accepted[:, depth],
+                context_of[comp],
+                mass * _pair_sums(p, q_ar, table, row_index, with_rows, comp, inverse, depth),
+            )
+            break
         following = []
         for begin in range(0, comp.size, FRONTIER_CHUNK):
             part = slice(begin, begin + FRONTIER_CHUNK)
@@ -125,10 +133,9 @@ def expected_accepted_length(
                 q[own] = table[row_index[c[own]], depth]  # type: ignore[index]
             if not own.all():
                 q[~own] = q_ar[row[~own]]  # type: ignore[index]
-            child = mass[part, None] * np.minimum(p[row], q)
+            child = np.minimum(np.take(p, row, axis=0), q, out=q)
+            child *= mass[part, None]
             np.add.at(accepted[:, depth], context_of[c], child.sum(axis=1))
-            if depth + 1 == k:
-                continue
             expand = child >= floor * weight[c, None]
             left = np.maximum(child.sum(axis=1) - np.where(expand, child, 0.0).sum(axis=1), 0.0)
             np.add.at(bound, context_of[c], left * (k - depth - 1))
@@ -146,3 +153,37 @@ def expected_accepted_length(
 
 FRONTIER_CHUNK = 65536
 """Frontier entries whose rows are gathered at once (bounds memory: entries x V float64 a few times)."""
+
+
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of non-negative int `keys` (N, m) in lexicographic order, and each row's index among them:
+    rows read as numbers in one radix where they fit an int64 (a 1-D sort), else `np.unique` over rows."""
+    radix = int(keys.max()) + 1 if keys.size else 1
+    if radix ** keys.shape[1] < 2**62:
+        scalar = np.zeros(keys.shape[0], dtype=np.int64)
+        for column in keys.T:
+            scalar = scalar * radix + column
+        values, first, inverse = np.unique(scalar, return_index=True, return_inverse=True)
+        return keys[first], inverse.reshape(-1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _pair_sums(p, q_ar, table, row_index, with_rows, comp, inverse, depth) -> np.ndarray:
+    """sum_x min(p(x), q(x)) per frontier entry at `depth`: for a code's rows, once per pair of a target row and a
+    distinct draft row (a code's rows are shared by all its prefixes, and codes often share rows); an AR entry's
+    draft row is its prefix's own."""
+    own = with_rows[comp]
+    sums = np.empty(comp.size)
+    if own.any():
+        distinct, index = np.unique(table[:, depth], axis=0, return_inverse=True)
+        qid = index.reshape(-1)[row_index[comp[own]]]
+        dense = np.empty((p.shape[0], distinct.shape[0]))
+        step = max(1, FRONTIER_CHUNK // distinct.shape[0])
+        for begin in range(0, p.shape[0], step):
+            dense[begin : begin + step] = np.minimum(p[begin : begin + step, None], distinct[None]).sum(axis=-1)
+        sums[own] = dense[inverse[own], qid]
+    if not own.all():
+        rows = inverse[~own]
+        sums[~own] = np.minimum(p[rows], q_ar[rows]).sum(axis=1)
+    return sums
