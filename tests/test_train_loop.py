@@ -8,7 +8,7 @@ from ncm_verify.reference.drafting.models import llama_args, make_llama
 from ncm_verify.reference.drafting.text import VOCAB, decode, encode, text_ids
 from ncm_verify.train import data
 from ncm_verify.train.loop import RunSpec, train
-from ncm_verify.train.tasks import NextTokenTask, block_starts
+from ncm_verify.train.tasks import NextTokenTask, block_starts, block_window, ncm_block_log_likelihood
 
 
 def _fresh():
@@ -51,3 +51,20 @@ def test_text_vocabulary_round_trips_ascii_and_the_split_is_ninety_ten():
 def test_blocks_start_inside_the_window_and_end_at_its_last_context_token():
     starts = block_starts(32, 4)
     assert starts.tolist() == [19, 23, 27, 31]
+
+
+def test_each_ncm_training_block_is_scored_after_its_own_full_context():
+    from ncm_verify.mlx_lm_real.text_drafters import tiny_concept_config
+    from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter
+
+    drafter = ConceptBlockDrafter(tiny_concept_config(16, seed=3))  # a prefix of 6, blocks of 4
+    length = block_window(6, 4, 3)
+    assert length == 6 + 8 + 4
+    w = mx.array(np.random.default_rng(0).integers(0, 16, size=(2, length)), dtype=mx.int32)
+    got = ncm_block_log_likelihood(drafter, w, 6, 3, None)
+    starts = block_starts(length - 4, 3)
+    assert starts.tolist() == [5, 9, 13]
+    want = mx.concatenate(
+        [drafter.block_log_likelihood(w[:, s - 5 : s + 1], w[:, s + 1 : s + 5]) for s in starts.tolist()]
+    )
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)

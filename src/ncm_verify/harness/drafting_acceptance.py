@@ -17,7 +17,9 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from ncm_verify.oracles.exact_acceptance import BlockAcceptance, Component, RowsFn, expected_accepted_length
-from ncm_verify.reference.drafting.models import NCMBlockDrafter, block_start_features
+from ncm_verify.reference.drafting.base import EnumerableDrafter
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter
+from ncm_verify.reference.drafting.models import block_start_features
 from ncm_verify.reference.drafting.text import text_ids
 from ncm_verify.reference.drafting.trained import load_record, load_trained
 
@@ -92,10 +94,13 @@ def remembered(rows: RowsFn) -> RowsFn:
     return lookup
 
 
-def ncm_components(drafter: NCMBlockDrafter, contexts: mx.array, k: int, features: mx.array | None) -> list[Component]:
-    """Per context and code z: weight q(z | c) and the rows q(x_j | z, c), j < k (float64)."""
-    h = drafter.context_state(contexts, features=features if drafter.config.feature_dim else None)[:, -1]
-    log_prior, log_rows = drafter.block_law(h, k)
+def ncm_components(
+    drafter: EnumerableDrafter, contexts: mx.array, k: int, features: mx.array | None
+) -> list[Component]:
+    """Per context and code z: weight q(z | c) and the rows q(x_j | z), j < k (float64); `features` (B, T, D)
+    the target's states as the loop hands them (read at each context's last position, by a feature reader)."""
+    reads = features[:, -1] if drafter.reads_features and features is not None else None
+    log_prior, log_rows = drafter.block_law(contexts, k, features=reads)
     prior = np.exp(np.array(log_prior, dtype=np.float64))
     prior /= prior.sum(axis=1, keepdims=True)
     rows = np.exp(np.array(log_rows, dtype=np.float64))
@@ -135,7 +140,7 @@ def drafter_table(contexts: np.ndarray, k: int, floor: float, names: Sequence[st
     table = []
     for name in names:
         model = load_trained(name)
-        if isinstance(model, NCMBlockDrafter):
+        if isinstance(model, ConceptBlockDrafter):
             result = expected_accepted_length(
                 ncm_components(model, ctx, k, features), len(contexts), k, target_rows, floor=floor
             )

@@ -3,7 +3,9 @@
 `ARDrafter` drafts with an mlx-lm model one token at a time; `BlockDrafter` is an NCM-style block
 drafter: from the context it samples a code z, then proposes k tokens factorised given z, q(x | z) =
 prod_i q_i(x_i | z), in one forward over k placeholder slots (which it leaves in its cache for the loop to
-trim), optionally reading the target's hidden state. Both are pure functions of their seeds. The trained
+trim), optionally reading the target's hidden state. The "concept" kinds are the reference's own NCM block
+drafter (`ConceptBlockDrafter`: the source's NCM, codes level by level, rows from the codec's decode) at a tiny
+seeded size, with and without the target's features. All are pure functions of their seeds. The trained
 drafters (issue 24's other half) implement the same `TextDrafter` face.
 
 `check_drafted_calls` judges a loop from what it handed the drafter and `verify_chain`, exactly: each
@@ -24,10 +26,11 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
-from ncm_verify.reference.drafting import DraftBlock
+from ncm_verify.reference.drafting import ConceptBlockDrafter, ConceptDrafterConfig, DraftBlock
 from ncm_verify.reference.drafting.loop import target_pass
+from ncm_verify.reference.ncm.concept_config import ConceptConfig
 
-DRAFTER_KINDS = ("autoregressive", "block", "block reading features")
+DRAFTER_KINDS = ("autoregressive", "block", "block reading features", "concept", "concept reading features")
 """The test drafters the properties draw."""
 
 
@@ -137,6 +140,21 @@ class BlockDrafter:
         last, _ = self._states(context, None, 1, features)
         return mx.softmax(last @ self.code_head, axis=-1)
 
+    @property
+    def num_codes(self) -> int:
+        return self.spec.num_codes
+
+    def all_codes(self) -> mx.array:
+        return mx.arange(self.spec.num_codes, dtype=mx.int32)[:, None]
+
+    def block_law(self, context: mx.array, k: int, *, temperature=1.0, features=None) -> tuple[mx.array, mx.array]:
+        """log q(z | context) ``[B, num_codes]`` and the log rows under each z ``[B, num_codes, k, V]``."""
+        _, slots = self._states(context, None, k, features)
+        law = self.code_law(context, features=features)
+        codes = [mx.full((context.shape[0], 1), z, dtype=mx.int32) for z in range(self.spec.num_codes)]
+        rows = mx.stack([self._rows(slots, c, temperature) for c in codes], axis=1)
+        return mx.log(law), mx.log(rows)
+
     def marginal_probs(self, context: mx.array, k: int, *, temperature=1.0, features=None) -> mx.array:
         """The latent marginal sum_z q(z) q_i(. | z) ``[B, k, V]``: not what the tokens were drawn from."""
         _, slots = self._states(context, None, k, features)
@@ -162,10 +180,31 @@ def make_drafter(kind: str, target_spec: TinySpec, seed: int, *, logit_scale: fl
         return ARDrafter(make_tiny_model(spec))
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"kind: expected one of {DRAFTER_KINDS}, got {kind!r}")
-    features = target_spec.hidden_size if kind == "block reading features" else 0
+    features = target_spec.hidden_size if kind.endswith("reading features") else 0
+    if kind.startswith("concept"):
+        return ConceptBlockDrafter(tiny_concept_config(target_spec.vocab_size, seed, features, max_block))
     return BlockDrafter(
         BlockSpec(vocab_size=target_spec.vocab_size, seed=seed, feature_size=features, max_block=max_block)
     )
+
+
+def tiny_concept_config(vocab_size: int, seed: int, feature_dim: int = 0, max_block: int = 4) -> ConceptDrafterConfig:
+    """The reference NCM drafter at a tiny size: levels of 1 and 2 positions, 2 codes each (z takes 8 values:
+    the enumerated law stays cheap), a prefix of the last 6 tokens."""
+    concept = ConceptConfig(
+        vocab_size=vocab_size,
+        sequence_length=max_block,
+        level_lengths=(1, 2),
+        codebook_sizes=(2, 2),
+        prefix_length=6,
+        codec_dim=8,
+        d_model=16,
+        num_heads=2,
+        num_layers=1,
+        seed=seed,
+        codec_seed=seed + 1,
+    )
+    return ConceptDrafterConfig(concept, context=6, feature_dim=feature_dim)
 
 
 def target_features(target, context: list[int]) -> mx.array:
@@ -183,8 +222,10 @@ class RecordingDrafter:
         self.drafter, self.calls = drafter, calls
 
     def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None):
+        held = cache[0].offset if cache else 0
         block = self.drafter.propose(cache, new_tokens, k, key, temperature=temperature, features=features)
-        self.calls.append(("propose", {"new_tokens": new_tokens, "features": features, "block": block}))
+        record = {"new_tokens": new_tokens, "features": features, "block": block, "held": held}
+        self.calls.append(("propose", record))
         return block
 
     def __getattr__(self, name):
@@ -277,6 +318,13 @@ def check_drafted_calls(
     for name, record in calls:
         if name == "propose":
             proposal = record
+            read = record["held"] + record["new_tokens"].shape[1]
+            if read != len(context):
+                raise AssertionError(
+                    f"the drafter proposed after reading {read} positions ({record['held']} in its cache and "
+                    f"{record['new_tokens'].shape[1]} new), the context emitted before is {len(context)}\n"
+                    f"  call: {call}  # proposal after {len(context) - len(prompt)} emitted tokens"
+                )
             continue
         number = len(accepted)
         where = f"{call}  # verify_chain call {number}, after {len(context) - len(prompt)} emitted tokens"
@@ -358,19 +406,13 @@ def drafting_tables(target, drafter, prompt: list[int], length: int, num_draft: 
     if isinstance(drafter, ARDrafter):
         table = _rows_by_sequence(lambda batch: scaled_softmax(drafter.model(batch)[:, -1], temperature), prompt, reach)
         blocks = {s: [(1.0, lambda drafted, s=s: table[s + tuple(drafted)])] for s in contexts}
-    else:
+    else:  # a block drafter's law, z enumerated
         blocks = {}
         for s in contexts:
             context = mx.array([prompt + list(s)], dtype=mx.int32)
-            law = as_numpy(drafter.code_law(context, features=features.get(s))).astype(np.float64)[0]
-            entries = []
-            for z in range(drafter.spec.num_codes):
-                codes = mx.array([[z]], dtype=mx.int32)
-                dummy = mx.zeros((1, num_draft), dtype=mx.int32)
-                rows = as_numpy(
-                    drafter.block_probs(context, dummy, codes, temperature=temperature, features=features.get(s))
-                ).astype(np.float64)[0]
-                rows /= rows.sum(axis=1, keepdims=True)
-                entries.append((law[z] / law.sum(), lambda drafted, rows=rows: rows[len(drafted)]))
-            blocks[s] = entries
+            log_law, log_rows = drafter.block_law(context, num_draft, temperature=temperature, features=features.get(s))
+            law = np.exp(as_numpy(log_law).astype(np.float64))[0]
+            rows = np.exp(as_numpy(log_rows).astype(np.float64))[0]
+            rows /= rows.sum(axis=-1, keepdims=True)
+            blocks[s] = [(law[z] / law.sum(), lambda drafted, r=rows[z]: r[len(drafted)]) for z in range(len(law))]
     return (lambda suffix: target_table[tuple(suffix)]), (lambda suffix: blocks[tuple(suffix)])

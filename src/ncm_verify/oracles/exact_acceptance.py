@@ -13,6 +13,10 @@ is at least `floor` times its component's weight (each code z's tree is cut at t
 parent's rows are), so only the descendants of an unexpanded child are missing, and each depth below holds
 at most the child's mass: E[accepted] lies in [lower, lower + bound], bound = sum over unexpanded children of
 mass x (k - depth). Rows are float64 (the models' float32 rows, promoted).
+
+The frontier is processed as arrays (a depth at a time, in the order a depth-first listing gives it); at the last
+depth each entry needs only sum_x min(p, q), computed once per pair of a target row and a distinct draft row (an
+NCM drafter's rows depend on its code alone, and codes sharing their coarse levels share rows).
 """
 
 from __future__ import annotations
@@ -89,33 +93,97 @@ def expected_accepted_length(
     accepted = np.zeros((contexts, k))
     bound = np.zeros(contexts)
     unexpanded = np.zeros((contexts, k))
-    # A frontier entry: (component index, prefix, mass so far).
-    frontier: list[tuple[int, Prefix, float]] = [(i, (), c.weight) for i, c in enumerate(components) if c.weight > 0]
+    weight = np.array([c.weight for c in components], dtype=np.float64)
+    context_of = np.array([c.context for c in components], dtype=np.int64)
+    with_rows = np.array([c.rows is not None for c in components], dtype=bool)
+    row_index = np.cumsum(with_rows) - 1
+    table = np.stack([np.asarray(c.rows)[:k] for c in components if c.rows is not None]) if with_rows.any() else None
+    # The frontier, one entry per (component, prefix), in the order a depth-first listing would give them:
+    # its component, its prefix (entries x depth) and its mass so far.
+    comp = np.flatnonzero(weight > 0)
+    prefixes = np.zeros((comp.size, 0), dtype=np.int64)
+    mass = weight[comp]
     nodes = 0
     for depth in range(k):
-        if not frontier:
+        if comp.size == 0:
             break
-        keys = sorted({(components[i].context, prefix) for i, prefix, _ in frontier})
-        position = {key: n for n, key in enumerate(keys)}
+        unique, inverse = _unique_rows(np.concatenate([context_of[comp, None], prefixes], axis=1))
+        keys = [(int(row[0]), tuple(int(x) for x in row[1:])) for row in unique]
         p = target_rows(keys)
         nodes += len(keys)
-        ar_keys = [key for key in keys] if any(components[i].rows is None for i, _, _ in frontier) else []
-        q_ar = draft_rows(ar_keys) if ar_keys and draft_rows is not None else None
-        if ar_keys and draft_rows is None:
-            raise ValueError("draft_rows: a component without rows needs the drafter's rows")
-        following: list[tuple[int, Prefix, float]] = []
-        for i, prefix, mass in frontier:
-            component = components[i]
-            row = position[(component.context, prefix)]
-            q = component.rows[depth] if component.rows is not None else q_ar[row]  # type: ignore[index]
-            child = mass * np.minimum(p[row], q)
-            accepted[component.context, depth] += child.sum()
-            if depth + 1 == k:
-                continue
-            expand = np.flatnonzero(child >= floor * component.weight)
-            left = child.sum() - child[expand].sum()
-            bound[component.context] += max(left, 0.0) * (k - depth - 1)
-            unexpanded[component.context, depth] += max(left, 0.0)
-            following.extend((i, (*prefix, int(x)), float(child[x])) for x in expand)
-        frontier = following
+        q_ar = None
+        if not with_rows[comp].all():
+            if draft_rows is None:
+                raise ValueError("draft_rows: a component without rows needs the drafter's rows")
+            q_ar = draft_rows(keys)
+        if depth + 1 == k:  # the last depth needs each entry's sum alone: one per (target row, draft row) pair
+            np.add.at(
+                accepted[:, depth],
+                context_of[comp],
+                mass * _pair_sums(p, q_ar, table, row_index, with_rows, comp, inverse, depth),
+            )
+            break
+        following = []
+        for begin in range(0, comp.size, FRONTIER_CHUNK):
+            part = slice(begin, begin + FRONTIER_CHUNK)
+            c, row = comp[part], inverse[part]
+            q = np.empty((c.size, p.shape[1]))
+            own = with_rows[c]
+            if own.any():
+                q[own] = table[row_index[c[own]], depth]  # type: ignore[index]
+            if not own.all():
+                q[~own] = q_ar[row[~own]]  # type: ignore[index]
+            child = np.minimum(np.take(p, row, axis=0), q, out=q)
+            child *= mass[part, None]
+            np.add.at(accepted[:, depth], context_of[c], child.sum(axis=1))
+            expand = child >= floor * weight[c, None]
+            left = np.maximum(child.sum(axis=1) - np.where(expand, child, 0.0).sum(axis=1), 0.0)
+            np.add.at(bound, context_of[c], left * (k - depth - 1))
+            np.add.at(unexpanded[:, depth], context_of[c], left)
+            entry, token = np.nonzero(expand)
+            grown = np.concatenate([prefixes[part][entry], token[:, None]], axis=1)
+            following.append((c[entry], grown, child[entry, token]))
+        if not following:
+            break
+        comp = np.concatenate([f[0] for f in following])
+        prefixes = np.concatenate([f[1] for f in following])
+        mass = np.concatenate([f[2] for f in following])
     return BlockAcceptance(accepted, accepted.sum(axis=1), bound, nodes, unexpanded)
+
+
+FRONTIER_CHUNK = 65536
+"""Frontier entries whose rows are gathered at once (bounds memory: entries x V float64 a few times)."""
+
+
+def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of non-negative int `keys` (N, m) in lexicographic order, and each row's index among them:
+    rows read as numbers in one radix where they fit an int64 (a 1-D sort), else `np.unique` over rows."""
+    radix = int(keys.max()) + 1 if keys.size else 1
+    if radix ** keys.shape[1] < 2**62:
+        scalar = np.zeros(keys.shape[0], dtype=np.int64)
+        for column in keys.T:
+            scalar = scalar * radix + column
+        values, first, inverse = np.unique(scalar, return_index=True, return_inverse=True)
+        return keys[first], inverse.reshape(-1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def _pair_sums(p, q_ar, table, row_index, with_rows, comp, inverse, depth) -> np.ndarray:
+    """sum_x min(p(x), q(x)) per frontier entry at `depth`: for a code's rows, once per pair of a target row and a
+    distinct draft row (a code's rows are shared by all its prefixes, and codes often share rows); an AR entry's
+    draft row is its prefix's own."""
+    own = with_rows[comp]
+    sums = np.empty(comp.size)
+    if own.any():
+        distinct, index = np.unique(table[:, depth], axis=0, return_inverse=True)
+        qid = index.reshape(-1)[row_index[comp[own]]]
+        dense = np.empty((p.shape[0], distinct.shape[0]))
+        step = max(1, FRONTIER_CHUNK // distinct.shape[0])
+        for begin in range(0, p.shape[0], step):
+            dense[begin : begin + step] = np.minimum(p[begin : begin + step, None], distinct[None]).sum(axis=-1)
+        sums[own] = dense[inverse[own], qid]
+    if not own.all():
+        rows = inverse[~own]
+        sums[~own] = np.minimum(p[rows], q_ar[rows]).sum(axis=1)
+    return sums

@@ -6,10 +6,10 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ncm_verify.reference.drafting.models import NCMBlockDrafter
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter
 from ncm_verify.reference.ncm.model import NCM
 from ncm_verify.train.data import Grammar, windows
-from ncm_verify.train.tasks import ncm_block_log_likelihood, ncm_level_log_likelihood
+from ncm_verify.train.tasks import block_window, ncm_block_log_likelihood, ncm_level_log_likelihood
 
 EVAL_SEED = 12345
 EVAL_WINDOWS = 128
@@ -22,10 +22,11 @@ def next_token_loss(model: nn.Module, held_out: np.ndarray, length: int = 64) ->
 
 
 def block_loss(
-    model: NCMBlockDrafter, held_out: np.ndarray, context: int, block: int, target: nn.Module | None = None
+    model: ConceptBlockDrafter, held_out: np.ndarray, context: int, block: int, target: nn.Module | None = None
 ) -> float:
-    """Mean -log q(block) / k (nats per token, z enumerated exactly) over the fixed held-out windows."""
-    w = mx.array(windows(held_out, EVAL_WINDOWS, context + block, EVAL_SEED, 0))
+    """Mean -log q(block) / k (nats per token, z enumerated exactly) over the fixed held-out windows, four blocks
+    a window, each after `context` tokens."""
+    w = mx.array(windows(held_out, EVAL_WINDOWS, block_window(context, block, 4), EVAL_SEED, 0))
     return float(np.array(-ncm_block_log_likelihood(model, w, context, 4, target).mean())) / block
 
 

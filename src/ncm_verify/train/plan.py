@@ -3,8 +3,9 @@
 Steps and sizes are chosen so the whole plan takes minutes on 2 idle cores. The NCM drafters (a) data alone
 and (b) distilled continue one shared pretrained checkpoint for the same number of steps with the same
 schedule, so (b)'s only difference is its objective; (c) reads the target's features and trains on the data
-for as many steps as (a) in all; (d), the AR draft, likewise. All four drafters hold the same number of
-parameters (the AR draft's MLP width and (c)'s decoder width are chosen so).
+for as many steps as (a) in all; (d), the AR draft, likewise. The NCM drafters are the source's NCM
+(`reference/ncm`: codec and block-diagonal generator, `ConceptBlockDrafter`); all four drafters hold the same
+number of parameters within `PARAMETER_SLACK` ((c)'s codec is narrower by what its feature projection holds).
 
 The toy level NCM (`reference/ncm/model.py`, level drafting's model) is trained on the same characters laid
 out [prefix | levels]: a target, and two drafts of one smaller size from one seed, one on the data alone and
@@ -14,6 +15,7 @@ one distilled on the target's exact level law (its codes then mean what the targ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
@@ -27,14 +29,10 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ncm_verify.reference.drafting import text as corpus
-from ncm_verify.reference.drafting.models import (
-    NCMBlockDrafter,
-    NCMDrafterConfig,
-    llama_args,
-    make_llama,
-    parameter_count,
-)
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter, ConceptDrafterConfig
+from ncm_verify.reference.drafting.models import llama_args, make_llama, parameter_count
 from ncm_verify.reference.drafting.trained import DRAFTING_FIXTURES, file_sha256, load_record
+from ncm_verify.reference.ncm.concept_config import ConceptConfig
 from ncm_verify.reference.ncm.config import NCMConfig
 from ncm_verify.reference.ncm.model import make_model
 from ncm_verify.tolerances import TRAIN_REPRODUCTION_NATS
@@ -47,8 +45,11 @@ SEED = 0
 CONTEXT = 32
 BLOCK = 8
 BATCH = 16
+NCM_BATCH = 32
+"""Windows an NCM drafter's step reads (each STARTS blocks): a step costs 0.3-0.5 s here, so the three runs take
+minutes."""
 STARTS = 4
-"""Blocks an NCM step scores per window: every z is decoded for each, so they cost most of its step."""
+"""Blocks an NCM step scores per window, each after its own `CONTEXT` tokens (the generator's prefix)."""
 LENGTH = 64
 TARGET_STEPS = 600
 PRETRAIN_STEPS = 300
@@ -57,19 +58,35 @@ GRAMMAR_STEPS = 200
 
 # MLX's CPU backend runs these shapes at ~2 GFLOP/s on 2 shared cores, hence models of 20-90k parameters.
 TARGET_ARGS = llama_args(len(data.VOCAB), hidden=64, layers=2, intermediate=128)
-NCM_BASE = NCMDrafterConfig(
-    vocab_size=len(data.VOCAB),
-    hidden=32,
-    layers=2,
-    intermediate=64,
-    codebook=3,
-    levels=2,
-    max_block=BLOCK,
-    decoder_hidden=97,
+# The NCM drafters are the source's NCM (`reference/ncm`): a block of 8 as two levels (1 and 2 positions) of
+# 8 and 4 codes, so z takes 8 x 4^2 = 128 values, enumerated exactly by training, held-out loss and C10.
+NCM_BASE = ConceptDrafterConfig(
+    ConceptConfig(
+        vocab_size=len(data.VOCAB),
+        sequence_length=BLOCK,
+        level_lengths=(1, 2),
+        codebook_sizes=(8, 4),
+        prefix_length=CONTEXT,
+        codec_dim=38,
+        d_model=24,
+        num_heads=2,
+        num_layers=2,
+        seed=SEED + 2,
+        codec_seed=SEED + 2,
+    ),
+    context=CONTEXT,
 )
-# (c) gives the feature projection's 64 x 32 parameters back from its decoder's width (2 x 32 per unit).
-NCM_FEATURES = NCMDrafterConfig(**{**NCM_BASE.to_dict(), "feature_dim": TARGET_ARGS.hidden_size, "decoder_hidden": 65})
-# (d): the llama body's MLP widened by the NCM head's 6,912 parameters (3 x 32 x 2 layers = 192 per unit).
+# (c) gives most of its feature projection's 64 x 24 parameters back from the codec's width (38 -> 36).
+NCM_FEATURES = ConceptDrafterConfig(
+    dataclasses.replace(NCM_BASE.concept, codec_dim=36, seed=SEED + 4, codec_seed=SEED + 4),
+    context=CONTEXT,
+    feature_dim=64,
+)
+PARAMETER_SLACK = 0.005
+"""How far an NCM drafter's parameter count may stray from the AR draft's (relative): a ConceptModel's count is
+7 c^2 + (2V + 16 + K) c + 2cd + (5 + 2K) d + L (8 d^2 + 5d + 2 d / heads) + V + K (codec width c, model width d,
+K codes in all), which no widths with heads of even width make 30,656 here; each is within 0.1 %."""
+# (d): a llama of 32 wide, its MLP 100 wide: 30,656 parameters (the NCM drafters hold within PARAMETER_SLACK).
 AR_DRAFT_ARGS = llama_args(len(data.VOCAB), hidden=32, layers=2, intermediate=100)
 GRAMMAR_ARGS = llama_args(16, hidden=32, layers=1, intermediate=64)
 # Level drafting's toy NCM on text: 16 characters of prefix, six levels of two characters, four codes a level.
@@ -87,6 +104,15 @@ LEVEL_TARGET = NCMConfig(
 LEVEL_DRAFT = NCMConfig(**{**LEVEL_TARGET.to_dict(), "d_model": 32, "num_heads": 2, "num_layers": 1, "seed": SEED + 6})
 LEVEL_STEPS = 500
 LEVEL_NAMES = ("level_target", "level_draft_data", "level_draft_distilled")
+
+
+OBJECTIVES = {
+    "data": "data: exact -log q(block) / k, q(block) = sum_z q(z | context) prod_i q(x_i | z), z enumerated",
+    "distill": "DistillSpec on the target: forward KL on target-generated blocks (exact -log q(block) / k) plus the"
+    " total variation between the target's rows and q(x_i | z) on the drafter's own on-policy blocks",
+    "features": "data (exact -log q(block) / k, z enumerated), reading the target's final hidden state at the"
+    " block's start (at s - 1, as the loop hands it) as one extra prefix column of the generator",
+}
 
 
 @dataclass
@@ -174,54 +200,55 @@ def make_all(only: set[str] | None) -> list[Made]:
 
     if want("ncm_data") or want("ncm_distilled"):
         mx.random.seed(SEED + 2)
-        pre = NCMBlockDrafter(NCM_BASE)
+        pre = ConceptBlockDrafter(NCM_BASE)
         pre_spec = RunSpec("ncm_pretrain", PRETRAIN_STEPS, 3e-3, SEED + 2)
-        pre_wall = _run(pre, NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 2), pre_spec)
+        pre_wall = _run(pre, NCMBlockTask(text.train, NCM_BATCH, CONTEXT, BLOCK, STARTS, SEED + 2), pre_spec)
         init = CHECKPOINTS / "ncm_pretrain" / "model.safetensors"
         for name, objective in (("ncm_data", "data"), ("ncm_distilled", "distill")):
             if not want(name):
                 continue
-            drafter = NCMBlockDrafter(NCM_BASE)
+            drafter = ConceptBlockDrafter(NCM_BASE)
             spec = RunSpec(name, CONTINUE_STEPS, 1e-3, SEED + 3, warmup=20)
             task: Task
             if objective == "data":
-                task = NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 3)
+                task = NCMBlockTask(text.train, NCM_BATCH, CONTEXT, BLOCK, STARTS, SEED + 3)
             else:
-                task = DistillTask(text.train, target, BATCH, CONTEXT, BLOCK, SEED + 3)
+                task = DistillTask(text.train, target, NCM_BATCH, CONTEXT, BLOCK, SEED + 3)
             wall = pre_wall + _run(drafter, task, spec, init=init)
             drafter.eval()
             made.append(
                 Made(
                     drafter,
-                    "ncm",
+                    "concept_ncm",
                     NCM_BASE.to_dict(),
                     "text" if objective == "data" else "text+target",
                     RunSpec(name, total, spec.learning_rate, spec.seed),
                     wall,
                     evaluate.block_loss(drafter, text.held_out, CONTEXT, BLOCK),
-                    {"objective": objective, "pretrain_steps": PRETRAIN_STEPS, "continue_steps": CONTINUE_STEPS},
+                    {
+                        "objective": OBJECTIVES[objective],
+                        "pretrain_steps": PRETRAIN_STEPS,
+                        "continue_steps": CONTINUE_STEPS,
+                    },
                 )
             )
 
     if want("ncm_features"):
         mx.random.seed(SEED + 4)
-        drafter = NCMBlockDrafter(NCM_FEATURES)
+        drafter = ConceptBlockDrafter(NCM_FEATURES)
         spec = RunSpec("ncm_features", total, 3e-3, SEED + 4)
-        wall = _run(drafter, NCMBlockTask(text.train, BATCH, CONTEXT, BLOCK, STARTS, SEED + 4, target=target), spec)
+        wall = _run(drafter, NCMBlockTask(text.train, NCM_BATCH, CONTEXT, BLOCK, STARTS, SEED + 4, target=target), spec)
         drafter.eval()
         made.append(
             Made(
                 drafter,
-                "ncm",
+                "concept_ncm",
                 NCM_FEATURES.to_dict(),
                 "text+target features",
                 spec,
                 wall,
                 evaluate.block_loss(drafter, text.held_out, CONTEXT, BLOCK, target=target),
-                {
-                    "objective": "data, reading the target's final hidden state at the block's start"
-                    " (at s - 1, as the loop hands it)"
-                },
+                {"objective": OBJECTIVES["features"]},
             )
         )
     if any(want(name) for name in LEVEL_NAMES):

@@ -9,7 +9,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from ncm_verify.reference.drafting.models import NCMBlockDrafter, block_start_features, rows_at_temperature
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter
+from ncm_verify.reference.drafting.models import block_start_features, rows_at_temperature
 from ncm_verify.reference.ncm.level_draft import level_distributions
 from ncm_verify.reference.ncm.model import NCM
 from ncm_verify.train.data import windows
@@ -35,8 +36,13 @@ class NextTokenTask:
 
 
 def block_starts(context: int, count: int) -> np.ndarray:
-    """Positions (the last context token read) at which blocks start: the window's last `count`, every 4th."""
+    """Positions (the last context token read) at which blocks start: the last `count` of `context`, every 4th."""
     return np.arange(context - 1 - 4 * (count - 1), context, 4)
+
+
+def block_window(context: int, block: int, starts_per_window: int) -> int:
+    """A window's length: `starts_per_window` blocks of `block`, each after `context` tokens of its own."""
+    return context + 4 * (starts_per_window - 1) + block
 
 
 @dataclass
@@ -57,27 +63,32 @@ class NCMBlockTask:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.batch * (self.context + self.block)
+        return self.batch * block_window(self.context, self.block, self.starts_per_window)
 
     def loss(self, model: nn.Module, step: int) -> mx.array:
-        assert isinstance(model, NCMBlockDrafter)
-        w = mx.array(windows(self.ids, self.batch, self.context + self.block, self.seed, step))
+        assert isinstance(model, ConceptBlockDrafter)
+        length = block_window(self.context, self.block, self.starts_per_window)
+        w = mx.array(windows(self.ids, self.batch, length, self.seed, step))
         return (
             -ncm_block_log_likelihood(model, w, self.context, self.starts_per_window, self.target).mean() / self.block
         )
 
 
 def ncm_block_log_likelihood(
-    model: NCMBlockDrafter, w: mx.array, context: int, starts_per_window: int, target: nn.Module | None
+    model: ConceptBlockDrafter, w: mx.array, context: int, starts_per_window: int, target: nn.Module | None
 ) -> mx.array:
-    """log q(block) (B, S) of the blocks after each start of `block_starts` in windows `w` (B, context + k)."""
-    k = w.shape[1] - context
-    starts = block_starts(context, starts_per_window)
-    # The drafter at s reads the target's state at s - 1, as the drafting loop can supply it.
-    features = mx.stop_gradient(block_start_features(target, w[:, :context])) if target is not None else None
-    h = model.context_state(w[:, :context], features=features)[:, mx.array(starts)]
-    blocks = mx.stack([w[:, s + 1 : s + 1 + k] for s in starts], axis=1)
-    return model.block_log_likelihood(h, blocks)
+    """log q(block) (B * S,) of the blocks after each of S starts in windows `w` (B, `block_window`), each block
+    scored after the `context` tokens before it (the drafter's prefix), z enumerated."""
+    k = w.shape[1] - context - 4 * (starts_per_window - 1)
+    starts = block_starts(w.shape[1] - k, starts_per_window)
+    prefixes = mx.concatenate([w[:, s + 1 - context : s + 1] for s in starts], axis=0)
+    blocks = mx.concatenate([w[:, s + 1 : s + 1 + k] for s in starts], axis=0)
+    features = None
+    if target is not None:
+        # The drafter at s reads the target's state at s - 1, as the drafting loop can supply it.
+        states = mx.stop_gradient(block_start_features(target, w[:, : starts[-1] + 1]))
+        features = mx.concatenate([states[:, s] for s in starts], axis=0)
+    return model.block_log_likelihood(prefixes, blocks, features=features)
 
 
 @dataclass
@@ -110,16 +121,14 @@ class DistillTask:
         return 2 * self.batch * (self.context + self.block)
 
     def loss(self, model: nn.Module, step: int) -> mx.array:
-        assert isinstance(model, NCMBlockDrafter)
+        assert isinstance(model, ConceptBlockDrafter)
         rng = np.random.default_rng([self.seed, step, 7])
         pick = rng.integers(0, len(self.target_blocks), size=self.batch)
         ctx = mx.array(self.target_contexts[pick])
-        h = model.context_state(ctx)[:, -1]
-        forward_kl = -model.block_log_likelihood(h, mx.array(self.target_blocks[pick])).mean() / self.block
+        forward_kl = -model.block_log_likelihood(ctx, mx.array(self.target_blocks[pick])).mean() / self.block
 
         ctx = mx.array(windows(self.ids, self.batch, self.context, self.seed + 1, step))
-        h = model.context_state(ctx)[:, -1]
-        log_prior, log_rows = model.block_law(h, self.block)
+        log_prior, log_rows = model.block_law(ctx, self.block)
         z = mx.stop_gradient(mx.random.categorical(log_prior))
         rows = mx.exp(mx.take_along_axis(log_rows, z[:, None, None, None], axis=1)[:, 0])
         drafted = mx.stop_gradient(mx.random.categorical(mx.log(rows + 1e-30)))

@@ -1,10 +1,13 @@
 """What the drafting loop needs of a text drafter, and what a drafter hands it.
 
 A drafter proposes `k` tokens for a batch of contexts together with the very rows each token was drawn
-from. For an NCM block drafter those rows are q(x_i | z, context), the factorised decoder rows under the
-codes z it sampled (never the intractable latent marginal); for an autoregressive drafter they are its
-next-token rows along its own draft. The target then verifies the block with `verify_chain` applied
-conditionally on z, so exactness needs nothing but these rows.
+from. For an NCM block drafter those rows are q(x_i | z), the factorised decoder rows under the codes z it
+sampled (never the latent marginal); for an autoregressive drafter they are its next-token rows along its own
+draft. The target then verifies the block with `verify_chain` applied conditionally on z, so exactness needs
+nothing but these rows.
+
+A drafter with few enough codes to enumerate (`EnumerableDrafter`) also gives its exact block law: what C10's
+exact acceptance and the NCM drafters' training and held-out loss need.
 """
 
 from __future__ import annotations
@@ -72,4 +75,32 @@ class TextDrafter(Protocol):
     ) -> mx.array:
         """The rows ``(B, k, V)`` `propose` draws `tokens` ``(B, k)`` from after `context` ``(B, T)``, under
         `codes`, recomputed without a cache: the suite checks each proposal's rows against them."""
+        ...
+
+
+class EnumerableDrafter(TextDrafter, Protocol):
+    """A block drafter whose codes z can be enumerated: its block law is sum_z q(z | context) prod_i q(x_i | z, ...)."""
+
+    num_codes: int
+    """How many codes z there are (`all_codes`' rows)."""
+
+    def all_codes(self) -> mx.array:
+        """Every z as `DraftBlock.codes` holds it, ``(num_codes, C)``, in the order `block_law` lists them."""
+        ...
+
+    def block_law(
+        self, context: mx.array, k: int, *, temperature: float = 1.0, features: mx.array | None = None
+    ) -> tuple[mx.array, mx.array]:
+        """For every z: log q(z | context) ``(B, num_codes)`` and the log rows of the block's first k tokens at
+        `temperature` ``(B, num_codes, k, V)`` (what `block_probs` gives under that z)."""
+        ...
+
+    def block_log_likelihood(self, context: mx.array, blocks: mx.array, *, features: mx.array | None = None):
+        """The exact log q(block | context) ``(B,)`` of `blocks` ``(B, k)`` at temperature 1, z enumerated."""
+        ...
+
+    def marginal_probs(
+        self, context: mx.array, k: int, *, temperature: float = 1.0, features: mx.array | None = None
+    ) -> mx.array:
+        """The latent marginal sum_z q(z | context) q(x_i | z, ...) ``(B, k, V)``: never what a token is drawn from."""
         ...

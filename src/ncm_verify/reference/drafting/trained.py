@@ -15,7 +15,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ncm_verify.reference.drafting.base import TextDrafter
-from ncm_verify.reference.drafting.models import ARDrafter, NCMBlockDrafter, NCMDrafterConfig, make_llama
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter, ConceptDrafterConfig
+from ncm_verify.reference.drafting.models import ARDrafter, make_llama
 
 __all__ = [
     "DRAFTING_FIXTURES",
@@ -45,15 +46,16 @@ def model_from_entry(entry: dict[str, Any]) -> nn.Module:
     """A freshly initialised model of the record entry's kind and config (weights not loaded)."""
     if entry["kind"] == "llama":
         return make_llama(entry["config"])
-    if entry["kind"] == "ncm":
-        return NCMBlockDrafter(NCMDrafterConfig(**entry["config"]))
+    if entry["kind"] == "concept_ncm":
+        # issue 24's NCM block drafter: the source's NCM (`reference/ncm`) drafting a block
+        return ConceptBlockDrafter(ConceptDrafterConfig.from_dict(entry["config"]))
     if entry["kind"] == "level_ncm":
         # level drafting's toy NCM (`reference/ncm/model.py`), trained on the same text
         from ncm_verify.reference.ncm.config import NCMConfig
         from ncm_verify.reference.ncm.model import NCM
 
         return NCM(NCMConfig.from_dict(entry["config"]))
-    raise ValueError(f"kind: {entry['kind']!r} is not 'llama', 'ncm' or 'level_ncm'")
+    raise ValueError(f"kind: {entry['kind']!r} is not 'llama', 'concept_ncm' or 'level_ncm'")
 
 
 def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
@@ -83,5 +85,5 @@ def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
 def load_drafter(name: str, directory: Path = DRAFTING_FIXTURES) -> TextDrafter:
     """The shipped model `name` as the drafting loop runs it: an NCM drafter as it is, a llama as an `ARDrafter`."""
     model = load_trained(name, directory)
-    drafter: Any = model if isinstance(model, NCMBlockDrafter) else ARDrafter(model)  # type: ignore[arg-type]
+    drafter: Any = model if isinstance(model, ConceptBlockDrafter) else ARDrafter(model)  # type: ignore[arg-type]
     return drafter
