@@ -84,11 +84,9 @@ def test_sudoku_shaped_config_counts_equal_the_instrumented_ones(impl):
 def test_the_cache_evicts_least_recently_used_entries_to_stay_within_its_byte_budget(impl, data):
     api = ncm_api(impl)
     config = data.draw(strategies.ncm_configs(api.NCMConfig, min_prefix_length=2), label="config")
+    # every config holds at least vocab 2 ** length 2 = 4 distinct prefixes: capacity + 1 of them always exist
     capacity = data.draw(st.integers(1, 3), label="capacity_in_entries")
-    rows = data.draw(
-        st.lists(strategies.prefixes(config), min_size=capacity + 1, max_size=capacity + 3, unique_by=tuple),
-        label="prefixes",
-    )
+    rows = data.draw(strategies.distinct_prefixes(config, capacity + 1, capacity + 3), label="prefixes")
     call = f"PrefixCache(max_bytes={capacity} entries) fed {rows} under make_model({config})"
     note(call)
     model = api.make_model(config)

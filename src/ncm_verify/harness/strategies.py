@@ -56,6 +56,24 @@ def prefixes(config, length=None):
     return st.lists(st.integers(0, config.vocab_size - 1), min_size=size, max_size=size)
 
 
+@st.composite
+def distinct_prefixes(draw, config, min_size: int, max_size: int):
+    """Between `min_size` and `max_size` distinct prefixes of `config`, fewer only where fewer exist.
+
+    Built, not filtered: a small vocabulary and prefix (vocab 2, length 2: four prefixes) made
+    ``st.lists(..., unique_by=tuple)`` reject a third of its examples. Each prefix is an index's digits in
+    base ``vocab_size``, the indices drawn distinct (a permutation where the space is small).
+    """
+    vocab, length = config.vocab_size, config.prefix_length
+    space = vocab**length
+    count = draw(st.integers(min(min_size, space), min(max_size, space)))
+    if space <= 4 * max_size:
+        indices = draw(st.permutations(range(space)))[:count]
+    else:
+        indices = draw(st.lists(st.integers(0, space - 1), min_size=count, max_size=count, unique=True))
+    return [[(index // vocab**position) % vocab for position in range(length)] for index in indices]
+
+
 def level_fillings(config):
     """Contents of every generated slot: tokens or the placeholder (id `vocab_size`)."""
     size = sum(config.level_sizes)
