@@ -80,7 +80,7 @@ NCM_BASE = ConceptDrafterConfig(
 NCM_FEATURES = ConceptDrafterConfig(
     dataclasses.replace(NCM_BASE.concept, codec_dim=36, seed=SEED + 4, codec_seed=SEED + 4),
     context=CONTEXT,
-    feature_dim=64,
+    feature_dim=TARGET_ARGS.hidden_size,
 )
 PARAMETER_SLACK = 0.005
 """How far an NCM drafter's parameter count may stray from the AR draft's (relative): a ConceptModel's count is

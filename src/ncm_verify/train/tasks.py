@@ -35,14 +35,19 @@ class NextTokenTask:
         return nn.losses.cross_entropy(logits, x[:, 1:], reduction="mean")
 
 
+BLOCK_STRIDE = 4
+"""Positions between the starts of consecutive blocks a window scores."""
+
+
 def block_starts(context: int, count: int) -> np.ndarray:
-    """Positions (the last context token read) at which blocks start: the last `count` of `context`, every 4th."""
-    return np.arange(context - 1 - 4 * (count - 1), context, 4)
+    """Positions (the last context token read) at which blocks start: the last `count` of `context`, every
+    `BLOCK_STRIDE`th."""
+    return np.arange(context - 1 - BLOCK_STRIDE * (count - 1), context, BLOCK_STRIDE)
 
 
 def block_window(context: int, block: int, starts_per_window: int) -> int:
     """A window's length: `starts_per_window` blocks of `block`, each after `context` tokens of its own."""
-    return context + 4 * (starts_per_window - 1) + block
+    return context + BLOCK_STRIDE * (starts_per_window - 1) + block
 
 
 @dataclass
@@ -79,7 +84,7 @@ def ncm_block_log_likelihood(
 ) -> mx.array:
     """log q(block) (B * S,) of the blocks after each of S starts in windows `w` (B, `block_window`), each block
     scored after the `context` tokens before it (the drafter's prefix), z enumerated."""
-    k = w.shape[1] - context - 4 * (starts_per_window - 1)
+    k = w.shape[1] - block_window(context, 0, starts_per_window)
     starts = block_starts(w.shape[1] - k, starts_per_window)
     prefixes = mx.concatenate([w[:, s + 1 - context : s + 1] for s in starts], axis=0)
     blocks = mx.concatenate([w[:, s + 1 : s + 1 + k] for s in starts], axis=0)
