@@ -55,6 +55,7 @@ def session_arguments(job: dict) -> list[str]:
         "no:xdist",
         f"--ncm-report-dir={job['report_dir']}",
         *(["--ncm-stop-when-caught"] if job["stop_when_caught"] else []),
+        *(f"--ncm-first={named}" for named in job["first"]),
     ]
 
 

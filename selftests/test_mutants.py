@@ -47,8 +47,9 @@ def properties_for(name: str) -> list[str]:
         raise ValueError(
             f"name: {name}'s catchers name {sorted(named - files - set(listed))}, unlisted by {catchers.claims}"
         )
-    rest = sorted(files - set(catchers.blind) - set(catchers.first))
-    return list(catchers.sweep) or [*catchers.first, *rest]
+    first_files = list(dict.fromkeys(prop.split("::")[0] for prop in catchers.first))
+    rest = sorted(files - set(catchers.blind) - set(first_files))
+    return list(catchers.sweep) or [*first_files, *rest]
 
 
 def test_each_planted_bug_is_swept_against_properties_its_claims_list_and_a_row_naming_others_is_refused(
@@ -78,6 +79,7 @@ def sweep_jobs(scratch: Path) -> list[dict]:
             "files": files,
             "report_dir": folder,
             "stop_when_caught": stop_when_caught,
+            "first": list(catchers_of(name).first) if name in MUTANTS else [],
         }
 
     return [

@@ -147,6 +147,21 @@ def test_a_session_stopping_at_its_first_catch_meets_the_exact_properties_before
     suite(failing_exact, f"--ncm-report-dir={reports}").assert_outcomes(passed=2, failed=1)  # in file order, to the end
 
 
+def test_a_session_stopping_at_its_first_catch_runs_the_properties_it_names_first_and_refuses_an_unknown_name(
+    suite, pytester
+):
+    failing_both = STATISTICAL
+    for name in ("test_one_test_an_example", "test_not_statistical"):
+        failing_both = failing_both.replace(f"def {name}(x):\n    pass", f"def {name}(x):\n    assert x < 0")
+    reports = pytester.path / "reports"
+    first = "--ncm-first=test_suite.py::test_one_test_an_example"
+    suite(failing_both, f"--ncm-report-dir={reports}", "--ncm-stop-when-caught", first).assert_outcomes(failed=1)
+    assert [node["nodeid"] for node in evidence_of(pytester)["properties"]] == [first.split("=")[1]]
+    result = suite(STATISTICAL, "--ncm-stop-when-caught", "--ncm-first=test_suite.py::test_renamed")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ncm-first: no collected property is named test_suite.py::test_renamed" in result.stderr.str()
+
+
 def test_the_planned_count_can_be_fixed_and_must_be_positive(suite, pytester):
     suite(STATISTICAL, f"--ncm-report-dir={pytester.path / 'reports'}", "--ncm-planned-tests=7")
     assert evidence_of(pytester)["policy"]["planned_tests"] == 7

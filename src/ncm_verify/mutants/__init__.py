@@ -29,49 +29,84 @@ class Catchers:
     blind: tuple[str, ...] = ()
     """Files among the claims' that cannot see the bug: they drive entry points other than those it replaces."""
     first: tuple[str, ...] = ()
-    """Files among the claims' swept before the rest (all are still swept): the likeliest catch, so the sweep, which
-    stops at its first catch, runs less."""
+    """Files, properties or nodes among the claims' swept before the rest (all are still swept; `--ncm-first`): the
+    likeliest catch, so the sweep, which stops at its first catch, runs less."""
+
+    def catching_first(self, *named: str) -> Catchers:
+        """This row with `named` swept first: a bug whose catch sits behind properties it passes."""
+        return dataclasses.replace(self, first=named)
 
 
 EXACT_STEP = Catchers(("C5", "C6"), sweep=("properties/test_apply_exact.py",))
 """Sampling cannot see these: each passed every other kernel property of commit 215d406 (the suite before the exact
 checks), so the sweep runs them against the exact step checks alone."""
+TREE_WALKS = (
+    "properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level"
+)
+TREE_SIBLINGS = (
+    "properties/test_tree.py::test_each_sibling_is_judged_by_the_residual_the_earlier_ones_left_and_its_own_q"
+)
 TREE_WALK = Catchers(
     ("C13",),
     sweep=(
         "properties/test_tree.py::test_half_precision_walks_decide_as_their_float32_values",
         "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone",
-        *(
-            "properties/test_tree.py::test_walks_below_rejected_siblings_take_the_float64_walks_decisions_at_every_level"
-            f"[{mode}]"
-            for mode in ("without_replacement", "with_replacement", "top_k")
-        ),
+        *(f"{TREE_WALKS}[{mode}]" for mode in ("without_replacement", "with_replacement", "top_k")),
     ),
 )
 """The walk's numerics and state (issue 28): the walk properties reach them on purpose, cheapest catch first (each
 is caught by two of them); the enumeration and sampling cannot see them."""
+TREE_FILES = Catchers(("C13",), sweep=("properties/test_tree.py", "properties/test_apply_exact.py"))
+KERNELS = Catchers(
+    ("C5", "C6", "C7", "C11"),
+    # level drafting calls the reference's kernels; mlx-lm's loop is judged on its decoders, never --impl
+    blind=("properties/test_level_drafting.py", "properties/test_mlx_lm_loop.py"),
+)
+LEVELS = Catchers(("C6",), sweep=("properties/test_level_drafting.py",))
+BLOCKS = Catchers(  # its exact step first (cheap), then the block's own properties
+    ("C16",),
+    sweep=(
+        "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
+        "properties/test_block.py",
+    ),
+)
+CONCEPT = Catchers(("C1", "C2", "C3", "C4", "C14"))  # the source's NCM (issue 23): its model-level claims
+
+
+def walks(mode: str) -> str:
+    return f"{TREE_WALKS}[{mode}]"
+
+
+def siblings(mode: str) -> str:
+    return f"{TREE_SIBLINGS}[{mode}]"
+
+
+def verify_equals_apply(kind: str) -> str:
+    return f"properties/test_apply_exact.py::test_verify_equals_apply_on_the_uniforms_it_draws[{kind}]"
+
+
+CHAIN_AS_TREE = "properties/test_tree.py::test_a_chain_is_verified_as_verify_chain_verifies_it"
+LEVEL_LAW_SAMPLED = (
+    "properties/test_level_drafting.py::test_level_drafting_samples_the_target_law_of_latents_and_tokens"
+)
+BLOCK_LAW_SAMPLED = (
+    "properties/test_block.py::test_block_accepted_counts_and_emitted_tokens_follow_their_exact_joint_law"
+)
+CACHED_PREFIX_KV = (
+    "properties/test_concept_model.py::test_level_logits_from_the_cached_prefix_kv_equal_the_recomputed_ones[drawn]"
+)
 CATCHERS: dict[str, Catchers] = {
     # a planted bug's name, else the longest prefix of it ending in "_", else "" (the kernels' own bugs)
-    "": Catchers(
-        ("C5", "C6", "C7", "C11"),
-        # level drafting calls the reference's kernels; mlx-lm's loop is judged on its decoders, never --impl
-        blind=("properties/test_level_drafting.py", "properties/test_mlx_lm_loop.py"),
-    ),
+    "": KERNELS,
     # the prefix properties, not the kernel ones; the cache judged against its stateful model first (at 9d2edab six
     # of the seven cache bugs passed the other twelve prefix properties first, ~7 s of CPU each)
     "cache_": Catchers(("C15",), first=("properties/test_prefix_cache_model.py",)),
-    "level_": Catchers(("C6",), sweep=("properties/test_level_drafting.py",)),
-    "tree_": Catchers(("C13",), sweep=("properties/test_tree.py", "properties/test_apply_exact.py")),
+    "level_": LEVELS,
+    "tree_": TREE_FILES,
     "tree_loop_": Catchers(("C13",), sweep=("properties/test_tree_loop.py",)),  # the loop over mlx-lm (issue 28)
-    "block_": Catchers(  # its exact step first (cheap), then the block's own properties
-        ("C16",),
-        sweep=(
-            "properties/test_apply_exact.py::test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms",
-            "properties/test_block.py",
-        ),
-    ),
+    "block_": BLOCKS,
     "drafting_": Catchers(("C17",)),
-    "concept_": Catchers(("C1", "C2", "C3", "C4", "C14")),  # the source's NCM (issue 23): its model-level claims
+    "concept_": CONCEPT,
     **dict.fromkeys(
         (
             "ratio_in_half",
@@ -79,20 +114,72 @@ CATCHERS: dict[str, Catchers] = {
             "correction_cumsum_in_half",
             "draft_ids_16_bit",
             "apply_chain_reuses_rejecting_uniform",
-            "verify_chain_swaps_uniform_rows",
             "residual_floor_too_high",
             "apply_latent_chain_shares_the_latent_uniform",
         ),
         EXACT_STEP,
     ),
-    **dict.fromkeys(
-        ("tree_residual_in_half", "tree_renormalised_naively", "tree_tried_shared_across_batch"), TREE_WALK
-    ),
+    "tree_residual_in_half": TREE_WALK,
     # kernel bugs that the kernel files before their catching file never caught (the sweep of 24da459 ran them in
     # order and stopped at the first catch): that file alone saved 100-130 s of CPU each for the first two
     "greedy_ties_to_the_last_maximum": Catchers(("C7",), sweep=("properties/test_greedy.py",)),
-    "u_zero_accepts": Catchers(("C5",), sweep=("properties/test_numerics.py",)),
     "nan_rows_pass_validation": Catchers(("C11",), sweep=("properties/test_bad_input.py",)),
+    # bugs whose catch the sweep of ab177f3 met only after properties they pass (3-24 of them, 2.5-11 s of CPU
+    # each): that catch first; every other property is still swept after it
+    "shared_uniform": KERNELS.catching_first(verify_equals_apply("tree")),
+    "verify_chain_swaps_uniform_rows": Catchers(  # verify==apply is a C11 (protocol) property
+        ("C5", "C6", "C11"), sweep=EXACT_STEP.sweep
+    ).catching_first(verify_equals_apply("chain")),
+    "u_zero_accepts": Catchers(("C5", "C11"), sweep=("properties/test_numerics.py",)).catching_first(
+        "properties/test_numerics.py::test_acceptance_follows_u_times_q_below_p_at_every_uniform[above 65 536]"
+    ),
+    **dict.fromkeys(
+        ("level_corrected_tokens_not_redrawn", "level_tokens_under_other_latent"),
+        LEVELS.catching_first(LEVEL_LAW_SAMPLED),
+    ),
+    "level_rejected_kv_kept": LEVELS.catching_first(
+        "properties/test_level_drafting.py::test_cached_and_uncached_level_drafting_emit_the_same_levels"
+    ),
+    "tree_mass_not_reset": TREE_FILES.catching_first(walks("with_replacement")),
+    "tree_tried_kept_into_next_level": TREE_FILES.catching_first(walks("without_replacement")),
+    "tree_renormalised_naively": TREE_WALK.catching_first(walks("without_replacement")),
+    "tree_tried_shared_across_batch": TREE_WALK.catching_first(
+        "properties/test_tree.py::test_a_batch_of_walks_decides_as_each_walk_alone"
+    ),
+    **dict.fromkeys(("tree_bonus_from_residual", "tree_parent_off_by_one"), TREE_FILES.catching_first(CHAIN_AS_TREE)),
+    "tree_top_k_as_sampled": TREE_FILES.catching_first(siblings("top_k")),
+    "tree_without_replacement_unrenormalised": TREE_FILES.catching_first(siblings("without_replacement")),
+    **dict.fromkeys(
+        ("tree_no_residual_update", "tree_correction_from_target"),
+        TREE_FILES.catching_first(siblings("with_replacement")),
+    ),
+    **dict.fromkeys(
+        (
+            "block_stops_at_first_failure",
+            "block_tokenwise_acceptance",
+            "block_tokenwise_residual",
+            "block_weight_unclipped",
+            "block_padding_read_as_draft",
+            "block_residual_with_own_weight",
+        ),
+        BLOCKS.catching_first(BLOCK_LAW_SAMPLED),
+    ),
+    "concept_top_k_after_temperature_when_cached": CONCEPT.catching_first(
+        "properties/test_concept_model.py::test_cached_generation_equals_uncached_generation_cold_and_warm[checkpoint]"
+    ),
+    "concept_cache_key_without_codec": CONCEPT.catching_first(
+        "properties/test_concept_model.py::test_the_cache_serves_an_entry_only_on_its_exact_key_over_a_run_of_requests"
+    ),
+    **dict.fromkeys(
+        (
+            "concept_prefix_rotated_from_zero",
+            "concept_prefix_k_before_rotation",
+            "concept_prefix_kv_in_training_mode",
+            "concept_prefix_kv_in_half",
+            "concept_prefix_k_before_norm",
+        ),
+        CONCEPT.catching_first(CACHED_PREFIX_KV),
+    ),
 }
 """Where the sweep looks for each planted bug's catch, stated once; the files come from the ledger
 (`selftests/test_mutants.py`, `properties_for`)."""

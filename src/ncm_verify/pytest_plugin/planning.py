@@ -43,6 +43,24 @@ def exact_first(items: list) -> list:
     return sorted(items, key=lambda item: planned_tests_of(item) > 0)
 
 
+def matches(nodeid: str, named: str) -> bool:
+    """Whether node `nodeid` is the node, the parametrised property or the file `named` names."""
+    return nodeid == named or nodeid.startswith((f"{named}[", f"{named}::"))
+
+
+def named_first(items: list, named: list[str]) -> list:
+    """The items `named` names (node ids, properties without their parameters, files), in that order, before the
+    rest (stable otherwise); a name that matches no item is a usage error, never a silently unrouted sweep."""
+    unmatched = [name for name in named if not any(matches(item.nodeid, name) for item in items)]
+    if unmatched:
+        raise pytest.UsageError(f"--ncm-first: no collected property is named {', '.join(unmatched)}")
+
+    def rank(item) -> int:
+        return next((place for place, name in enumerate(named) if matches(item.nodeid, name)), len(named))
+
+    return sorted(items, key=rank)
+
+
 def balanced_order(items: list, workers: int) -> list:
     """Statistical properties (the long ones: each example samples 10-100k outcomes) first, largest plan first,
     dealt in turn to the `workers` contiguous blocks xdist's work stealing first hands out (the first worker gets

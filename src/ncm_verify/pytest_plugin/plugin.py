@@ -78,6 +78,13 @@ def pytest_addoption(parser):
         "exact properties run before sampled ones",
     )
     group.addoption(
+        "--ncm-first",
+        action="append",
+        default=[],
+        help="with --ncm-stop-when-caught: this node, property or file runs before the others (repeatable, in "
+        "order): the sweep's likeliest catch of a planted bug",
+    )
+    group.addoption(
         "--ncm-reuse",
         default=None,
         help="JSON of reference evidence to carry into this run; its properties are deselected, not rerun",
@@ -134,7 +141,7 @@ def pytest_collection_modifyitems(session, config, items):
     # after the policy is planned over every property, so alpha and n are those of a full run
     planning.deselect(config, items, [item for item in items if item.nodeid in reused])
     if config.getoption("--ncm-stop-when-caught"):
-        items[:] = planning.exact_first(items)
+        items[:] = planning.named_first(planning.exact_first(items), config.getoption("--ncm-first"))
     if _is_worker(config) and getattr(config.option, "dist", None) == "worksteal":  # every worker orders alike
         items[:] = planning.balanced_order(items, int(config.workerinput["workercount"]))
 
