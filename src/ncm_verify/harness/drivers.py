@@ -15,7 +15,7 @@ import numpy as np
 
 from ncm_verify.harness.checks import assert_chain_outcome_well_formed
 from ncm_verify.harness.kernel_spec import BorrowingKernel, KernelSpec, SteppedKernel
-from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_rows
+from ncm_verify.oracles.exact import AutoregressiveFixture, LatentFixture, context_offsets, context_rows
 
 
 def sample_categorical(rng: np.random.Generator, rows: np.ndarray) -> np.ndarray:
@@ -68,10 +68,13 @@ def chain_round_inputs(fixture: AutoregressiveFixture, contexts, lengths, num_dr
     drafts = np.full((batch, max_draft), -1, dtype=np.int64)
     target = np.broadcast_to(filler, (batch, max_draft + 1, vocab)).copy()
     draft = np.broadcast_to(filler, (batch, max_draft, vocab)).copy()
-    grown = np.concatenate([contexts, np.zeros((batch, max_draft + 1), dtype=np.int64)], axis=1)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = context_offsets(vocab, np.asarray(contexts).shape[1] + max_draft + 1)
+    # Each context's mixed-radix index (as `context_rows` reads it), grown by one drafted token per position.
+    index = context_rows(contexts, lengths, vocab) - offsets[lengths]
     for i in range(max_draft + 1):
         live = i <= num_draft
-        rows = context_rows(grown, np.where(live, lengths + i, 0), vocab)
+        rows = offsets[lengths + i] + index
         target[live, i] = fixture.target[rows[live]]
         if i == max_draft:
             break
@@ -79,7 +82,7 @@ def chain_round_inputs(fixture: AutoregressiveFixture, contexts, lengths, num_dr
         draft[drafting, i] = fixture.draft[rows[drafting]]
         tokens = sample_categorical(rng, draft[:, i])
         drafts[drafting, i] = tokens[drafting]
-        np.put_along_axis(grown, (lengths + i)[:, None], np.where(drafting, tokens, 0)[:, None], axis=1)
+        index = index * vocab + np.where(drafting, tokens, 0)
     return target, draft, drafts
 
 

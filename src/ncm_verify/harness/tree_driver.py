@@ -19,7 +19,7 @@ from hypothesis import note
 from ncm_verify.harness import checks
 from ncm_verify.harness.drivers import round_seeds, sample_categorical, sampler_seed
 from ncm_verify.oracles import exact
-from ncm_verify.oracles.exact import AutoregressiveFixture, context_rows
+from ncm_verify.oracles.exact import AutoregressiveFixture, context_offsets, context_rows
 from ncm_verify.oracles.exact_tree import MODES, PAD_TOKEN, tree_nodes
 
 RowsOf = Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -69,15 +69,22 @@ def draw_children(
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     children = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
-    drawn_before = np.zeros((batch, vocab), dtype=bool)
+    drawn_before = np.zeros((batch, vocab), dtype=bool) if mode == "without_replacement" else None
     for i in range(count):
         rows = np.asarray(sampling if i == 0 else q if later is None else later, dtype=np.float64)
-        if mode == "without_replacement":
+        if drawn_before is not None:
             rows = np.where(drawn_before, 0.0, rows)
         live = rows.sum(axis=1) > 0
+        if live.all():  # nothing exhausted: every row is drawn from as it stands (no masked copy)
+            drawn = sample_categorical(rng, rows)
+            children[:, i] = drawn
+            if drawn_before is not None:
+                drawn_before[np.arange(batch), drawn] = True
+            continue
         drawn = sample_categorical(rng, np.where(live[:, None], rows, 1.0))
         children[live, i] = drawn[live]
-        drawn_before[np.arange(batch)[live], drawn[live]] = True
+        if drawn_before is not None:
+            drawn_before[np.arange(batch)[live], drawn[live]] = True
     return children
 
 
@@ -90,11 +97,10 @@ def grow_trees(rng: np.random.Generator, shape, mode: str, caps: np.ndarray, row
         depth_of[n] = 0 if parent < 0 else depth_of[parent] + 1
     contexts = np.zeros((batch, count + 1, len(shape)), dtype=np.int64)
     target_root, draft_root, *sampling = rows_of(-1, contexts[:, 0, :0])
-    vocab = target_root.shape[1]
-    # Float32, as the kernel takes them: half the memory traffic of 1e5 trees.
-    target = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
-    draft = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
-    target[:, 0], draft[:, 0] = target_root, draft_root
+    # Float32, as the kernel takes them: half the memory traffic of 1e5 trees. One [B, V] row per tree row,
+    # laid out once by `compact` (no full-tree array written here, then copied again there).
+    target: list[np.ndarray] = [np.asarray(target_root, dtype=np.float32)] * (count + 1)
+    draft: list[np.ndarray] = [np.asarray(draft_root, dtype=np.float32)] * (count + 1)
     tokens = np.full((batch, count), PAD_TOKEN, dtype=np.int64)
     samplings = {-1: tuple(sampling)}
     for parent in [-1, *range(count)]:
@@ -102,25 +108,36 @@ def grow_trees(rng: np.random.Generator, shape, mode: str, caps: np.ndarray, row
         if not children:
             continue
         first, later = samplings.pop(parent)
-        drawn = draw_children(rng, draft[:, parent + 1], first, len(children), mode, later)
+        drawn = draw_children(rng, draft[parent + 1], first, len(children), mode, later)
         for i, n in enumerate(children):
             tokens[:, n] = drawn[:, i]
             contexts[:, n + 1] = contexts[:, parent + 1]
             contexts[:, n + 1, depth_of[n]] = np.maximum(drawn[:, i], 0)
-            target[:, n + 1], draft[:, n + 1], *rows = rows_of(n, contexts[:, n + 1, : depth_of[n] + 1])
+            p, q, *rows = rows_of(n, contexts[:, n + 1, : depth_of[n] + 1])
+            target[n + 1], draft[n + 1] = np.asarray(p, dtype=np.float32), np.asarray(q, dtype=np.float32)
             samplings[n] = tuple(rows)
     return compact(target, draft, tokens, np.array(parents), caps)
 
 
-def compact(target, draft, tokens, parents, caps) -> TreeInputs:
-    """Keep the nodes drawn, whose parent is kept and within their sequence's cap; renumber them in order."""
+def compact(target: list, draft: list, tokens, parents, caps) -> TreeInputs:
+    """Keep the nodes drawn, whose parent is kept and within their sequence's cap; renumber them in order.
+
+    `target` and `draft` hold one ``[B, V]`` row per tree row (the root's first); the kept rows are laid
+    out in the kernel's ``[B, N + 1, V]`` layout, padded rows uniform.
+    """
     batch, count = tokens.shape
     keep = np.zeros((batch, count), dtype=bool)
     for n in range(count):
         parent_kept = keep[:, parents[n]] if parents[n] >= 0 else True
         keep[:, n] = (tokens[:, n] >= 0) & parent_kept & (n < caps)
-    if keep.all():  # every tree whole: the layout stands (a copy of the rows spared)
-        return TreeInputs(target, draft, tokens, np.broadcast_to(parents, (batch, count)).copy(), keep.sum(axis=1))
+    if keep.all():  # every tree whole: the layout stands
+        return TreeInputs(
+            np.stack(target, axis=1),
+            np.stack(draft, axis=1),
+            tokens,
+            np.broadcast_to(parents, (batch, count)).copy(),
+            keep.sum(axis=1),
+        )
     order = np.argsort(~keep, axis=1, kind="stable")
     num_nodes = keep.sum(axis=1)
     new_index = np.cumsum(keep, axis=1) - 1
@@ -129,21 +146,36 @@ def compact(target, draft, tokens, parents, caps) -> TreeInputs:
     remapped = np.take_along_axis(new_index, np.maximum(old_parents, 0), axis=1)
     new_parents = np.where(real & (old_parents >= 0), remapped, PAD_TOKEN)
     new_tokens = np.where(real, np.take_along_axis(tokens, order, axis=1), PAD_TOKEN)
-    rows = np.concatenate([np.zeros((batch, 1), dtype=np.int64), order + 1], axis=1)
-    vocab = target.shape[-1]
-    padded = ~np.concatenate([np.ones((batch, 1), dtype=bool), real], axis=1)
-    target = np.where(padded[..., None], 1.0 / vocab, np.take_along_axis(target, rows[..., None], axis=1))
-    draft = np.where(padded[..., None], 1.0 / vocab, np.take_along_axis(draft, rows[..., None], axis=1))
-    return TreeInputs(target, draft, new_tokens, new_parents, num_nodes)
+    return TreeInputs(
+        _laid_out(target, keep, new_index), _laid_out(draft, keep, new_index), new_tokens, new_parents, num_nodes
+    )
+
+
+def _laid_out(rows: list, keep: np.ndarray, new_index: np.ndarray) -> np.ndarray:
+    """``[B, N + 1, V]``: the root's row, each kept node's row at its new index + 1, uniform padding after."""
+    batch, count = keep.shape
+    vocab = rows[0].shape[-1]
+    laid = np.full((batch, count + 1, vocab), 1.0 / vocab, dtype=np.float32)
+    laid[:, 0] = rows[0]
+    for n in range(count):
+        kept = np.flatnonzero(keep[:, n])
+        laid[kept, new_index[kept, n] + 1] = rows[n + 1][kept]
+    return laid
 
 
 def fixture_rows(fixture: AutoregressiveFixture) -> RowsOf:
-    """Rows of a node from the fixture's tables at its context; children are sampled from q itself."""
+    """Rows of a node from the fixture's tables at its context; children are sampled from q itself.
+
+    The kernel's rows come from float32 copies of the tables (the values the float64 rows round to),
+    the rows children are sampled from in float64, gathered once for the first and later children.
+    """
+    target32, draft32 = fixture.target.astype(np.float32), fixture.draft.astype(np.float32)
 
     def rows_of(node: int, context: np.ndarray):
         lengths = np.full(len(context), context.shape[1])
         rows = context_rows(context, lengths, fixture.vocab)
-        return fixture.target[rows], fixture.draft[rows], fixture.draft[rows], fixture.draft[rows]
+        q = fixture.draft[rows]
+        return target32[rows], draft32[rows], q, q
 
     return rows_of
 
@@ -225,12 +257,14 @@ def continue_with_target(fixture: AutoregressiveFixture, tokens: np.ndarray, emi
     width = min(tokens.shape[1], length)
     sequences[:, :width] = np.where(np.arange(width)[None] < emitted[:, None], tokens[:, :width], 0)
     rng = np.random.default_rng(seed)
+    offsets = context_offsets(fixture.vocab, length)
+    index = np.zeros(batch, dtype=np.int64)  # each context's mixed-radix index, as `context_rows` reads it
     for t in range(length):
         sampling = emitted <= t
-        if not sampling.any():
-            continue
-        rows = context_rows(sequences[sampling, :t], np.full(int(sampling.sum()), t), fixture.vocab)
-        sequences[sampling, t] = sample_categorical(rng, fixture.target[rows])
+        if sampling.any():
+            rows = offsets[t] + index[sampling]
+            sequences[sampling, t] = sample_categorical(rng, fixture.target[rows])
+        index = index * fixture.vocab + sequences[:, t]
     return sequences
 
 
