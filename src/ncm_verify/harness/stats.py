@@ -206,7 +206,9 @@ def statistic_sf(bin_probs: np.ndarray, n: int, threshold: float, *, grid: float
         share = min(probs[i] / rest, 1.0) if rest > 0 else 0.0
         rest -= probs[i]
         left = remaining[:, None] - counts[None, :]
-        mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], remaining[:, None], share)
+        # the pmf depends on a state's remaining count only: one row per distinct count, shared by its states
+        distinct, row = np.unique(remaining, return_inverse=True)
+        mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], distinct[:, None], share)[row.ravel()]
         value = partial[:, None] + (counts[None, :] - expected[i]) ** 2 / expected[i]
         live = (mass > 0) & (left >= 0)
         done = live & (value >= threshold)  # the remaining terms are >= 0: rejected already
