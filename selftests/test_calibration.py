@@ -193,13 +193,16 @@ def every_count_vector(plan: stats.Plan) -> tuple[np.ndarray, np.ndarray]:
     """Pearson statistic and null probability of every likely count vector of a 2- or 3-bin plan, by brute force."""
     p, n = plan.bin_probs, plan.n
     axes = [binomial_window(n, q) for q in p[:-1]]
-    counts = [c.ravel() for c in np.meshgrid(*axes, indexing="ij")]
-    last = n - sum(counts)
-    counts.append(last)
+    places = [c.ravel() for c in np.meshgrid(*(np.arange(len(axis)) for axis in axes), indexing="ij")]
+    last = n - sum(axis[place] for axis, place in zip(axes, places))
     possible = last >= 0
-    counts = [c[possible] for c in counts]
-    log_pmf = gammaln(n + 1) + sum(c * np.log(q) - gammaln(c + 1) for c, q in zip(counts, p))
-    statistic = sum((c - n * q) ** 2 / (n * q) for c, q in zip(counts, p))
+    places, last = [place[possible] for place in places], last[possible]
+    # each enumerated bin's terms once per count of its window, laid out over the vectors: the same values
+    counts = [*axes, last]
+    log_terms = [c * np.log(q) - gammaln(c + 1) for c, q in zip(counts, p)]
+    terms = [(c - n * q) ** 2 / (n * q) for c, q in zip(counts, p)]
+    log_pmf = gammaln(n + 1) + (sum(t[place] for t, place in zip(log_terms, places)) + log_terms[-1])
+    statistic = sum(t[place] for t, place in zip(terms, places)) + terms[-1]
     return statistic, np.exp(log_pmf)
 
 
