@@ -56,25 +56,32 @@ SHAPE = (3, 3)
 
 
 _POLICIES: dict[str, stats.Policy] = {}
+SIZE_PROFILES = ("ci", "thorough")
+"""The profiles whose run alphas the self-tests use: the first policy asked for collects them all, side by side."""
 
 
 def verify_policy(env: dict, folder: Path) -> stats.Policy:
     """The policy a run installs: its properties collected under `env`'s profile, once per profile for every
-    worker of the session (the first collects, under a lock in the self-tests' `folder`; the others read its count)."""
+    worker of the session (the first collects, under a lock in the self-tests' `folder`; the others read its count).
+    The first call collects `SIZE_PROFILES` too, side by side, under `env` with its profile replaced."""
     profile = env.get("HYPOTHESIS_PROFILE", "dev")
     if profile not in _POLICIES:
-        counted = folder / f"planned-tests-{profile}.txt"
-        with open(folder / f"planned-tests-{profile}.lock", "w") as lock:
+        profiles = list(dict.fromkeys((profile, *SIZE_PROFILES)))
+        counted = {each: folder / f"planned-tests-{each}.txt" for each in profiles}
+        with open(folder / "planned-tests.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not counted.exists():
-                counted.write_text(str(collected_plan(env)))
-            planned = int(counted.read_text())
-        _POLICIES[profile] = stats.Policy(planned_tests=planned)
+            missing = [each for each in profiles if not counted[each].exists()]
+            environments = [{**env, "HYPOTHESIS_PROFILE": each} for each in missing]
+            for each, planned in zip(missing, collected_plans(environments)):
+                counted[each].write_text(str(planned))
+            for each in profiles:
+                _POLICIES[each] = stats.Policy(planned_tests=int(counted[each].read_text()))
     return _POLICIES[profile]
 
 
-def collected_plan(env: dict) -> int:
-    """The chi-square tests a run under `env` plans: its properties collected in a pytest of their own."""
+def collected_plans(environments: list[dict]) -> list[int]:
+    """The chi-square tests a run under each environment plans: its properties collected in a pytest of their
+    own, all started at once (each is mostly imports and collection: on two cores they overlap)."""
     code = (
         "import pytest\nfrom ncm_verify.harness.run_state import run_state\n"
         "class Planned:\n"
@@ -82,15 +89,16 @@ def collected_plan(env: dict) -> int:
         "        print('PLANNED', run_state(session.config).policy.planned_tests)\n"
         "pytest.main(['properties', '--collect-only', '-q', '-p', 'no:xdist'], plugins=[Planned()])"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(re.search(r"PLANNED (\d+)", done.stdout).group(1))
+    command = [sys.executable, "-c", code]
+    started = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for env in environments
+    ]
+    outputs = [process.communicate() for process in started]
+    for process, (stdout, stderr) in zip(started, outputs):
+        if process.returncode:
+            raise subprocess.CalledProcessError(process.returncode, command, stdout, stderr)
+    return [int(re.search(r"PLANNED (\d+)", stdout).group(1)) for stdout, _ in outputs]
 
 
 def chain_p_values(plan, runs: int) -> tuple[list[float], list[float]]:
@@ -170,7 +178,6 @@ def test_correct_kernels_reject_at_the_nominal_rate_with_uniform_p_values(report
 
 # --- Size: the true size of the worst plans make_plan builds, computed by summation, at the run's alphas.
 
-SIZE_PROFILES = ("ci", "thorough")
 SMALLEST = "smallest reachable"
 """The alpha of `stats.MAX_PLANNED_TESTS` planned tests: no run's alpha is smaller (`stats.Policy` refuses)."""
 SIZE_GRID = 0.25
@@ -186,13 +193,16 @@ def every_count_vector(plan: stats.Plan) -> tuple[np.ndarray, np.ndarray]:
     """Pearson statistic and null probability of every likely count vector of a 2- or 3-bin plan, by brute force."""
     p, n = plan.bin_probs, plan.n
     axes = [binomial_window(n, q) for q in p[:-1]]
-    counts = [c.ravel() for c in np.meshgrid(*axes, indexing="ij")]
-    last = n - sum(counts)
-    counts.append(last)
+    places = [c.ravel() for c in np.meshgrid(*(np.arange(len(axis)) for axis in axes), indexing="ij")]
+    last = n - sum(axis[place] for axis, place in zip(axes, places))
     possible = last >= 0
-    counts = [c[possible] for c in counts]
-    log_pmf = gammaln(n + 1) + sum(c * np.log(q) - gammaln(c + 1) for c, q in zip(counts, p))
-    statistic = sum((c - n * q) ** 2 / (n * q) for c, q in zip(counts, p))
+    places, last = [place[possible] for place in places], last[possible]
+    # each enumerated bin's terms once per count of its window, laid out over the vectors: the same values
+    counts = [*axes, last]
+    log_terms = [c * np.log(q) - gammaln(c + 1) for c, q in zip(counts, p)]
+    terms = [(c - n * q) ** 2 / (n * q) for c, q in zip(counts, p)]
+    log_pmf = gammaln(n + 1) + (sum(t[place] for t, place in zip(log_terms, places)) + log_terms[-1])
+    statistic = sum(t[place] for t, place in zip(terms, places)) + terms[-1]
     return statistic, np.exp(log_pmf)
 
 
@@ -530,13 +540,10 @@ def boundary_deviation(plan: stats.Plan, probs: np.ndarray, shape: str, discount
 
 def rejections(plan: stats.Plan, planted: np.ndarray, seed: int) -> int:
     """Of `POWER_RUNS` samples of the planted law, how many the plan's own test rejects."""
-    rng = np.random.default_rng(seed)
-    outcomes = np.arange(len(planted))
-    # counts drawn at once and spelled out as outcomes: the same law as n draws, much faster
-    return sum(
-        not stats.chi_square_test("power", np.repeat(outcomes, rng.multinomial(plan.n, planted)), plan).passed
-        for _ in range(POWER_RUNS)
-    )
+    # each run's counts drawn at once (the same law as n draws) and tested as counts, all runs together: the
+    # verdicts of `stats.chi_square_test` on the outcomes they spell out (tests/test_stats_counts.py)
+    counts = np.random.default_rng(seed).multinomial(plan.n, planted, size=POWER_RUNS)
+    return int(stats.rejected_counts(plan, counts).sum())
 
 
 @pytest.mark.parametrize(("case", "shape"), [(case, shape) for case, shapes in POWER_CASES.items() for shape in shapes])

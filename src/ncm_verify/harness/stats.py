@@ -206,7 +206,9 @@ def statistic_sf(bin_probs: np.ndarray, n: int, threshold: float, *, grid: float
         share = min(probs[i] / rest, 1.0) if rest > 0 else 0.0
         rest -= probs[i]
         left = remaining[:, None] - counts[None, :]
-        mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], remaining[:, None], share)
+        # the pmf depends on a state's remaining count only: one row per distinct count, shared by its states
+        distinct, row = np.unique(remaining, return_inverse=True)
+        mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], distinct[:, None], share)[row.ravel()]
         value = partial[:, None] + (counts[None, :] - expected[i]) ** 2 / expected[i]
         live = (mass > 0) & (left >= 0)
         done = live & (value >= threshold)  # the remaining terms are >= 0: rejected already
@@ -566,6 +568,44 @@ def chi_square_test(name: str, outcomes: np.ndarray, plan: Plan, **context) -> C
         method=plan.method,
         raw_detectable_tv=plan.raw_detectable_tv,
     )
+
+
+def binned_counts(plan: Plan, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of outcome counts (draws x outcomes) summed into the plan's bins, as `chi_square_test` bins the
+    outcomes they spell out, and each row's count of impossible outcomes."""
+    counts = np.atleast_2d(np.asarray(counts, dtype=np.int64))
+    possible = plan.bin_of >= 0
+    columns = np.flatnonzero(possible)[np.argsort(plan.bin_of[possible], kind="stable")]
+    starts = np.searchsorted(plan.bin_of[columns], np.arange(len(plan.bin_probs)))
+    # integer sums, exact: every bin holds at least one outcome, so each reduceat slice is its members
+    observed = np.add.reduceat(counts[:, columns], starts, axis=1).astype(np.float64)
+    return observed, counts[:, ~possible].sum(axis=1)
+
+
+def count_statistics(plan: Plan, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pearson's statistic of each row of outcome counts on the plan's bins (`pearson_statistic` of each), and
+    each row's count of impossible outcomes."""
+    observed, impossible = binned_counts(plan, counts)
+    expected = plan.bin_probs * plan.n
+    return ((observed - expected) ** 2 / expected).sum(axis=1), impossible
+
+
+def p_values_of(statistics: np.ndarray, bin_probs: np.ndarray, n: int) -> np.ndarray:
+    """`p_value_of` each statistic: exact ones summed once per distinct statistic, chi-square tails at once."""
+    statistics = np.asarray(statistics, dtype=np.float64)
+    if is_exact(len(bin_probs) - 1):
+        distinct, row = np.unique(statistics, return_inverse=True)
+        return np.array([exact_p_value(float(s), bin_probs, n) for s in distinct])[row.reshape(statistics.shape)]
+    tails = scipy_stats.chi2.sf(statistics, len(bin_probs) - 1)
+    return np.array([corrected_p_value(float(tail)) for tail in np.ravel(tails)]).reshape(statistics.shape)
+
+
+def rejected_counts(plan: Plan, counts: np.ndarray) -> np.ndarray:
+    """Whether the plan's test rejects each row of outcome counts: `chi_square_test(...).passed` negated, without
+    spelling the counts out as outcomes."""
+    statistics, impossible = count_statistics(plan, counts)
+    p_values = p_values_of(statistics, plan.bin_probs, plan.n)
+    return (impossible > 0) | ~(p_values >= plan.alpha)
 
 
 def record(result: ChiSquareResult) -> None:
