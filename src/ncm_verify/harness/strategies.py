@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import mlx.core as mx
@@ -195,19 +196,31 @@ def autoregressive_fixtures(
 
     A `salt` (the example's other draws) is mixed into the tables: see `table_generator`.
     """
-    vocab = draw(st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes), label="vocab")
+    vocab = draw(fixture_vocabularies(max_vocab, min_length, max_outcomes), label="vocab")
     longest = max(t for t in range(min_length, max_length + 1) if vocab**t <= max_outcomes)
     length = draw(st.integers(min_length, longest), label="length")
-    built = st.builds(
+    salt = tuple(int(x) for x in salt)
+    return draw(autoregressive_fixture_calls(vocab, length, relations, one_hot_targets, salt), label="fixture")
+
+
+@functools.lru_cache(maxsize=64)
+def fixture_vocabularies(max_vocab: int, min_length: int, max_outcomes: int):
+    """Vocabularies in [2, `max_vocab`] with a sequence of `min_length` within `max_outcomes` (built once)."""
+    return st.integers(2, max_vocab).filter(lambda v: v**min_length <= max_outcomes)
+
+
+@functools.lru_cache(maxsize=1024)
+def autoregressive_fixture_calls(vocab: int, length: int, relations, one_hot_targets, salt: tuple[int, ...]):
+    """The `make_autoregressive_fixture` calls of one size, built once: a fresh strategy is validated anew."""
+    return st.builds(
         make_autoregressive_fixture,
         vocab=st.just(vocab),
         length=st.just(length),
         relation=relations,
         one_hot_target=one_hot_targets,
         table_seed=table_seeds,
-        salt=st.just(tuple(int(x) for x in salt)),
+        salt=st.just(salt),
     )
-    return draw(built, label="fixture")
 
 
 def make_latent_fixture(
@@ -248,7 +261,14 @@ def latent_fixtures(
     vocab = draw(st.integers(2, max_vocab), label="vocab")
     longest = max(n for n in range(1, max_positions + 1) if codes * vocab**n <= max_outcomes)
     positions = draw(st.integers(1, longest), label="positions")
-    built = st.builds(
+    salt = tuple(int(x) for x in salt)
+    return draw(latent_fixture_calls(codes, positions, vocab, relations, salt), label="fixture")
+
+
+@functools.lru_cache(maxsize=1024)
+def latent_fixture_calls(codes: int, positions: int, vocab: int, relations, salt: tuple[int, ...]):
+    """The `make_latent_fixture` calls of one size, built once (as `autoregressive_fixture_calls`)."""
+    return st.builds(
         make_latent_fixture,
         codes=st.just(codes),
         positions=st.just(positions),
@@ -256,9 +276,8 @@ def latent_fixtures(
         latent_relation=relations,
         token_relation=relations,
         table_seed=table_seeds,
-        salt=st.just(tuple(int(x) for x in salt)),
+        salt=st.just(salt),
     )
-    return draw(built, label="fixture")
 
 
 draft_lengths = st.integers(min_value=0, max_value=4)
@@ -304,7 +323,8 @@ def provided(kernels) -> list:
     return [k for k in kernels if names is None or k.name in names] or list(kernels)
 
 
-def provided_kernels(kernels):
+@functools.lru_cache(maxsize=64)
+def provided_kernels(kernels: tuple):
     """One of `kernels` (specs) the module under test provides, decided when drawn (the run state knows then)."""
     return st.just(None).flatmap(lambda _: st.sampled_from(provided(kernels)))
 
@@ -317,10 +337,16 @@ def kernel_cases(draw, kernels, batch: int = 64, dtypes=("float32",), large_voca
     id x beside its 16-bit alias x - 65 536, so a kernel that truncates ids reads the wrong column.
     With `drafting`, a case with draft lengths drafts at least one token in some sequence.
     """
-    kernel = draw(provided_kernels(kernels), label="kernel")
+    kernel = draw(provided_kernels(tuple(kernels)), label="kernel")
     wide = draw(large_vocab, label="vocabulary above 65 536")
     rows = min(batch, LARGE_VOCAB_BATCH) if wide else batch
-    built = st.builds(
+    return draw(kernel_case_calls(kernel, rows, tuple(dtypes), drafting, wide), label="case")
+
+
+@functools.lru_cache(maxsize=256)
+def kernel_case_calls(kernel, rows: int, dtypes: tuple[str, ...], drafting: bool, wide: bool):
+    """The `make_case` calls of `kernel` (a spec) with `rows` sequences, built once per kernel and size."""
+    return st.builds(
         make_case,
         kernel=st.just(kernel),
         fixture=kernel.fixtures(drafting=drafting),
@@ -332,7 +358,6 @@ def kernel_cases(draw, kernels, batch: int = 64, dtypes=("float32",), large_voca
         dtype=st.sampled_from(dtypes),
         options=kernel_options(kernel),
     )
-    return draw(built, label="case")
 
 
 def kernel_options(kernel, fixed: dict | None = None):

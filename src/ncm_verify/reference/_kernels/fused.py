@@ -9,11 +9,8 @@ import mlx.core as mx
 
 from ncm_verify.reference._kernels.arrays import (
     PAD_TOKEN,
-    as_blocks,
-    as_float32,
     drafted_columns,
     gather_drafted,
-    row_sums,
     size_operand,
 )
 from ncm_verify.reference._kernels.checks import (
@@ -25,25 +22,9 @@ from ncm_verify.reference._kernels.checks import (
     check_shape,
     draft_lengths_of,
     lengths_valid,
+    valid_rows,
 )
 from ncm_verify.tolerances import normalisation_for
-
-MASKED_CHECK_MAX_ENTRIES = 2**21
-"""Up to this many entries, one sum over a copy with bad entries masked to +inf beats a minimum and a
-sum of the input (1.7x faster at 2-8 MB on MLX's CPU); at 80 MB the copy made it 4x slower."""
-
-
-def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.array:
-    """A lazy boolean: every entry finite and >= 0, and every row sums to 1 within tolerance.
-
-    A NaN or infinite entry turns its row's sum into NaN or infinity; a negative one is masked
-    to +inf (`masked`; by default for inputs up to `MASKED_CHECK_MAX_ENTRIES`) or shows in the minimum.
-    """
-    tolerance = normalisation_for(name, probs.dtype)
-    as_float = as_float32(probs)
-    if masked if masked is not None else probs.size <= MASKED_CHECK_MAX_ENTRIES:
-        return mx.all(mx.abs(row_sums(mx.where(as_float >= 0, as_float, mx.inf)) - 1.0) <= tolerance)
-    return (as_blocks(as_float).min(axis=-1).min() >= 0) & mx.all(mx.abs(row_sums(as_float) - 1.0) <= tolerance)
 
 
 def ids_valid(draft_tokens, is_draft, vocab: int) -> mx.array:

@@ -14,8 +14,9 @@ from ncm_verify.reference._kernels.checks import (
     check_probabilities,
     check_shape,
     check_tokens,
+    valid_rows,
 )
-from ncm_verify.reference._kernels.fused import checked_in_one_pass, valid_rows
+from ncm_verify.reference._kernels.fused import checked_in_one_pass
 from ncm_verify.reference._kernels.tree import MODES, check_mode, gather_entries
 from ncm_verify.tolerances import normalisation_for
 
@@ -91,8 +92,8 @@ def check_tree_tokens(tree_tokens, draft_probs, table, counts, mode: str) -> Non
     ids = np.array(tree_tokens.astype(mx.int64))
     if mode != "top_k":
         rows = mx.array((np.maximum(table, -1) + 1).astype(np.int32))
-        q_rows = mx.take_along_axis(draft_probs.astype(mx.float32), rows[..., None], axis=1)
-        q_x = np.array(gather_last(q_rows, mx.array(np.maximum(ids, 0).astype(np.int32))))
+        q_rows = mx.take_along_axis(draft_probs, rows[..., None], axis=1)  # gathered, then cast: not every row
+        q_x = np.array(gather_last(q_rows, mx.array(np.maximum(ids, 0).astype(np.int32))).astype(mx.float32))
         found = first_where(real & ~(q_x > 0))
         if found is not None:
             b, n = found
