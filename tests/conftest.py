@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from synthetic import POLICY, REPRODUCE, chi_square_record, greedy_and_uncheckable_claims, node
 
 pytest_plugins = ["pytester"]
@@ -40,7 +41,11 @@ def run_pytest_inprocess(pytester, monkeypatch):
     def run(folder: Path, *args: str) -> subprocess.CompletedProcess:
         arguments = with_markers(folder, *args)
         monkeypatch.chdir(folder)  # undone with pytester's own change of folder, at teardown
-        result = pytester.runpytest_inprocess(*arguments)
+        profile = settings.get_current_profile_name()
+        try:
+            result = pytester.runpytest_inprocess(*arguments)
+        finally:  # a suite's conftest may load a Hypothesis profile of its own: this process's tests keep theirs
+            settings.load_profile(profile)
         out, err = ("".join(f"{line}\n" for line in lines) for lines in (result.outlines, result.errlines))
         return subprocess.CompletedProcess(arguments, int(result.ret), out, err)
 
