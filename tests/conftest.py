@@ -30,16 +30,16 @@ def run_pytest():
 
 
 @pytest.fixture
-def run_pytest_inprocess(pytester, monkeypatch):
-    """`run_pytest` in this process, for a suite that needs no process of its own (no xdist workers): it saves the
-    ~7 s of CPU a fresh interpreter spends importing MLX, Hypothesis, scipy and the plugin."""
+def in_process_pytest(pytester, monkeypatch):
+    """pytest run in this process from `folder` with these arguments, as ``python -m pytest`` there would run; the
+    completed process. It saves the ~7 s of CPU a fresh interpreter spends importing MLX, Hypothesis, scipy and the
+    plugin, where a run needs no process of its own (no xdist workers, no environment of its own)."""
     # pytester drops the modules a run imported, and MLX aborts when imported twice: the plugin's are imported here
     import ncm_verify.environment  # noqa: F401
     import ncm_verify.reference  # noqa: F401
     from ncm_verify.harness import checks, evidence, stats  # noqa: F401
 
-    def run(folder: Path, *args: str) -> subprocess.CompletedProcess:
-        arguments = with_markers(folder, *args)
+    def run(folder: Path, *arguments: str) -> subprocess.CompletedProcess:
         monkeypatch.chdir(folder)  # undone with pytester's own change of folder, at teardown
         profile = settings.get_current_profile_name()
         try:
@@ -50,6 +50,12 @@ def run_pytest_inprocess(pytester, monkeypatch):
         return subprocess.CompletedProcess(arguments, int(result.ret), out, err)
 
     return run
+
+
+@pytest.fixture
+def run_pytest_inprocess(in_process_pytest):
+    """`run_pytest` in this process (`in_process_pytest`)."""
+    return lambda folder, *args: in_process_pytest(folder, *with_markers(folder, *args))
 
 
 @pytest.fixture
