@@ -5,10 +5,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from synthetic import POLICY, REPRODUCE, chi_square_record, greedy_and_uncheckable_claims, node
 
 pytest_plugins = ["pytester"]
-"""The plugin's tests run pytest in-process on suites of their own (tests/test_plugin.py)."""
+"""The plugin's tests run pytest in-process on suites of their own (tests/test_plugin.py, `run_pytest_inprocess`)."""
+
+
+def with_markers(folder: Path, *args: str) -> list[str]:
+    """Register the claim markers in `folder`'s own pytest.ini; the arguments every nested run starts with."""
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
+    return ["-q", "-p", "no:cacheprovider", *args]
 
 
 @pytest.fixture
@@ -16,11 +23,45 @@ def run_pytest():
     """Run pytest in a folder holding a suite of its own (claim markers registered); the completed process."""
 
     def run(folder: Path, *args: str) -> subprocess.CompletedProcess:
-        (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    claim: c\n    statistical: s\n")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+        command = [sys.executable, "-m", "pytest", *with_markers(folder, *args)]
         return subprocess.run(command, cwd=folder, capture_output=True, text=True)
 
     return run
+
+
+@pytest.fixture
+def in_process_pytest(pytester, monkeypatch):
+    """pytest run in this process from `folder` with these arguments, as ``python -m pytest`` there would run; the
+    completed process. It saves the ~7 s of CPU a fresh interpreter spends importing MLX, Hypothesis, scipy and the
+    plugin, where a run needs no process of its own (no xdist workers, no environment of its own)."""
+    # pytester drops the modules a run imported, and MLX aborts when imported twice: the plugin's are imported here
+    import ncm_verify.environment  # noqa: F401
+    import ncm_verify.reference  # noqa: F401
+    from ncm_verify.harness import checks, evidence, stats  # noqa: F401
+
+    def run(folder: Path, *arguments: str) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(folder)  # undone with pytester's own change of folder, at teardown
+        profile = settings.get_current_profile_name()
+        try:
+            result = pytester.runpytest_inprocess(*arguments)
+        finally:  # a suite's conftest may load a Hypothesis profile of its own: this process's tests keep theirs
+            settings.load_profile(profile)
+        out, err = ("".join(f"{line}\n" for line in lines) for lines in (result.outlines, result.errlines))
+        return subprocess.CompletedProcess(arguments, int(result.ret), out, err)
+
+    return run
+
+
+@pytest.fixture
+def run_pytest_inprocess(in_process_pytest):
+    """`run_pytest` in this process (`in_process_pytest`)."""
+    return lambda folder, *args: in_process_pytest(folder, *with_markers(folder, *args))
+
+
+@pytest.fixture
+def run_pytest_with(request):
+    """The runner for a nested run with these xdist arguments: a subprocess for workers, this process without."""
+    return lambda workers: request.getfixturevalue("run_pytest" if workers else "run_pytest_inprocess")
 
 
 @pytest.fixture

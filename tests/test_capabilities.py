@@ -52,8 +52,10 @@ def run_peer_suite(tmp_path, run_pytest, suite: str = PEER_SUITE):
     )
 
 
-def test_a_property_needing_a_capability_the_module_lacks_is_not_applicable_with_its_reason(tmp_path, run_pytest):
-    result = run_peer_suite(tmp_path, run_pytest)
+def test_a_property_needing_a_capability_the_module_lacks_is_not_applicable_with_its_reason(
+    tmp_path, run_pytest_inprocess
+):
+    result = run_peer_suite(tmp_path, run_pytest_inprocess)
     assert result.returncode == 0, result.stdout + result.stderr
     nodes = {n["nodeid"].split("::")[1]: n for n in json.loads((tmp_path / "evidence.json").read_text())["properties"]}
     traced = nodes["test_is_traced_by_mx_compile"]
@@ -64,9 +66,9 @@ def test_a_property_needing_a_capability_the_module_lacks_is_not_applicable_with
     assert "1 property runs need what the module declares it cannot do" in result.stdout
 
 
-def test_a_misspelt_capability_stops_the_run_with_the_known_names(tmp_path, run_pytest):
+def test_a_misspelt_capability_stops_the_run_with_the_known_names(tmp_path, run_pytest_inprocess):
     suite = "import pytest\n\n@pytest.mark.needs('tracable')\ndef test_x(impl):\n    pass\n"
-    result = run_peer_suite(tmp_path, run_pytest, suite)
+    result = run_peer_suite(tmp_path, run_pytest_inprocess, suite)
     assert result.returncode != 0
     assert "unknown capability tracable" in result.stdout + result.stderr
 

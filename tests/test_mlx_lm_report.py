@@ -38,8 +38,8 @@ def run_suite(tmp_path, run_pytest) -> tuple[subprocess.CompletedProcess, dict]:
     return result, json.loads((tmp_path / "reports" / "evidence.json").read_text())
 
 
-def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_the_run(tmp_path, run_pytest):
-    result, evidence = run_suite(tmp_path, run_pytest)
+def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_the_run(tmp_path, run_pytest_inprocess):
+    result, evidence = run_suite(tmp_path, run_pytest_inprocess)
     outcomes = {n["nodeid"].rsplit("::", 1)[1]: n["outcome"] for n in evidence["properties"]}
     assert outcomes == {"test_known_bug": "xfailed", "test_fixed_bug": "failed", "test_pass": "passed"}
     assert result.returncode == 1, result.stdout  # the XPASS(strict) alone fails the run
@@ -51,8 +51,8 @@ def test_a_failing_strict_xfail_is_a_known_upstream_bug_and_a_passing_one_fails_
     assert section["version"] == evidence["environment"]["mlx_lm"] and section["version"]
 
 
-def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path, run_pytest):
-    _, evidence = run_suite(tmp_path, run_pytest)
+def test_the_markdown_report_shows_the_section_with_the_version_and_each_verdict(tmp_path, run_pytest_inprocess):
+    _, evidence = run_suite(tmp_path, run_pytest_inprocess)
     ledger = {"sources": [], "claims": []}
     text = markdown.render_markdown(build_document(build_report(ledger, evidence)))
     assert f"## mlx-lm {evidence['environment']['mlx_lm']} under test" in text

@@ -1,6 +1,6 @@
 """The pytest plugin: the implementation option and fixture, the evidence it writes, the chi-square tests it plans
 from the statistical markers, and the run state it gives the harness; in-process through pytester, and in a pytest
-subprocess where xdist workers or implementation files are involved."""
+subprocess where xdist workers are involved."""
 
 import json
 import textwrap
@@ -210,7 +210,7 @@ def test_the_hypothesis_internals_the_suite_reads_are_still_where_it_reads_them(
     )
 
 
-# --- the plugin in a pytest subprocess: xdist workers, implementation files, reproduction lines ---
+# --- the plugin over a folder of its own (a subprocess for xdist workers): implementation files, reproduction ---
 
 SUITE = """
 import pytest
@@ -232,9 +232,9 @@ def test_fails(x):
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers, run_pytest):
+def test_plugin_writes_evidence_with_examples_and_reproduction(tmp_path, workers, run_pytest_with):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
-    result = run_pytest(tmp_path, *workers, f"--ncm-report-dir={tmp_path / 'reports'}")
+    result = run_pytest_with(workers)(tmp_path, *workers, f"--ncm-report-dir={tmp_path / 'reports'}")
     assert result.returncode == 1, result.stdout + result.stderr
     evidence = json.loads((tmp_path / "reports" / "evidence.json").read_text())
     nodes = {n["nodeid"]: n for n in evidence["properties"]}
@@ -274,9 +274,9 @@ def test_runs_two_tests_but_plans_one(seed):
 """
 
 
-def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path, run_pytest):
+def test_more_chi_square_tests_than_planned_fail_a_run_without_failures(tmp_path, run_pytest_inprocess):
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(OVERSPENT))
-    result = run_pytest(tmp_path, f"--ncm-report-dir={tmp_path / 'r'}")
+    result = run_pytest_inprocess(tmp_path, f"--ncm-report-dir={tmp_path / 'r'}")
     budget = json.loads((tmp_path / "r" / "evidence.json").read_text())["budget"]
     assert result.returncode == 1 and "budget overspent" in result.stdout, result.stdout
     assert budget["chi_square_tests_run"] == 4 and budget["planned_tests"] == 2
@@ -331,10 +331,10 @@ def test_fails_a_check(impl):
 """
 
 
-def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path, run_pytest):
+def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(tmp_path, run_pytest_inprocess):
     (tmp_path / "my_port.py").write_text(PORT)
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
-    result = run_pytest(
+    result = run_pytest_inprocess(
         tmp_path,
         "-p",
         "no:xdist",
@@ -371,9 +371,9 @@ def test_the_plugin_records_calls_provision_failure_kinds_and_the_planned_count(
     assert (group["reproduce_failure"] or "").startswith("@reproduce_failure("), "each member carries its blob"
 
 
-def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest):
+def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tmp_path, run_pytest_inprocess):
     (tmp_path / "test_port.py").write_text(PORT_SUITE)
-    result = run_pytest(tmp_path, "-p", "no:xdist", "test_port.py", "--impl=ncm_verify.mutants.ratio_invrted")
+    result = run_pytest_inprocess(tmp_path, "-p", "no:xdist", "test_port.py", "--impl=ncm_verify.mutants.ratio_invrted")
     assert result.returncode == 4
     output = result.stdout + result.stderr
     assert output.count("cannot import implementation module") == 1

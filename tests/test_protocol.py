@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,15 +67,14 @@ from ncm_verify.reference import {", ".join(NCM_NAMES)}
 '''
 
 
-def test_a_port_without_level_drafting_gets_not_provided_for_the_level_drafting_properties(tmp_path):
+def test_a_port_without_level_drafting_gets_not_provided_for_the_level_drafting_properties(tmp_path, in_process_pytest):
     (tmp_path / "level_less_port.py").write_text(LEVEL_LESS_PORT)
-    command = [
-        *(sys.executable, "-m", "pytest", "properties/test_level_drafting.py", "-q"),
-        *("-p", "no:xdist", "-p", "no:cacheprovider", "-x"),
+    result = in_process_pytest(
+        ROOT,
+        *("properties/test_level_drafting.py", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-x"),
         f"--impl={tmp_path / 'level_less_port.py'}",
         f"--ncm-report-dir={tmp_path / 'r'}",
-    ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     nodes = json.loads((tmp_path / "r" / "evidence.json").read_text())["properties"]
     outcomes = {node["nodeid"]: node["outcome"] for node in nodes}

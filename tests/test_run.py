@@ -262,7 +262,7 @@ def test_runs(x, impl):
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path, workers, run_pytest, port_file):
+def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path, workers, run_pytest_with, port_file):
     (tmp_path / "test_suite.py").write_text(REUSED_SUITE)
     carried = node("test_suite.py::test_reused", ["C5"], stats=[chi_square_record("test_suite.py::test_reused", 0.4)])
     carried["calls"] = {"verify_chain": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}}
@@ -270,6 +270,7 @@ def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path
     reuse = {"source": source, "policy": {**POLICY, "planned_tests": 10}, "properties": [carried]}
     (tmp_path / "reuse.json").write_text(json.dumps(reuse))
     arguments = [f"--impl={port_file}", f"--ncm-report-dir={tmp_path / 'r'}", f"--ncm-reuse={tmp_path / 'reuse.json'}"]
+    run_pytest = run_pytest_with(workers)
     result = run_pytest(tmp_path, *workers, *arguments)
     assert result.returncode == 0, result.stdout + result.stderr  # test_reused would have failed, had it run
     assert "1 properties reused from reference run ref123" in result.stdout

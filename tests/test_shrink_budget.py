@@ -72,12 +72,13 @@ def test_slow_to_shrink(x):
 
 
 def test_under_pytest_the_budget_that_stopped_shrinking_is_named_instead_of_hypothesiss_five_minute_warning(
-    tmp_path, run_pytest
+    tmp_path, run_pytest_inprocess, monkeypatch
 ):
     """Through pytest and Hypothesis's plugin, as `make verify` runs the properties, with the real conftest."""
+    monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", engine.MAX_SHRINKING_SECONDS)  # the suite sets its own
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text())
     (tmp_path / "test_budget.py").write_text(BUDGET_SUITE)
-    result = run_pytest(tmp_path, "-p", "no:xdist")
+    result = run_pytest_inprocess(tmp_path, "-p", "no:xdist")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "shrinking stopped at this profile's 0.3 s budget" in result.stdout, result.stdout
     assert "five minutes" not in result.stdout and "PLEASE REPORT" not in result.stdout, result.stdout
