@@ -25,16 +25,19 @@ def role_of(kernel: str, name: str) -> str:
     return KERNEL_SPECS[kernel].argument(name).role
 
 
+def wide_dtype(array: mx.array):
+    """The NumPy dtype a corruption is written in: float64 for floating arrays, else int64."""
+    return np.float64 if mx.issubdtype(array.dtype, mx.floating) else np.int64
+
+
 def editable(array: mx.array) -> np.ndarray:
     """A C-ordered float64 or int64 copy (MLX may hand NumPy broadcast strides: reshape would copy)."""
-    wide = np.float64 if mx.issubdtype(array.dtype, mx.floating) else np.int64
-    return np.ascontiguousarray(checks.as_numpy(array), dtype=wide)
+    return np.ascontiguousarray(checks.as_numpy(array), dtype=wide_dtype(array))
 
 
 def in_dtype(values, like: mx.array) -> mx.array:
     """`values` in `like`'s dtype, converted as a float64 or int64 NumPy copy of `like` would be."""
-    wide = np.float64 if mx.issubdtype(like.dtype, mx.floating) else np.int64
-    return mx.array(np.asarray(values, dtype=wide), dtype=like.dtype)
+    return mx.array(np.asarray(values, dtype=wide_dtype(like)), dtype=like.dtype)
 
 
 def set_entry(array: mx.array, row: int, value) -> mx.array:
