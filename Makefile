@@ -14,6 +14,10 @@ SEED ?=
 # `make verify MODEL=path/to/checkpoint.safetensors`: the model-level properties' fixed checkpoint (path (b)).
 MODEL ?=
 PYTEST := $(PY) -m pytest
+# glibc's malloc hands every large freed block back to the kernel (munmap) and the next array of that size pays its
+# page faults again: a fifth of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C libraries
+# other than glibc (macOS) ignore the variable, and one set in the environment wins.
+export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296
 
 .PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
 
