@@ -18,6 +18,11 @@ PYTEST := $(PY) -m pytest
 # page faults again: a fifth of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C libraries
 # other than glibc (macOS) ignore the variable, and one set in the environment wins.
 export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296
+# Python's bytecode caches, kept under .venv even where the environment turns them off (PYTHONDONTWRITEBYTECODE, as
+# container images often do): without them every process compiles scipy, mlx-lm, transformers and the properties from
+# source again, about 3 CPU s for each process that imports them.
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
 .PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
 
