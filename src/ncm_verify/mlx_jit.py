@@ -114,15 +114,18 @@ def ensure_precompiled(include: Path | None = None) -> str:
 
 
 def remove_if_stale(include: Path | None = None) -> None:
-    """Delete a precompiled preamble whose stamp no longer matches MLX's headers and g++ (MLX then parses them)."""
+    """Delete a precompiled preamble whose stamp no longer matches MLX's headers and g++ (MLX then parses them).
+
+    Without a g++ on PATH nothing here can read it: it is kept for the environments that have one (each checks).
+    """
     include = include or mlx_include()
     if include is None:
         return
     gch, stamp = _paths(include)
-    if not gch.exists():
+    if not gch.exists() or shutil.which("g++") is None:
         return
     try:
-        current = stamp.exists() and shutil.which("g++") is not None and stamp.read_text() == fingerprint(include)
+        current = stamp.exists() and stamp.read_text() == fingerprint(include)
     except (OSError, subprocess.SubprocessError):
         current = False
     if not current:
