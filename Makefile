@@ -15,8 +15,8 @@ SEED ?=
 MODEL ?=
 PYTEST := $(PY) -m pytest
 # glibc's malloc hands every large freed block back to the kernel (munmap) and the next array of that size pays its
-# page faults again: a fifth of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C libraries
-# other than glibc (macOS) ignore the variable, and one set in the environment wins.
+# page faults again: about a quarter of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C
+# libraries other than glibc (macOS) ignore the variable, and one set in the environment wins.
 export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296
 # Python's bytecode caches, kept under .venv even where the environment turns them off (PYTHONDONTWRITEBYTECODE, as
 # container images often do): without them every process compiles scipy, mlx-lm, transformers and the properties from
