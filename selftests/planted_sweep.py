@@ -16,6 +16,7 @@ What broke the sweep still breaks it: a pytest exit status other than 0 or 1, a 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.metadata
 import json
@@ -113,6 +114,10 @@ def serve(plan_path: Path) -> int:
     import ncm_verify.pytest_plugin.plugin  # noqa: F401  # what each pytest process imports as it starts
 
     preload_third_party()
+    # Every child inherits this heap, and each full collection in it (pytest runs three as a session ends) walked
+    # all of it again: about 0.09 s each. Frozen, a child's collector sees only what the child made.
+    gc.collect()
+    gc.freeze()
 
     pending, running = list(plan["jobs"]), {}
     while pending or running:
