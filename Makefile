@@ -26,12 +26,15 @@ export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
 .PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
 
+# uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
+# takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
+# none; pip is installed into the venv beside the project, for `make install-peers` and for users' ports. Like
+# `pip --no-compile`, uv does not byte-compile what it installs: Python compiles, once, only what a run imports.
 $(VENV)/installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# --no-compile: pip byte-compiles every file it installs (transformers and scipy: ~25 s of CPU); Python
-	# compiles, once, only the modules a run imports
-	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip install --quiet --root-user-action=ignore --target $(VENV)/uv 'uv>=0.5,<1' || \
+		{ $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --target $(VENV)/uv 'uv>=0.5,<1'; }
+	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev]' pip
 	touch $@
 
 ## install: create .venv and install the project into it
