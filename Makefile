@@ -30,10 +30,11 @@ export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 # takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
 # none; pip is installed into the venv beside the project, for `make install-peers` and for users' ports. Like
 # `pip --no-compile`, uv does not byte-compile what it installs: Python compiles, once, only what a run imports.
+UV := uv>=0.5,<1
 $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
-	$(PYTHON) -m pip install --quiet --root-user-action=ignore --target $(VENV)/uv 'uv>=0.5,<1' || \
-		{ $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --target $(VENV)/uv 'uv>=0.5,<1'; }
+	$(PYTHON) -m pip install --quiet --root-user-action=ignore --target $(VENV)/uv '$(UV)' || \
+		{ $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --target $(VENV)/uv '$(UV)'; }
 	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev]' pip
 	touch $@
 
