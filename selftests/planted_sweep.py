@@ -91,8 +91,8 @@ def record_cost(job: dict, seconds: float, cpu: float) -> None:
 
 
 def preload_third_party() -> None:
-    """Import, once for every child, the installed packages each child would import itself: pytest's plugins and
-    the mlx-lm modules the reference loads (about 1.2 s of CPU per child, half of a quick one's). Hypothesis mines
+    """Import, once for every child, the installed packages each child would import itself: pytest's plugins, the
+    mlx-lm modules the reference loads and scipy.stats (about 2.3 s of CPU per child). Hypothesis mines
     constants only from modules outside site-packages, so a child draws the examples a subprocess draws."""
     for entry in importlib.metadata.entry_points(group="pytest11"):
         if entry.module.split(".")[0] in THIRD_PARTY_PRELOAD_SKIP:
@@ -100,7 +100,10 @@ def preload_third_party() -> None:
         importlib.import_module(entry.module)
     for name in THIRD_PARTY_PRELOAD:
         importlib.import_module(name)
-    from ncm_verify.harness.hypothesis_internals import mines_constants_from  # imported by the plugin already
+    from ncm_verify.harness import stats  # imported by the plugin already, scipy's statistics left to first use
+    from ncm_verify.harness.hypothesis_internals import mines_constants_from
+
+    stats.scipy_stats()
 
     local = [name for name in THIRD_PARTY_PRELOAD if mines_constants_from(sys.modules[name].__file__ or "")]
     assert not local, f"preloaded modules {local} are local: they would change the examples Hypothesis draws"

@@ -5,6 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# pytester's in-process runs drop the modules they imported, and numpy's C modules cannot load twice: scipy's
+# statistics (which the plugin imports on first use) are imported once, here.
+import scipy.stats  # noqa: F401
 from hypothesis import settings
 from synthetic import POLICY, REPRODUCE, chi_square_record, greedy_and_uncheckable_claims, node
 

@@ -45,11 +45,19 @@ import os
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as scipy_stats
 
 from ncm_verify.evidence.chi_square import LAW_DECIMALS, POWER_SHAPES  # with the evidence: the report reads them
 from ncm_verify.harness.run_state import run_state
+
+
+@lru_cache(maxsize=1)
+def scipy_stats():
+    # Imported on first use: about 1 s of start-up in each pytest process that runs no statistical test
+    # (xdist's controller, most unit tests' own sessions).
+    from scipy import stats
+
+    return stats
+
 
 FAMILY_BUDGET = 1e-3
 """Largest probability that a correct implementation fails a `make verify` run."""
@@ -181,8 +189,8 @@ def law_digest(bin_probs: np.ndarray) -> str:
 
 def _count_window(n: int, p: float) -> np.ndarray:
     """Counts of a Binomial(n, p) bin outside which at most `TAIL_EPS` mass lies on either side."""
-    low = int(scipy_stats.binom.ppf(TAIL_EPS, n, p))
-    high = int(scipy_stats.binom.isf(TAIL_EPS, n, p)) + 1
+    low = int(scipy_stats().binom.ppf(TAIL_EPS, n, p))
+    high = int(scipy_stats().binom.isf(TAIL_EPS, n, p)) + 1
     return np.arange(max(low, 0), min(high, n) + 1)
 
 
@@ -208,7 +216,7 @@ def statistic_sf(bin_probs: np.ndarray, n: int, threshold: float, *, grid: float
         left = remaining[:, None] - counts[None, :]
         # the pmf depends on a state's remaining count only: one row per distinct count, shared by its states
         distinct, row = np.unique(remaining, return_inverse=True)
-        mass = weight[:, None] * scipy_stats.binom.pmf(counts[None, :], distinct[:, None], share)[row.ravel()]
+        mass = weight[:, None] * scipy_stats().binom.pmf(counts[None, :], distinct[:, None], share)[row.ravel()]
         value = partial[:, None] + (counts[None, :] - expected[i]) ** 2 / expected[i]
         live = (mass > 0) & (left >= 0)
         done = live & (value >= threshold)  # the remaining terms are >= 0: rejected already
@@ -236,7 +244,7 @@ def _last_two_bins_tails(expected: np.ndarray, remaining: np.ndarray, partial: n
     below = np.floor(centre - half + 1e-9)  # the 1e-9 counts a count on the boundary as rejected: an upper bound
     above = np.ceil(centre + half - 1e-9)
     share = ea / (ea + eb)
-    tails = scipy_stats.binom.cdf(below, remaining, share) + scipy_stats.binom.sf(above - 1, remaining, share)
+    tails = scipy_stats().binom.cdf(below, remaining, share) + scipy_stats().binom.sf(above - 1, remaining, share)
     return np.where(room <= 0, 1.0, np.minimum(tails, 1.0))
 
 
@@ -258,13 +266,13 @@ def p_value_of(statistic: float, bin_probs: np.ndarray, n: int) -> float:
     df = len(bin_probs) - 1
     if is_exact(df):
         return exact_p_value(statistic, bin_probs, n)
-    return corrected_p_value(float(scipy_stats.chi2.sf(statistic, df)))
+    return corrected_p_value(float(scipy_stats().chi2.sf(statistic, df)))
 
 
 def critical_statistic(bin_probs: np.ndarray, n: int, alpha: float) -> float:
     """The smallest statistic the test rejects at `alpha` (to 1e-7 relative for exact plans)."""
     df = len(bin_probs) - 1
-    chi_square = float(scipy_stats.chi2.isf(chi_square_tail_at(alpha), df))
+    chi_square = float(scipy_stats().chi2.isf(chi_square_tail_at(alpha), df))
     if not is_exact(df):
         return chi_square
     low, high = 0.0, 4.0 * chi_square
@@ -279,7 +287,10 @@ def critical_statistic(bin_probs: np.ndarray, n: int, alpha: float) -> float:
 @lru_cache(maxsize=4096)
 def noncentrality_at(critical: float, df: int, power: float = POWER) -> float:
     """Smallest noncentrality at which a chi-square test rejecting above `critical` has `power`."""
-    return optimize.brentq(lambda lam: scipy_stats.ncx2.sf(critical, df, lam) - power, 1e-9, 1e7, xtol=1e-9)
+    from scipy import optimize
+
+    sf = scipy_stats().ncx2.sf
+    return optimize.brentq(lambda lam: sf(critical, df, lam) - power, 1e-9, 1e7, xtol=1e-9)
 
 
 def min_detectable_tv(n: int, df: int, critical: float) -> float:
@@ -493,7 +504,7 @@ def power_shortfall(plan: Plan, tv: float = TARGET_TV) -> str | None:
     """
     deviation = tv / math.sqrt(POWER_SAFETY)
     draws = power_draws(plan)
-    floor = int(scipy_stats.binom.ppf(POWER_CHECK_RISK, draws, POWER_CHECK_AT)) / draws
+    floor = int(scipy_stats().binom.ppf(POWER_CHECK_RISK, draws, POWER_CHECK_AT)) / draws
     for shape in plan_shapes(plan):
         rate = simulated_power(plan, deviation, shape, draws=draws)
         if rate < floor:
@@ -596,7 +607,7 @@ def p_values_of(statistics: np.ndarray, bin_probs: np.ndarray, n: int) -> np.nda
     if is_exact(len(bin_probs) - 1):
         distinct, row = np.unique(statistics, return_inverse=True)
         return np.array([exact_p_value(float(s), bin_probs, n) for s in distinct])[row.reshape(statistics.shape)]
-    tails = scipy_stats.chi2.sf(statistics, len(bin_probs) - 1)
+    tails = scipy_stats().chi2.sf(statistics, len(bin_probs) - 1)
     return np.array([corrected_p_value(float(tail)) for tail in np.ravel(tails)]).reshape(statistics.shape)
 
 
@@ -651,4 +662,4 @@ def paired_improvement_p_value(challenger: np.ndarray, baseline: np.ndarray) -> 
     difference = challenger - baseline
     if np.ptp(difference) == 0:  # no spread: the t statistic is undefined, the sign decides
         return 0.0 if difference[0] > 0 else 1.0
-    return float(scipy_stats.ttest_rel(challenger, baseline, alternative="greater").pvalue)
+    return float(scipy_stats().ttest_rel(challenger, baseline, alternative="greater").pvalue)
