@@ -140,9 +140,10 @@ def verifier_with(**changes):
 
 
 speculative_ignoring_refused_trims = verifier_with(
-    rewind=rewind_ignoring_refusal, make_prompt_cache=mlx_lm_cache.make_prompt_cache
+    rewind=rewind_ignoring_refusal, make_prompt_cache=mlx_lm_cache.make_prompt_cache, rewinds_by_trim=lambda c: True
 )
-"""The exact verifier on mlx-lm's own caches (rotating for a sliding window), ignoring refused trims."""
+"""The exact verifier on mlx-lm's own caches (rotating for a sliding window), trimming them as mlx-lm's loop does
+and ignoring refused trims."""
 
 speculative_keeping_a_rejected_draft = verifier_with(rewind=rewind_one_short)
 """The target's cache keeps the first rejected draft, so the next block is scored after it."""

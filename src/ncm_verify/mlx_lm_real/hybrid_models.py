@@ -15,11 +15,12 @@ import dataclasses
 
 import mlx.nn as nn
 from mlx_lm.models import gemma4_text, lfm2, llama, mamba2, qwen3_next
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from ncm_verify.mlx_lm_real.models import apply_seeded_weights
 
 PATTERNS = {
-    "qwen3_next": ("RA", "RRA", "A", "RARA"),
+    "qwen3_next": ("RA", "RRA", "RARA"),
     "lfm2": None,
     "mamba2": None,
     "gemma4_text": None,
@@ -29,6 +30,11 @@ PATTERNS = {
 LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS"}
 """Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S)."""
 HYBRID_KINDS = tuple(LETTERS)
+REQUIRED = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "S", "llama": "AS"}
+"""Architecture -> the letters every drawn pattern holds: a recurrent or sliding layer, and an attention layer
+where mlx-lm's model needs one (it takes its mask from the first)."""
+DRAWN = {kind: (LETTERS[kind], REQUIRED[kind], PATTERNS[kind]) for kind in HYBRID_KINDS}
+"""What `strategies.hybrid_specs` draws from: kind -> (letters, required letters, fixed patterns or None)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,7 @@ class HybridSpec:
     vocab_size: int = 16
     seed: int = 0
     window: int = 3
+    keep: int = 0
     hidden_size: int = 16
     logit_scale: float = 3.0
 
@@ -54,14 +61,20 @@ class HybridSpec:
             raise ValueError(f"vocab_size: expected an integer in [8, 32], got {self.vocab_size!r}")
         if self.window < 1:
             raise ValueError(f"window: expected a positive integer, got {self.window!r}")
+        if set(REQUIRED[self.kind]) - set(self.layers):
+            raise ValueError(f"layers: mlx-lm's {self.kind} needs layers {REQUIRED[self.kind]!r}, got {self.layers!r}")
+        if self.keep and not (self.kind == "llama" and self.layers.endswith("S") and 0 < self.keep < self.window):
+            raise ValueError(
+                f"keep: a keep prefix (0 < keep < window) is for a llama whose last layer is sliding, got {self!r}"
+            )
 
     def with_seed(self, seed: int) -> HybridSpec:
         return dataclasses.replace(self, seed=seed)
 
 
 def _qwen3_next(spec: HybridSpec) -> nn.Module:
-    # is_linear = (i + 1) % interval != 0: "RA" and "RARA" are interval 2, "RRA" 3, "A" 1
-    interval = {"RA": 2, "RARA": 2, "RRA": 3, "A": 1}[spec.layers]
+    # is_linear = (i + 1) % interval != 0: "RA" and "RARA" are interval 2, "RRA" 3
+    interval = {"RA": 2, "RARA": 2, "RRA": 3}[spec.layers]
     return qwen3_next.Model(
         qwen3_next.ModelArgs(
             model_type="qwen3_next",
@@ -177,6 +190,19 @@ def _llama(spec: HybridSpec) -> nn.Module:
 
 
 BUILDERS = {"qwen3_next": _qwen3_next, "lfm2": _lfm2, "mamba2": _mamba2, "gemma4_text": _gemma4_text, "llama": _llama}
+
+
+def make_hybrid_cache(model: nn.Module, spec: HybridSpec) -> list:
+    """mlx-lm's own caches for `model`; with `spec.keep`, the last layer's ring keeps that prefix.
+
+    Only the last layer: mlx-lm's multi-token mask over a keep ring lets no query
+    but the first see the keep prefix, so a keep ring's outputs depend on how
+    the tokens were chunked, and a layer after it would too (docs/rollback.md).
+    """
+    caches = make_prompt_cache(model)
+    if spec.keep:
+        caches[-1] = RotatingKVCache(max_size=spec.window, keep=spec.keep)
+    return caches
 
 
 def make_hybrid_model(spec: HybridSpec) -> nn.Module:
