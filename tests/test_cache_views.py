@@ -14,7 +14,6 @@ from ncm_verify.mlx_lm_real.cache_views import (
     assert_caches_equal_rebuilt,
     attended_view,
     cache_differences,
-    empty_like,
     rebuilt_caches,
     ring_positions,
 )
@@ -68,7 +67,7 @@ def test_a_wrapped_ring_trimmed_by_count_reads_the_rejected_entries_it_kept():
     assert [d.field for d in found] == ["keys", "values"], found
 
 
-def test_a_ring_restored_without_its_keep_prefix_differs_in_keep_and_keys():
+def test_a_ring_that_lost_its_keep_prefix_differs_from_a_fresh_ring_in_keep_and_keys():
     cache = RotatingKVCache(4, keep=2)
     cache.update_and_fetch(*entries(0, 7))
     lost = RotatingKVCache(4, keep=0)
@@ -113,8 +112,6 @@ def test_a_cache_of_another_class_or_an_unknown_class_is_a_difference_or_a_value
     assert [d.field for d in cache_differences([KVCache()], [RotatingKVCache(4)])] == ["class"]
     with pytest.raises(ValueError, match="^cache: no attended view for object"):
         attended_view(object())
-    with pytest.raises(ValueError, match="^cache: cannot rebuild a object"):
-        empty_like(object())
 
 
 HYBRIDS = [
@@ -136,7 +133,7 @@ def test_a_hybrid_cache_fed_in_chunks_equals_the_one_rebuilt_in_one_pass_and_dif
         model(mx.array([row[position : position + 1] for row in tokens]), cache=cache)
     assert_caches_equal_rebuilt(model, cache, tokens, label=f"{spec} fed 4 tokens then 1 at a time")
     other = [row[:-1] + [(row[-1] + 1) % spec.vocab_size] for row in tokens[:1]] + tokens[1:]
-    found = cache_differences(cache, rebuilt_caches(model, cache, other))
+    found = cache_differences(cache, rebuilt_caches(model, other))
     # every layer depends on the last token; only batch row 0 changed
     assert {d.layer for d in found} == set(range(len(spec.layers))), found
     assert all("batch rows [0]" in d.detail for d in found if "rows" in d.detail), found
