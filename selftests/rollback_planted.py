@@ -15,9 +15,12 @@ from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 
 from ncm_verify.mlx_lm_real import exact_verifier, rollback
 
+# Each bug is aimed at the properties that see it cheapest (the greedy and call-by-call properties catch the
+# conv-state, off-by-one and offsets-only bugs too: docs/rollback.md, measured; rerunning them here costs ~10 s)
 CACHES = "test_after_every_speculative_round_each_layer_as_attended_equals_the_cache_rebuilt_from_the_accepted_tokens"
 GREEDY = "test_greedy_speculative_decoding_over_hybrid_models_emits_the_tokens_of_generate_step"
 SAMPLER_CALLS = "test_every_target_sampler_call_over_hybrid_models_is_handed_the_target_conditional_of_what_was_emitted"
+"""Not aimed at by default; `python selftests/rollback_planted.py` runs every bug against all four."""
 BATCHED = "test_batched_caches_restored_and_replayed_equal_caches_rebuilt_from_each_row_s_accepted_tokens"
 
 
@@ -111,7 +114,7 @@ ROLLBACK_BUGS = {
     "rollback_conv_state_not_restored": (
         dict(roll_back=roll_back_keeping_conv_state),
         "recurrent",
-        (CACHES, GREEDY, SAMPLER_CALLS, BATCHED),
+        (CACHES, BATCHED),
     ),
     # the draft's state only shapes its proposals: the output stays exact, only its caches show the bug
     "rollback_draft_snapshot_after_the_first_draft": (
@@ -122,12 +125,12 @@ ROLLBACK_BUGS = {
     "rollback_replays_one_accepted_token_too_many": (
         dict(replay_accepted=replay_accepted_off_by(1)),
         "all",
-        (CACHES, GREEDY, SAMPLER_CALLS),
+        (CACHES,),
     ),
     "rollback_replays_one_accepted_token_too_few": (
         dict(replay_accepted=replay_accepted_off_by(-1)),
         "all",
-        (CACHES, GREEDY, SAMPLER_CALLS),
+        (CACHES,),
     ),
     # the target's next multi-token pass mostly drops the stale entries (they read as the oldest): greedy
     # output rarely changes, the caches as attended do
@@ -145,9 +148,32 @@ ROLLBACK_BUGS = {
     "rollback_restores_offsets_not_buffers": (
         dict(roll_back=roll_back_with(restore_offsets_only)),
         "all",
-        (CACHES, GREEDY, SAMPLER_CALLS, BATCHED),
+        (CACHES, BATCHED),
     ),
     # a ring written in place between snapshot and restore: the batched property feeds one token at a time
     "rollback_snapshot_shares_live_buffers": (dict(snapshot_caches=snapshot_sharing_the_buffers), "rings", (BATCHED,)),
 }
 """Planted rollback bug -> (exact verifier names replaced, model family drawn, properties that must fail)."""
+
+
+def main() -> None:
+    """Every planted rollback bug against all four loop properties (the matrix docs/rollback.md reports)."""
+    import test_mlx_lm_planted as planted  # noqa: PLC0415  (a self-test module: importable from selftests/ only)
+
+    for name in ROLLBACK_BUGS:
+        filename, arguments, _ = planted.PLANTED[name]
+        verdicts = []
+        for prop in (CACHES, GREEDY, SAMPLER_CALLS, BATCHED):
+            if arguments["family"] == "keep rings" and prop in (GREEDY, SAMPLER_CALLS):
+                verdicts.append("n/a")  # a keep ring's logits depend on chunking in mlx-lm: not decoded here
+                continue
+            try:
+                planted.run_property(filename, prop, **arguments)
+                verdicts.append("passes")
+            except AssertionError:
+                verdicts.append("CAUGHT")
+        print(f"{name:48} " + " ".join(f"{v:>7}" for v in verdicts), flush=True)
+
+
+if __name__ == "__main__":
+    main()
