@@ -30,9 +30,10 @@ PATTERNS = {
 LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS"}
 """Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S)."""
 HYBRID_KINDS = tuple(LETTERS)
-REQUIRED = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "S", "llama": "AS"}
-"""Architecture -> the letters every drawn pattern holds: a recurrent or sliding layer, and an attention layer
-where mlx-lm's model needs one (it takes its mask from the first)."""
+NEEDS = {"qwen3_next": "A", "lfm2": "A", "mamba2": "", "gemma4_text": "", "llama": "A"}
+"""Architecture -> the layers mlx-lm's model cannot do without (it takes its attention mask from the first A)."""
+REQUIRED = {kind: "".join(sorted(set(NEEDS[kind]) | {"R" if "R" in LETTERS[kind] else "S"})) for kind in LETTERS}
+"""Architecture -> the letters every drawn pattern holds: a recurrent or sliding layer, and what mlx-lm needs."""
 DRAWN = {kind: (LETTERS[kind], REQUIRED[kind], PATTERNS[kind]) for kind in HYBRID_KINDS}
 """What `strategies.hybrid_specs` draws from: kind -> (letters, required letters, fixed patterns or None)."""
 
@@ -61,8 +62,8 @@ class HybridSpec:
             raise ValueError(f"vocab_size: expected an integer in [8, 32], got {self.vocab_size!r}")
         if self.window < 1:
             raise ValueError(f"window: expected a positive integer, got {self.window!r}")
-        if set(REQUIRED[self.kind]) - set(self.layers):
-            raise ValueError(f"layers: mlx-lm's {self.kind} needs layers {REQUIRED[self.kind]!r}, got {self.layers!r}")
+        if set(NEEDS[self.kind]) - set(self.layers):
+            raise ValueError(f"layers: mlx-lm's {self.kind} needs layers {NEEDS[self.kind]!r}, got {self.layers!r}")
         if self.keep and not (self.kind == "llama" and self.layers.endswith("S") and 0 < self.keep < self.window):
             raise ValueError(
                 f"keep: a keep prefix (0 < keep < window) is for a llama whose last layer is sliding, got {self!r}"
