@@ -128,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if not 0 <= arguments.accepted < arguments.drafts:
         parser.error("--accepted: a rollback needs a rejected draft, so 0 <= accepted < drafts")
+    environment = describe_environment()
     figures = {
-        "environment": describe_environment(),
+        "environment": environment,
         "rows": rollback_rows(
             hidden=arguments.hidden,
             prompt=arguments.prompt,
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             budget_s=arguments.budget,
         ),
     }
-    print(f"device: {figures['environment'].get('mlx_default_device')}")
+    print(f"device: {environment['mlx_default_device']}")
     if arguments.out is not None:
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
