@@ -34,6 +34,7 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 
+from ncm_verify.harness.evidence import record_difference
 from ncm_verify.tolerances import Tolerance, tolerance_for
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "assert_caches_equal_rebuilt",
     "attended_view",
     "cache_differences",
+    "largest_difference",
     "rebuilt_caches",
     "ring_positions",
 ]
@@ -214,6 +216,18 @@ def view_differences(got: CacheView, want: CacheView, tolerance: Tolerance, laye
     return found
 
 
+def largest_difference(got: Sequence, want: Sequence) -> float:
+    """The largest absolute difference between any floating field of `got` and `want` as attended (same shapes)."""
+    worst = 0.0
+    for mine, theirs in zip(got, want, strict=False):
+        fields, rebuilt = attended_view(mine).fields, attended_view(theirs).fields
+        for name, value in fields.items():
+            other = rebuilt.get(name)
+            if other is not None and other.shape == value.shape and np.issubdtype(other.dtype, np.floating):
+                worst = max(worst, float(np.abs(value.astype(np.float64) - other).max(initial=0.0)))
+    return worst
+
+
 def cache_differences(got: Sequence, want: Sequence, *, dtype=mx.float32) -> list[Difference]:
     """Per layer and field, how `got` as attended differs from `want` (within the tolerance for `dtype`)."""
     if len(got) != len(want):
@@ -230,7 +244,14 @@ def assert_caches_equal_rebuilt(
     model, caches: Sequence, tokens, *, label: str, call: str = "", make_cache=None, dtype=mx.float32
 ):
     """Every layer of `caches`, as attended, equals fresh caches (`rebuilt_caches`) fed `tokens` ``[B, T]`` alone."""
-    found = cache_differences(caches, rebuilt_caches(model, tokens, make_cache), dtype=dtype)
+    rebuilt = rebuilt_caches(model, tokens, make_cache)
+    found = cache_differences(caches, rebuilt, dtype=dtype)
+    # the report shows the largest difference seen beside the tolerance
+    record_difference(
+        "caches as attended vs rebuilt from the accepted tokens",
+        largest_difference(caches, rebuilt),
+        tolerance_for(dtype).atol,
+    )
     if found:
         shown = "\n    ".join(str(d) for d in found[:6])
         more = f"\n    ... and {len(found) - 6} more" if len(found) > 6 else ""
