@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 from mlx.utils import tree_map
-from mlx_lm.models.cache import ArraysCache, RotatingKVCache
+from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
 
 from ncm_verify.mlx_lm_real import exact_verifier, rollback
 
@@ -24,13 +24,22 @@ SAMPLER_CALLS = "test_every_target_sampler_call_over_hybrid_models_is_handed_the
 BATCHED = "test_batched_caches_restored_and_replayed_equal_caches_rebuilt_from_each_row_s_accepted_tokens"
 
 
+def recurrent_layers(caches) -> list[ArraysCache]:
+    """The `ArraysCache`s of `caches`, inside a `CacheList` (falcon_h1) too."""
+    return [
+        c
+        for cache in caches
+        for c in (cache.caches if isinstance(cache, CacheList) else [cache])
+        if isinstance(c, ArraysCache)
+    ]
+
+
 def roll_back_keeping_conv_state(model, caches, saved, kept):
     """Restores the recurrent state but leaves each convolution state (slot 0) as the rejected drafts left it."""
-    conv = [cache.cache[0] if isinstance(cache, ArraysCache) else None for cache in caches]
+    conv = [layer.cache[0] for layer in recurrent_layers(caches)]
     rollback.restore_caches(caches, saved)
-    for cache, state in zip(caches, conv, strict=True):
-        if isinstance(cache, ArraysCache):
-            cache.cache[0] = state
+    for layer, state in zip(recurrent_layers(caches), conv, strict=True):
+        layer.cache[0] = state
     rollback.replay(model, caches, kept)
 
 

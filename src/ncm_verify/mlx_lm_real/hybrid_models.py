@@ -4,7 +4,8 @@ A `HybridSpec` names an mlx-lm architecture and a layer pattern, one letter a
 layer: ``A`` full attention (`KVCache`), ``R`` recurrent (`ArraysCache`:
 convolution state, and for qwen3_next and mamba2 a recurrent state too),
 ``S`` sliding-window attention (`RotatingKVCache` of `window` entries, which
-wraps once more tokens than that have passed). Weights come from the seed
+wraps once more tokens than that have passed), ``H`` a falcon_h1 layer
+(mamba and attention side by side: `CacheList(ArraysCache, KVCache)`). Weights come from the seed
 alone, so a failing example reproduces from its printed spec. The caches are
 the model's own (`mlx_lm.models.cache.make_prompt_cache`).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import mlx.nn as nn
-from mlx_lm.models import gemma4_text, lfm2, llama, mamba2, qwen3_next
+from mlx_lm.models import falcon_h1, gemma4_text, lfm2, llama, mamba2, qwen3_next
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from ncm_verify.mlx_lm_real.models import apply_seeded_weights
@@ -25,14 +26,15 @@ PATTERNS = {
     "mamba2": None,
     "gemma4_text": None,
     "llama": None,
+    "falcon_h1": None,
 }
 """Architecture -> the layer patterns it can express (None: any string over its letters)."""
-LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS"}
-"""Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S)."""
+LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS", "falcon_h1": "H"}
+"""Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S), both (H)."""
 HYBRID_KINDS = tuple(LETTERS)
-NEEDS = {"qwen3_next": "A", "lfm2": "A", "mamba2": "", "gemma4_text": "", "llama": "A"}
+NEEDS = {"qwen3_next": "A", "lfm2": "A", "mamba2": "", "gemma4_text": "", "llama": "A", "falcon_h1": ""}
 """Architecture -> the layers mlx-lm's model cannot do without (it takes its attention mask from the first A)."""
-REQUIRED = {kind: "".join(sorted(set(NEEDS[kind]) | {"R" if "R" in LETTERS[kind] else "S"})) for kind in LETTERS}
+REQUIRED = {kind: "".join(sorted(set(NEEDS[kind]) | {LETTERS[kind].strip("A")[0]})) for kind in LETTERS}
 """Architecture -> the letters every drawn pattern holds: a recurrent or sliding layer, and what mlx-lm needs."""
 DRAWN = {kind: (LETTERS[kind], REQUIRED[kind], PATTERNS[kind]) for kind in HYBRID_KINDS}
 """What `strategies.hybrid_specs` draws from: kind -> (letters, required letters, fixed patterns or None)."""
@@ -190,7 +192,34 @@ def _llama(spec: HybridSpec) -> nn.Module:
     )
 
 
-BUILDERS = {"qwen3_next": _qwen3_next, "lfm2": _lfm2, "mamba2": _mamba2, "gemma4_text": _gemma4_text, "llama": _llama}
+def _falcon_h1(spec: HybridSpec) -> nn.Module:
+    return falcon_h1.Model(
+        falcon_h1.ModelArgs(
+            head_dim=8,
+            hidden_size=spec.hidden_size,
+            intermediate_size=2 * spec.hidden_size,
+            mamba_d_conv=3,
+            mamba_d_head=8,
+            mamba_d_ssm=spec.hidden_size,
+            mamba_d_state=4,
+            mamba_n_heads=2,
+            mamba_chunk_size=4,
+            num_attention_heads=2,
+            num_hidden_layers=len(spec.layers),
+            num_key_value_heads=1,
+            vocab_size=spec.vocab_size,
+        )
+    )
+
+
+BUILDERS = {
+    "qwen3_next": _qwen3_next,
+    "lfm2": _lfm2,
+    "mamba2": _mamba2,
+    "gemma4_text": _gemma4_text,
+    "llama": _llama,
+    "falcon_h1": _falcon_h1,
+}
 
 
 def make_hybrid_cache(model: nn.Module, spec: HybridSpec) -> list:
