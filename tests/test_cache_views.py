@@ -119,6 +119,7 @@ HYBRIDS = [
     HybridSpec("qwen3_next", "RA"),
     HybridSpec("lfm2", "RAR"),
     HybridSpec("mamba2", "RR"),
+    HybridSpec("falcon_h1", "HH"),
     HybridSpec("gemma4_text", "SAS", window=3),
     HybridSpec("llama", "SA", window=2),
 ]

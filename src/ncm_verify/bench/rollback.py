@@ -36,6 +36,7 @@ KINDS = (
     HybridSpec("qwen3_next", "RARA"),
     HybridSpec("lfm2", "RRA"),
     HybridSpec("mamba2", "RR"),
+    HybridSpec("falcon_h1", "HH"),
     HybridSpec("gemma4_text", "SAS", window=16),
     HybridSpec("llama", "AS", window=16, keep=4),
 )

@@ -202,7 +202,7 @@ def _falcon_h1(spec: HybridSpec) -> nn.Module:
             mamba_d_head=8,
             mamba_d_ssm=spec.hidden_size,
             mamba_d_state=4,
-            mamba_n_heads=2,
+            mamba_n_heads=spec.hidden_size // 8,
             mamba_chunk_size=4,
             num_attention_heads=2,
             num_hidden_layers=len(spec.layers),
