@@ -82,6 +82,7 @@ bench: install
 	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
+	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
