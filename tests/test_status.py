@@ -18,6 +18,7 @@ from synthetic import (
 
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
+from ncm_verify.report.markdown import render_markdown
 from ncm_verify.report.terminal import render_terminal
 
 
@@ -340,3 +341,55 @@ def test_a_thorough_only_property_is_not_required_under_ci_but_counts_when_it_ra
         node(smoke, ["C7"], outcome="failed", failure=assertion_failure(["C7"], [], "AssertionError: chi-square"))
     )
     assert claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C7"]["status"] == "failed"
+
+
+def test_a_refuted_hypothesis_prints_under_findings_and_never_as_a_failure(ledger, passing, tmp_path):
+    hypothesis_claim(ledger)
+    passing["properties"].append(
+        node(
+            "properties/test_drafters.py::test_direction",
+            ["C10"],
+            outcome="failed",
+            failure=assertion_failure(None, [], "AssertionError: distillation does not beat the baseline"),
+        )
+    )
+    document = doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert [f.nodeid for f in document.findings] == ["properties/test_drafters.py::test_direction"]
+    assert not document.failures
+    printed = render_terminal(document)
+    assert "FINDING 1 of 1: properties/test_drafters.py::test_direction" in printed and "FAILURE" not in printed
+    assert "FAILURE" not in render_markdown(document) and "Findings" in render_markdown(document)
+
+
+@pytest.mark.parametrize("impl", ["my_port", "ncm_verify.reference"])
+def test_a_failing_suite_check_is_reported_apart_on_a_port_and_fails_only_the_references_run(impl, ledger, passing):
+    """A property that never reaches the module (no call, no name looked up) is the suite's own check: its failure
+    is the same for every module, so it fails the suite's own run and never a port's."""
+    identity = "properties/test_chain.py::test_enumeration_identity"
+    ledger_claim = claims_by_id(ledger)["C5"]
+    ledger_claim["properties"] = [*ledger_claim["properties"], identity]
+    failed = assertion_failure(None, [], "AssertionError: the oracle sums to 0.9")
+    passing["properties"].append(node(identity, ["C5"], outcome="failed", calls={}, looked_up=[], failure=failed))
+    passing["impl"] = impl
+    document = doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN))
+    assert (identity, "failed") in document.suite_checks
+    printed = render_terminal(document)
+    if impl == "my_port":
+        assert document.verdict.exit_status == 0, document.verdict.reasons
+        assert claims_by_id(document.data)["C5"]["status"] == "shown" and not document.failures
+        assert f"not a verdict on the module): 1 never called the module; 1 failed: {identity}" in printed
+    else:
+        assert document.verdict.reasons == (
+            "claims: claims failed: C5",
+            f"suite checks: 1 suite check failed: {identity}",
+        )
+        assert [f.nodeid for f in document.failures] == [identity] and "FAILURE 1 of 1" in printed
+
+
+def test_a_property_that_looked_up_a_name_it_never_called_is_the_modules_not_the_suites(ledger, passing):
+    passing["impl"] = "my_port"
+    passing["properties"][2].update(
+        calls={}, looked_up=["verify_chain"], outcome="failed", failure=assertion_failure(None, [], "AssertionError")
+    )
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS)
+    assert report["run"]["exit_status"] == 1 and "properties: 1 property run failed" in report["run"]["reasons"]

@@ -60,6 +60,8 @@ SECTIONS = (
     ("not-checked", "What was not checked here"),
     ("claims", "Claims"),
     ("failures", "Failures"),
+    ("findings", "Findings"),
+    ("suite-checks", "The suite's own checks"),
     ("policy", "Statistical policy"),
     ("statistical", "Statistical properties"),
     ("mlx-lm", "mlx-lm under test"),
@@ -315,9 +317,10 @@ def calibration_figure(document: Document) -> str:
 # --- sections ---
 
 
-def failures_html(document: Document) -> str:
+def failures_html(document: Document, findings: bool = False) -> str:
+    """The failures, or with `findings` the refuted hypotheses (results of the run, not failures)."""
     parts = []
-    for f in document.failures:
+    for f in document.findings if findings else document.failures:
         items = [f"<pre>{escape(f.message.strip())}</pre>"]
         for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
             if value:
@@ -327,7 +330,30 @@ def failures_html(document: Document) -> str:
         parts.append(f"<h3>{link(f.nodeid, property_anchor(f.nodeid))} ({claims})</h3>" + "".join(items))
     if not parts:
         return ""
+    if findings:
+        title = "Findings: research hypotheses the data refute (not failures)"
+        return f'<h2 id="findings">{escape(title)}</h2>\n' + "\n".join(parts)
     return '<h2 id="failures">Failures and how to reproduce them</h2>\n' + "\n".join(parts)
+
+
+def suite_checks_html(document: Document) -> str:
+    """The properties that never call the module, apart from the verdict on it."""
+    if not document.suite_checks:
+        return ""
+    counted = (
+        "They count in this run's verdict: the module under test is the reference, the suite itself."
+        if document.suite_checks_count
+        else "They are not a verdict on the module under test: their outcome is the same for every module."
+    )
+    rows = "".join(
+        f"<li><code>{breakable(nodeid)}</code>: {status_span(outcome)}</li>"
+        for nodeid, outcome in document.suite_checks
+    )
+    return (
+        f'<h2 id="suite-checks">The suite\'s own checks</h2><p>Properties that never call the module under test. '
+        f"{escape(counted)}</p><details><summary>{len(document.suite_checks)} properties</summary><ul>{rows}</ul>"
+        "</details>"
+    )
 
 
 def claim_details(document: Document) -> str:
@@ -405,6 +431,8 @@ def body_sections(document: Document) -> list[str]:
         unchecked_html(document),
         render_table(tables.claims, section="claims", anchors={"claim": claim_anchor}),
         failures_html(document),
+        failures_html(document, findings=True),
+        suite_checks_html(document),
         render_table(tables.policy, section="policy") if tables.policy is not None else "",
         render_table(tables.statistical, section="statistical", anchors=property_links)
         if tables.statistical.rows

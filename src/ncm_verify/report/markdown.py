@@ -21,11 +21,31 @@ def render_table(table: Table, level: str = "##") -> str:
     return "\n".join(lines)
 
 
-def render_failures(document: Document) -> str:
-    if not document.failures:
+FINDINGS_TITLE = "Findings: research hypotheses the data refute (not failures)"
+
+
+def render_suite_checks(document: Document) -> str:
+    """The properties that never call the module, apart from the verdict on it (counted only on the reference)."""
+    if not document.suite_checks:
         return ""
-    lines = ["## Failures and how to reproduce them", ""]
-    for f in document.failures:
+    counted = (
+        "They count in this run's verdict: the module under test is the reference, the suite itself."
+        if document.suite_checks_count
+        else "They are not a verdict on the module under test: their outcome is the same for every module."
+    )
+    lines = ["## The suite's own checks", "", f"Properties that never call the module under test. {counted}", ""]
+    lines += [f"- `{nodeid}`: {outcome}" for nodeid, outcome in document.suite_checks]
+    return "\n".join(lines) + "\n"
+
+
+def render_failures(document: Document, findings: bool = False) -> str:
+    """The failures, or with `findings` the refuted hypotheses (results, not failures), each with its rerun."""
+    shown = document.findings if findings else document.failures
+    if not shown:
+        return ""
+    title = FINDINGS_TITLE if findings else "Failures and how to reproduce them"
+    lines = [f"## {title}", ""]
+    for f in shown:
         lines += [f"### {f.nodeid} ({', '.join(f.claims)})", "", "```", f.message.strip(), "```", ""]
         for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
             if value:
@@ -46,6 +66,8 @@ def render_markdown(document: Document) -> str:
         render_table(verdict.parts),
         render_table(tables.claims),
         render_failures(document),
+        render_failures(document, findings=True),
+        render_suite_checks(document),
     ]
     for table in (tables.policy, tables.statistical, tables.mlx_lm, tables.mutants, tables.calibration):
         if table is not None:

@@ -175,6 +175,13 @@ class Document:
     verdict: Verdict
     claims: tuple[Claim, ...]
     failures: tuple[Failure, ...]
+    """Failures counted against the module (and, on the reference's run, the suite's own checks)."""
+    findings: tuple[Failure, ...]
+    """Refuted research hypotheses: results of the run, printed apart, never failures."""
+    suite_checks: tuple[tuple[str, str], ...]
+    """(node id, outcome) of every property that never reached the module: the suite's own checks."""
+    suite_checks_count: bool
+    """Whether they count in the verdict: only when the module under test is the reference (the suite itself)."""
     statistical: tuple[StatisticalRun, ...]
     plots: tuple[Plot, ...]
     """One per statistical property run, failed ones first."""
