@@ -13,6 +13,8 @@ JOBS ?= 2
 SEED ?=
 # `make verify MODEL=path/to/checkpoint.safetensors`: the model-level properties' fixed checkpoint (path (b)).
 MODEL ?=
+# `make verify REQUIRE=C5,C11` (or protocol families, `REQUIRE=TreeVerification`): fail unless the module provides them.
+REQUIRE ?=
 PYTEST := $(PY) -m pytest
 # glibc's malloc hands every large freed block back to the kernel (munmap) and the next array of that size pays its
 # page faults again: about a quarter of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C
@@ -48,7 +50,8 @@ install: $(VENV)/installed
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
 	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
-		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL)))
+		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL))) \
+		$(if $(REQUIRE),--require=$(REQUIRE))
 
 ## lint: ruff's format check and lint rules, the import layers (lint-imports), types (mypy); see pyproject.toml
 lint: install
@@ -65,7 +68,8 @@ test: install lint
 ## help: list the targets and variables
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /'
-	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS); CI=true reruns the self-tests"
+	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS) REQUIRE=$(REQUIRE);" \
+		"CI=true reruns the self-tests"
 
 # C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
 # C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`

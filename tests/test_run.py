@@ -26,6 +26,15 @@ def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_
     assert not (tmp_path / files.VERIFY_JSON).exists()
 
 
+def test_a_requirement_naming_no_claim_or_family_stops_the_run_listing_both(tmp_path, capsys):
+    from ncm_verify import run
+
+    assert main(["verify", "--reports", str(tmp_path), "--require", "C5,treeverification", "--require", "C55"]) == 2
+    error = capsys.readouterr().err
+    assert "require: no claim or protocol family 'C55'" in error and "families: SpeculativeKernels" in error
+    assert run.check_required(["C5", "treeverification"]) == ["C5", "TreeVerification"]
+
+
 def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
     from ncm_verify import run
 

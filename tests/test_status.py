@@ -393,3 +393,61 @@ def test_a_property_that_looked_up_a_name_it_never_called_is_the_modules_not_the
     )
     report = doc.build_report(ledger, passing, **PASSING_SELFTESTS)
     assert report["run"]["exit_status"] == 1 and "properties: 1 property run failed" in report["run"]["reasons"]
+
+
+def partial_port(passing: dict) -> dict:
+    """A port of the chain kernels alone: C5's sampled property judged its verify_chain, another C5 property reached
+    only the reference's residual_distribution."""
+    passing["impl"] = "my_port"
+    passing["implementation"] = {
+        "module": "my_port",
+        "defines": ["verify_chain"],
+        "inherits": ["residual_distribution (from ncm_verify.reference.speculative)"],
+        "missing": [],
+    }
+    for entry in passing["properties"]:
+        entry["calls"] = {"verify_chain": {"calls": 30, "own": True, "origin": "my_port"}}
+    passing["properties"].append(
+        node(
+            "properties/test_chain.py::test_residual",
+            ["C5"],
+            calls={"residual_distribution": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}},
+        )
+    )
+    return passing
+
+
+def test_a_partial_port_passes_on_what_it_provides_and_is_never_shown_for_what_it_inherits(ledger, passing):
+    claims_by_id(ledger)["C5"]["properties"].append("properties/test_chain.py::test_residual")
+    report = doc.build_report(ledger, partial_port(passing), **PASSING_SELFTESTS, run=PASSING_RUN)
+    c5 = claims_by_id(report)["C5"]
+    assert c5["status"] == claim_status.PARTLY_PROVIDED, c5["reason"]
+    assert "judged the module's own code (verify_chain) and passed" in c5["reason"]
+    assert "residual_distribution" in c5["reason"]
+    assert report["run"]["exit_status"] == 0, report["run"]["reasons"]
+    assert report["judged"]["judged"]["verify_chain"]["failed"] == 0
+    assert report["judged"]["inherited"] == ["residual_distribution"]
+    printed = render_terminal(doc.build_document(report))
+    assert "judged, the module's own code: verify_chain" in printed and "inherited, not judged (1)" in printed
+
+
+@pytest.mark.parametrize(
+    "required, missing",
+    [
+        (["C5"], "required claim C5 is partly provided, not shown"),
+        (["SpeculativeKernels"], "required family SpeculativeKernels not provided: residual_distribution (inherited)"),
+        (["C7"], None),
+    ],
+)
+def test_a_required_claim_or_family_the_port_lacks_fails_the_run_naming_what_is_missing(
+    required, missing, ledger, passing
+):
+    claims_by_id(ledger)["C5"]["properties"].append("properties/test_chain.py::test_residual")
+    run = {**PASSING_RUN, "required": required}
+    report = doc.build_report(ledger, partial_port(passing), **PASSING_SELFTESTS, run=run)
+    reasons = report["run"]["parts"]["coverage"]["reasons"]
+    if missing is None:
+        assert reasons == [] and report["run"]["exit_status"] == 0
+    else:
+        assert len(reasons) == 1 and reasons[0].startswith(missing), reasons
+        assert report["run"]["exit_status"] == 1

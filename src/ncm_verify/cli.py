@@ -45,6 +45,7 @@ def command_verify(args) -> int:
         seed=args.seed,
         cache=args.cache,
         model=args.model,
+        required=[item.strip() for items in args.require for item in items.split(",") if item.strip()],
     )
 
 
@@ -98,6 +99,14 @@ def parser() -> argparse.ArgumentParser:
         "--model",
         default=None,
         help="checkpoint the model-level properties judge on path (b) (default: fixtures/ncm_concept_tiny.safetensors)",
+    )
+    run.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="C5,C11,TreeVerification",
+        help="claims (shown on the module's own code) and protocol families (every name its own and judged) the "
+        "module must provide; the run fails listing what is missing",
     )
     run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")

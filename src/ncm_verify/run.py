@@ -110,6 +110,21 @@ def check_profile(profile: str):
             os.environ["HYPOTHESIS_PROFILE"] = saved
 
 
+def check_required(required: list[str]) -> list[str]:
+    """`--require`'s claim ids and protocol families (by class name, any case), each known; a UsageError otherwise."""
+    from ncm_verify.protocol import PROTOCOLS
+
+    claims = [claim["id"] for claim in read_ledger(ROOT / "ledger.json")[0]["claims"]]
+    families = {family.__name__.lower(): family.__name__ for family in PROTOCOLS}
+    unknown = [item for item in required if item not in claims and item.lower() not in families]
+    if unknown:
+        raise UsageError(
+            f"require: no claim or protocol family {', '.join(map(repr, unknown))}; claims: {', '.join(claims)}; "
+            f"families: {', '.join(families.values())}"
+        )
+    return [families.get(item.lower(), item) for item in required]
+
+
 def suite_key() -> str:
     """Hash of everything the self-tests' results depend on: the suite's sources and the environment."""
     from ncm_verify.environment import describe_environment
@@ -319,11 +334,14 @@ def verify(
     seed: int | None = None,
     cache: Path | None = None,
     model: str | None = None,
+    required: list[str] | None = None,
 ) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start). `cache`: where the reference
-    evidence and self-test results are kept (default `DEFAULT_CACHE`)."""
+    evidence and self-test results are kept (default `DEFAULT_CACHE`); `required`: claim ids and protocol families
+    the module must provide itself and show (`coverage` part of the verdict)."""
     try:
         profile_settings = check_profile(profile)
+        required = check_required(list(required or ()))
         module = load_implementation(impl)
         implementation = describe_implementation(module, impl)
     except (UsageError, ImplementationError) as error:
@@ -384,6 +402,7 @@ def verify(
         selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
         reuse={k: v for k, v in reuse.items() if k != "file"},
         ledger_problems=ledger_against_run(reports),
+        required=required,
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it

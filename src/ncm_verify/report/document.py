@@ -209,6 +209,7 @@ def build_report(
         phases=record.phases,
         run_id=facts.get("run_id") if run else None,
         run=facts,
+        required=record.required,
     )
     return {
         "schema": REPORT_SCHEMA,
@@ -221,6 +222,8 @@ def build_report(
         "policy": evidence.policy if evidence else None,
         "budget": evidence.budget.to_json() if evidence and evidence.budget else None,
         "claims": claims,
+        "judged": claim_status.what_was_judged(claims, nodes, facts.get("implementation")),
+        "required": record.required,
         "unclaimed": sorted(n.nodeid for n in nodes if n.nodeid not in claimed),
         "mutants": mutant_table,
         "mlx_lm": mlx_lm_section.summarize(nodes, evidence.environment if evidence else None),
@@ -454,6 +457,7 @@ def build_document(report: dict) -> Document:
             (p["nodeid"], p["outcome"]) for p in tables.property_runs(report, "suite_check") if not p.get("finding")
         ),
         suite_checks_count=claim_status.judges_reference(facts),
+        judged=report.get("judged"),
         statistical=tuple(
             StatisticalRun(
                 nodeid=p["nodeid"],
@@ -479,6 +483,7 @@ def build_document(report: dict) -> Document:
         calibration=calibration(report["calibration"]),
         tables=Tables(
             claims=tables.claims_table(report),
+            judged=tables.judged_table(report),
             policy=tables.policy_table(report),
             statistical=tables.statistical_table(report),
             mlx_lm=tables.mlx_lm_table(report),

@@ -58,6 +58,7 @@ LABELLED_BINS = 12
 SECTIONS = (
     ("verdict", "Verdict"),
     ("not-checked", "What was not checked here"),
+    ("judged", "What this run judged"),
     ("claims", "Claims"),
     ("failures", "Failures"),
     ("findings", "Findings"),
@@ -429,6 +430,7 @@ def body_sections(document: Document) -> list[str]:
         # a report rebuilt from older JSON may carry no parts
         render_table(verdict.parts, section="verdict-parts") if verdict.has_parts else "",
         unchecked_html(document),
+        render_table(tables.judged, section="judged") if tables.judged is not None and tables.judged.rows else "",
         render_table(tables.claims, section="claims", anchors={"claim": claim_anchor}),
         failures_html(document),
         failures_html(document, findings=True),

@@ -64,6 +64,7 @@ def render_markdown(document: Document) -> str:
         + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""),
         "",
         render_table(verdict.parts),
+        render_table(tables.judged) if tables.judged is not None and tables.judged.rows else "",
         render_table(tables.claims),
         render_failures(document),
         render_failures(document, findings=True),

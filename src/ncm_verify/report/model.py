@@ -154,6 +154,7 @@ class Calibration:
 @dataclasses.dataclass(frozen=True)
 class Tables:
     claims: Table
+    judged: Table | None
     policy: Table | None
     statistical: Table
     mlx_lm: Table | None
@@ -182,6 +183,8 @@ class Document:
     """(node id, outcome) of every property that never reached the module: the suite's own checks."""
     suite_checks_count: bool
     """Whether they count in the verdict: only when the module under test is the reference (the suite itself)."""
+    judged: dict | None
+    """`status.what_was_judged`: the module's own names judged, those inherited or missing, claims by status."""
     statistical: tuple[StatisticalRun, ...]
     plots: tuple[Plot, ...]
     """One per statistical property run, failed ones first."""

@@ -49,17 +49,49 @@ REFUTED = "failed: hypothesis refuted"
 """A research hypothesis (a ledger claim with `"hypothesis": true`, e.g. C10) whose properties failed by
 assertion: the data refute it. A finding of the run, reported with its numbers, not a failure of the
 implementation; an error in such a property still fails the run."""
+PARTLY_PROVIDED = "partly provided"
+"""A claim some of whose properties judged the module's own code, all passing, while the rest reached only names it
+inherits: a verdict on what the module provides, never 'shown' for what it does not."""
 SUITE_CHECK = "suite's own check"
 """On a port's run, a claim whose every property never reaches the module: the suite's own checks, reported
 apart from the verdict on the module (on the reference's run they count as any property does)."""
-STATUSES = (SHOWN, NOT_SHOWN, FAILED, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED, SUITE_CHECK, NOT_RUN)
-ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED, SUITE_CHECK)
+STATUSES = (
+    SHOWN,
+    PARTLY_PROVIDED,
+    NOT_SHOWN,
+    FAILED,
+    NOT_CHECKABLE,
+    NOT_PROVIDED,
+    KNOWN_UPSTREAM_BUGS,
+    REFUTED,
+    SUITE_CHECK,
+    NOT_RUN,
+)
+ACCEPTABLE_CLAIM_STATUSES = (
+    SHOWN,
+    PARTLY_PROVIDED,
+    NOT_CHECKABLE,
+    NOT_PROVIDED,
+    KNOWN_UPSTREAM_BUGS,
+    REFUTED,
+    SUITE_CHECK,
+)
 """Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
 
 PASSED, RUN_FAILED = "passed", "failed"
 
 
-PARTS = ("phases", "properties", "claims", "suite checks", "planted bugs", "calibration", "budget", "ledger")
+PARTS = (
+    "phases",
+    "properties",
+    "claims",
+    "coverage",
+    "suite checks",
+    "planted bugs",
+    "calibration",
+    "budget",
+    "ledger",
+)
 
 REFERENCE_MODULE = "ncm_verify.reference"
 """The suite's own implementation: a run on it is the suite judging itself, so its own checks count there."""
@@ -301,7 +333,9 @@ def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool 
         refuted = claim.get("hypothesis") and any(s["outcome"] == Outcome.FAILED for s in summaries)
         if summaries and not own and not refuted:
             return SUITE_CHECK, "its properties never call the module: the suite's own checks, reported apart"
-        if own:
+        if not own:  # a hypothesis judged on the suite's experiment alone: its finding stands on any run
+            counts_suite_checks = True
+        else:
             apart = {s["property"] for s in summaries if s.get("suite_check")} - {s["property"] for s in own}
             summaries = own
     if claim.get("not_checkable"):
@@ -360,6 +394,14 @@ def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool 
         why = "; ".join(f"{reason} [{count_by_file(nodes)}]" for reason, nodes in by_reason.items())
         applicable = all(s["outcome"] != Outcome.NOT_APPLICABLE for s in not_provided)
         said = "not provided by the module" if applicable else "not provided by the module or not applicable to it"
+        own = [s for s in summaries if s not in not_provided and s["implementation_use"] == "implementation"]
+        if own:
+            judged = ", ".join(sorted({n for s in own for n, r in (s["calls"] or {}).items() if r.get("own")}))
+            return (
+                PARTLY_PROVIDED,
+                f"{len(own)} of {runs} judged the module's own code ({judged}) and passed; "
+                f"{len(not_provided)} {said}: {why}",
+            )
         return NOT_PROVIDED, f"{len(not_provided)} of {runs} {said}: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
@@ -449,11 +491,68 @@ def claims_part(claims: list[dict]) -> list[str]:
         for c in claims
         if c["status"] not in ACCEPTABLE_CLAIM_STATUSES and c["status"] != FAILED
     ]
-    if claims and not any(c["status"] == SHOWN for c in claims):
-        reasons.append("no claim was shown")
+    if claims and not any(c["status"] in (SHOWN, PARTLY_PROVIDED) for c in claims):
+        reasons.append("no claim was shown: no property judged code the module provides and passed")
     failed = [c["id"] for c in claims if c["status"] == FAILED]
     if failed:
         reasons.insert(0, f"claims failed: {', '.join(failed)}")
+    return reasons
+
+
+def judged_names(nodes: list[PropertyRecord]) -> dict[str, dict[str, int]]:
+    """Each name of the module's own code a property called -> {"runs": property runs, "failed": of them failing}."""
+    judged: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        for name, record in (node.calls or {}).items():
+            if record.get("own"):
+                entry = judged.setdefault(name, {"runs": 0, "failed": 0})
+                entry["runs"] += 1
+                entry["failed"] += node.failing
+    return dict(sorted(judged.items()))
+
+
+def what_was_judged(claims: list[dict], nodes: list[PropertyRecord], implementation: dict | None) -> dict:
+    """The run as a verdict on what the module provides: its own names the properties judged (runs, failures),
+    those they never reached, the names it inherits or lacks, and the claims by how much of them it provides."""
+    implementation = implementation or {}
+    judged = judged_names(nodes)
+    by_status: dict[str, list[str]] = {}
+    for claim in claims:
+        by_status.setdefault(claim["status"], []).append(claim["id"])
+    return {
+        "judged": judged,
+        "not_judged": sorted(set(implementation.get("defines") or ()) - set(judged)),
+        "inherited": [entry.split(" ")[0] for entry in implementation.get("inherits") or ()],
+        "missing": list(implementation.get("missing") or ()),
+        "claims": by_status,
+    }
+
+
+def coverage_part(required: list[str], claims: list[dict], judged: dict) -> list[str]:
+    """What `required` (claim ids, or protocol families by name) asks of the module and it does not give: a claim
+    not shown on its own code, a family name it does not provide itself or no property judged."""
+    from ncm_verify.protocol import PROTOCOLS, protocol_members
+
+    families = {family.__name__.lower(): family for family in PROTOCOLS}
+    statuses = {claim["id"]: claim for claim in claims}
+    reasons = []
+    for wanted in required:
+        family = families.get(wanted.lower())
+        if family is not None:
+            lacking = [
+                f"{name} ({'inherited' if name in judged['inherited'] else 'missing'})"
+                for name in protocol_members(family)
+                if name in judged["inherited"] or name in judged["missing"]
+            ]
+            unjudged = [name for name in protocol_members(family) if name in judged["not_judged"]]
+            lacking += [f"{name} (no property called it)" for name in unjudged]
+            if lacking:
+                reasons.append(f"required family {family.__name__} not provided: {', '.join(lacking)}")
+        elif wanted not in statuses:
+            reasons.append(f"required {wanted}: no such claim or protocol family")
+        elif statuses[wanted]["status"] != SHOWN:
+            claim = statuses[wanted]
+            reasons.append(f"required claim {wanted} is {claim['status']}, not shown: {claim['reason']}")
     return reasons
 
 
@@ -544,6 +643,7 @@ def make_verdict(
     phases: list[Phase] | None = None,
     run_id: str | None = None,
     run: dict | None = None,
+    required: list[str] | None = None,
 ) -> dict:
     """The run's verdict: passed only when every part passed. Exit status 0 exactly when passed."""
     nodes = evidence.properties if evidence else []
@@ -553,6 +653,9 @@ def make_verdict(
         "phases": phases_part(phases, evidence, run_id),
         "properties": properties_part(evidence, hypotheses),
         "claims": claims_part(claims),
+        "coverage": coverage_part(
+            list(required or ()), claims, what_was_judged(claims, nodes, evidence.implementation if evidence else None)
+        ),
         "suite checks": suite_checks_part(evidence, hypotheses, counts_suite_checks),
         "planted bugs": mutants_part(mutants),
         "calibration": calibration_part(calibration),

@@ -60,6 +60,7 @@ def render_terminal(document: Document) -> str:
         )
     if document.reuse is not None:
         lines.append(f"  properties reused: {document.reuse}")
+    lines += judged_lines(document)
     lines.append("  claims:")
     for claim in document.claims:
         lines.append(
@@ -100,6 +101,26 @@ def render_terminal(document: Document) -> str:
     for index, f in enumerate(document.failures, 1):
         lines += failure_block(f, index, len(document.failures))
     return "\n".join(lines)
+
+
+def judged_lines(document: Document) -> list[str]:
+    """What the run judged of a module that provides only some names: its own names with their property runs,
+    the names it inherits (not judged), and the claims by how much of them it provides."""
+    judged = document.judged
+    if not judged or not (judged["inherited"] or judged["missing"]):
+        return []  # the module provides every name: the claims say it all
+    own = [f"{name} ({entry['runs']} runs, {entry['failed']} failed)" for name, entry in judged["judged"].items()]
+    claims = judged["claims"]
+    lines = [
+        f"  judged, the module's own code: {', '.join(own) or 'nothing'}",
+        f"  inherited, not judged ({len(judged['inherited'])}): {clipped(', '.join(judged['inherited']))}",
+        f"  claims shown: {', '.join(claims.get('shown', [])) or '-'}; partly provided (its own code passed, the rest "
+        f"inherited): {', '.join(claims.get('partly provided', [])) or '-'}; not provided: "
+        f"{', '.join(claims.get('not provided', [])) or '-'}",
+    ]
+    if judged["not_judged"]:
+        lines.insert(1, f"  its own, but no property called it: {', '.join(judged['not_judged'])}")
+    return lines
 
 
 def suite_checks_lines(document: Document) -> list[str]:
