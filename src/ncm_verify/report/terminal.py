@@ -14,14 +14,13 @@ def clipped(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def failure_block(f: Failure, index: int, total: int, label: str = "FAILURE") -> list[str]:
+def failure_block(f: Failure, index: int | None, total: int | None, label: str = "FAILURE") -> list[str]:
     """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it.
-    `label` heads it: FAILURE, or FINDING for a refuted hypothesis (a result, not a failure)."""
+    `label` heads it: FAILURE, or FINDING for a refuted hypothesis (a result, not a failure); no `total`: no count."""
     kernels = f" on {', '.join(f.kernels)}" if f.kernels else ""
     kind = "by assertion" if f.kind == "assertion" else f"with {f.kind}"
-    lines = [
-        f"  {label} {index} of {total}: {f.nodeid} ({', '.join(f.claims) or 'no claim'}), {f.outcome} {kind}{kernels}"
-    ]
+    counted = f" {index} of {total}" if total else ""
+    lines = [f"  {label}{counted}: {f.nodeid} ({', '.join(f.claims) or 'no claim'}), {f.outcome} {kind}{kernels}"]
     message = [line for line in f.message.strip().splitlines() if line.strip()]
     if f.plot is not None:  # a chi-square rejection: its headline, then its worst bins
         # a group's first line only counts its failures ("Hypothesis found 2 distinct failures."): keep the next too
