@@ -68,7 +68,9 @@ def fake_phases(monkeypatch, passing, ledger, tmp_path):
 
     monkeypatch.setattr(run, "run_phase", fake)
     monkeypatch.setattr(run, "suite_key", lambda: "k1")
-    monkeypatch.setattr(run, "ledger_against_run", lambda reports: [])  # the synthetic ledger is not this repository's
+    monkeypatch.setattr(
+        run, "ledger_against_run", lambda reports, selected=False: []
+    )  # the synthetic ledger is not this repository's
     monkeypatch.setattr(doc, "read_ledger", lambda path=None: (ledger, []))
     return ran
 

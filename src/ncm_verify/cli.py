@@ -30,8 +30,8 @@ def command_verify(args) -> int:
 
     if not (ROOT / "properties").is_dir():
         print(
-            f"ncm-verify: no properties/ in {ROOT}: run `ncm-verify verify` in a checkout of the suite, whose "
-            "properties and self-tests it runs (the installed package carries the ledger and fixtures)",
+            f"ncm-verify: no properties/ in {ROOT}: the suite is neither a checkout nor an installed wheel holding "
+            "its properties and self-tests (reinstall it: pip install ncm-verify from a wheel or git URL)",
             file=sys.stderr,
         )
         return 2
@@ -46,6 +46,8 @@ def command_verify(args) -> int:
         cache=args.cache,
         model=args.model,
         required=[item.strip() for items in args.require for item in items.split(",") if item.strip()],
+        properties=args.properties or None,
+        selftests=not args.no_selftests,
     )
 
 
@@ -107,6 +109,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="C5,C11,TreeVerification",
         help="claims (shown on the module's own code) and protocol families (every name its own and judged) the "
         "module must provide; the run fails listing what is missing",
+    )
+    run.add_argument(
+        "--properties",
+        nargs="+",
+        default=None,
+        metavar="properties/test_x.py[::test_y]",
+        help="run only these property files or node ids (a quick look: the claims left unrun fail the verdict)",
+    )
+    run.add_argument(
+        "--no-selftests",
+        action="store_true",
+        help="skip the planted bugs and calibration (a quick look: the verdict fails, the suite's teeth unproven)",
     )
     run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")

@@ -36,7 +36,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.environment import checkout_root, git_commit, git_dirty, installed_suite_root, suite_root
 from ncm_verify.evidence import (
     CALIBRATION_FILE,
     EVIDENCE_FILE,
@@ -59,6 +59,7 @@ from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
     describe_implementation,
+    is_path,
     load_implementation,
     own_names,
 )
@@ -67,8 +68,10 @@ from ncm_verify.report.ledger import THOROUGH_PROFILE, read_ledger, repository_p
 from ncm_verify.report.output import print_report, write_reports
 
 ROOT = suite_root()
-DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
-"""The cache folder unless ``--cache`` names another (`make verify CACHE=...`)."""
+DEFAULT_CACHE = (checkout_root() or Path.cwd()) / ".ncm-verify-cache"
+"""The cache folder, unless ``--cache`` names another (`make verify CACHE=...`): at the checkout's root, or in the
+current folder for an installed suite (never inside the installed package)."""
+PACKAGE = Path(__file__).resolve().parent
 SELFTEST_CACHE = "selftests"
 """Folder under the cache holding cached self-test results, one subfolder per key."""
 REFERENCE_EVIDENCE = "reference-evidence"
@@ -131,11 +134,13 @@ def suite_key() -> str:
 
     digest = hashlib.sha256()
     for entry in SUITE_SOURCES:
-        path = ROOT / entry
+        # an installed suite has no src/: its package is hashed in its place (its data/ is hashed as ROOT's)
+        base, path = (PACKAGE.parents[1], PACKAGE) if entry == "src/ncm_verify" else (ROOT, ROOT / entry)
         files = sorted(path.rglob("*.py")) + sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for file in files:
-            if "__pycache__" not in file.parts and file.is_file():
-                digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
+            skipped = "__pycache__" in file.parts or (path == PACKAGE and "data" in file.relative_to(PACKAGE).parts)
+            if not skipped and file.is_file():
+                digest.update(str(file.relative_to(base)).encode() + b"\0" + file.read_bytes() + b"\0")
     environment = {k: v for k, v in describe_environment().items() if k not in ("commit",)}
     digest.update(json.dumps(environment, sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -310,9 +315,10 @@ def clear_previous_report(reports: Path) -> None:
         (reports / name).unlink(missing_ok=True)
 
 
-def ledger_against_run(reports: Path) -> list[str]:
+def ledger_against_run(reports: Path, *, selected: bool = False) -> list[str]:
     """The ledger checked against the properties this run collected: a property listed nowhere, or whose
-    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`."""
+    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`. A `selected` run
+    (``--properties``) collects only some: what it did not collect is no disagreement."""
     evidence = Evidence.from_json(read_json(reports / EVIDENCE_FILE))
     if evidence is None:
         return []
@@ -321,7 +327,24 @@ def ledger_against_run(reports: Path) -> list[str]:
     if evidence.profile != THOROUGH_PROFILE:  # deselected under every other profile, so not collected
         for claim in claims_ledger["claims"]:
             claim.pop("thorough_properties", None)
-    return repository_problems(claims_ledger, ROOT, [record.to_json() for record in evidence.properties])
+    return repository_problems(
+        claims_ledger,
+        ROOT,
+        [record.to_json() for record in evidence.properties],
+        installed=installed_suite_root() is not None,
+        selected=selected,
+    )
+
+
+def subprocess_environment(profile: str) -> dict:
+    """The phases' environment: this run's profile, and a module named by ``--impl`` found from the current folder
+    first, as ``python -m`` finds it; an installed suite keeps Hypothesis's files there too, not in the package."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
+    env.update(HYPOTHESIS_PROFILE=profile)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
+    if installed_suite_root() is not None:
+        env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path.cwd() / ".hypothesis"))
+    return env
 
 
 def verify(
@@ -335,10 +358,18 @@ def verify(
     cache: Path | None = None,
     model: str | None = None,
     required: list[str] | None = None,
+    properties: list[str] | None = None,
+    selftests: bool = True,
 ) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start). `cache`: where the reference
     evidence and self-test results are kept (default `DEFAULT_CACHE`); `required`: claim ids and protocol families
-    the module must provide itself and show (`coverage` part of the verdict)."""
+    the module must provide itself and show (`coverage` part of the verdict); `properties`: property files or node
+    ids to run instead of all (a quick look: claims left unrun fail the verdict); `selftests` False skips the
+    planted bugs and calibration (the verdict then fails: the suite's teeth are unproven in this run)."""
+    if os.getcwd() not in sys.path:  # a module in the current folder is found as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
+    if is_path(impl):  # the phases run in the suite's folder: a relative path is the caller's
+        impl = str(Path(impl).expanduser().resolve())
     try:
         profile_settings = check_profile(profile)
         required = check_required(list(required or ()))
@@ -356,8 +387,8 @@ def verify(
     clear_previous_report(reports)
     run_id = uuid.uuid4().hex[:12]
     say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
-    env.update(HYPOTHESIS_PROFILE=profile)
+    say(f"suite: properties and self-tests from {ROOT}; reports to {reports}; cache {cache}")
+    env = subprocess_environment(profile)
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
@@ -369,7 +400,7 @@ def verify(
     reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
-        "properties",
+        *(properties or ["properties"]),
         "-q",
         *QUIET_FAILURES,
         f"--impl={impl}",
@@ -390,9 +421,13 @@ def verify(
         keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
-    selftests, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
-    phases += selftests
-    copy_selftest_results(reports, selftest_cache)
+    selftest_cache: dict = {"key": key, "ran": None, "reused": False}
+    if selftests:
+        selftest_phases, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
+        phases += selftest_phases
+        copy_selftest_results(reports, selftest_cache)
+    else:
+        say("[2-3/4] self-tests: skipped (--no-selftests): the verdict fails, the suite's teeth unproven here")
     say("[4/4] report")
     facts = RunRecord(
         run_id=run_id,
@@ -401,8 +436,9 @@ def verify(
         suite_dirty=git_dirty(ROOT),
         selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
         reuse={k: v for k, v in reuse.items() if k != "file"},
-        ledger_problems=ledger_against_run(reports),
+        ledger_problems=ledger_against_run(reports, selected=bool(properties)),
         required=required,
+        installed=None if installed_suite_root() is None else {"root": str(ROOT), "python": sys.executable},
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it

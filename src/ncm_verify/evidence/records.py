@@ -276,6 +276,8 @@ class RunRecord:
     ledger_problems: list[str] = dataclasses.field(default_factory=list)
     required: list[str] = dataclasses.field(default_factory=list)
     """claim ids and protocol families the run demands the module provide itself (``--require``)"""
+    installed: dict[str, str] | None = None
+    """{"root", "python"} of a suite run installed (no checkout): where a rerun line must run pytest from"""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -296,4 +298,5 @@ class RunRecord:
             reuse=data.get("reuse"),
             ledger_problems=list(data.get("ledger_problems") or []),
             required=list(data.get("required") or []),
+            installed=data.get("installed"),
         )

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ncm_verify.environment import installed_suite_root
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
     NOT_APPLICABLE,
@@ -223,6 +225,8 @@ class EvidenceCollector:
         planned = self.policy()["planned_tests"]
         run = {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "planned_tests": planned}
         run["impl"] = self.config.getoption("--impl")
+        if installed_suite_root() is not None:
+            run["installed"] = {"root": str(self.config.rootpath), "python": sys.executable}
         block = failure_block(
             Failure(
                 nodeid=entry.nodeid,

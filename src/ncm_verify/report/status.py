@@ -120,8 +120,10 @@ def reproduce_command(node: PropertyRecord, run: dict) -> str:
     planned = run.get("planned_tests")
     planned_option = f" --ncm-planned-tests={planned}" if planned else ""
     impl = run.get("impl_path") or run.get("impl")
+    installed = run.get("installed")  # pytest runs where the installed suite's properties are
+    python = f"cd {installed['root']} && {installed['python']}" if installed else ".venv/bin/python"
     return (
-        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} .venv/bin/python -m pytest '{node.nodeid}' "
+        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
         f"-p no:xdist --impl={impl}{planned_option}"
     )
 
