@@ -60,10 +60,19 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# CI's `make test` within 300 s on 2 cores, a fresh clone: each step is printed beside its share (`make verify` prints
+# its own phases beside theirs, src/ncm_verify/run.py PHASE_BUDGETS_S); past a budget is said, never failed for.
+TEST_BUDGETS := lint=20 unit-tests=40 verify=240
+budget = $(patsubst $(1)=%,%,$(filter $(1)=%,$(TEST_BUDGETS)))
+timed = start=$$(date +%s); $(2); status=$$?; spent=$$(( $$(date +%s) - start )); \
+	echo "ncm-verify: make test step $(1): $$spent s of its $(call budget,$(1)) s budget$$( \
+	[ $$spent -gt $(call budget,$(1)) ] && echo '  OVER')"; exit $$status
+
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
-test: install lint
-	$(PYTEST) tests -q -n $(JOBS)
-	$(MAKE) verify
+test: install
+	@$(call timed,lint,$(MAKE) --no-print-directory lint)
+	@$(call timed,unit-tests,$(PYTEST) tests -q -n $(JOBS))
+	@$(call timed,verify,$(MAKE) --no-print-directory verify)
 
 ## help: list the targets and variables
 help:

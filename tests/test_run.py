@@ -301,3 +301,14 @@ def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path
     (tmp_path / "reuse.json").write_text(json.dumps(reuse))
     result = run_pytest(tmp_path, *workers, *arguments)
     assert result.returncode == 1 and "reused reference run planned 12" in result.stdout, result.stdout
+
+
+def test_each_phase_prints_beside_its_budget_and_the_run_beside_the_goal():
+    from ncm_verify import run
+
+    spent = {"start": 3.0, "properties": 150.0, "planted bugs": 60.0, "calibration and power": 20.0, "report": 1.0}
+    lines = run.budget_lines(spent)
+    assert sum(run.PHASE_BUDGETS_S.values()) == run.VERIFY_GOAL_S == 240, "the budgets share the goal exactly"
+    assert lines[2].split() == ["properties", "150", "s", "of", "145", "s", "OVER"]
+    assert lines[3].split() == ["planted", "bugs", "60", "s", "of", "65", "s"]
+    assert lines[-1].split() == ["total", "234", "s", "of", "240", "s"]

@@ -33,6 +33,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -82,8 +83,23 @@ PLANTED_FILES = ("selftests/test_mutants.py", "selftests/test_mlx_lm_planted.py"
 QUIET_FAILURES = ("--tb=no", "-rN")
 """The properties phase prints no traceback or summary line: the closing summary gives one block per failure, read
 from the evidence, and the report keeps each failure's message and example."""
+VERIFY_GOAL_S = 240
+"""A fresh `make verify` on 2 cores within 4 minutes (`make test`'s 300 s are split in the Makefile)."""
+PHASE_BUDGETS_S = {"start": 5, "properties": 145, "planted bugs": 65, "calibration and power": 20, "report": 5}
+"""Each phase's share of `VERIFY_GOAL_S` (a fresh run: the self-tests run; reused, they take none of it). A change
+that adds a property states its cost; a phase past its budget is printed so, never failed for it."""
 PYTEST_PASSED, PYTEST_FAILED = 0, 1
 """pytest exit codes that carry a verdict; 2-5 mean interrupted, internal or usage errors, or nothing collected."""
+
+
+def budget_lines(seconds: dict[str, float]) -> list[str]:
+    """One line per phase beside its budget, then the whole run beside `VERIFY_GOAL_S`."""
+    lines = [f"ncm-verify: time by phase beside its budget (a fresh `make verify`: {VERIFY_GOAL_S} s on 2 cores):"]
+    for name, spent in [*seconds.items(), ("total", sum(seconds.values()))]:
+        budget = PHASE_BUDGETS_S.get(name, VERIFY_GOAL_S if name == "total" else 0)
+        over = "  OVER" if spent > budget else ""
+        lines.append(f"  {name:<22} {spent:>6.0f} s of {budget:>4} s{over}")
+    return lines
 
 
 class UsageError(ValueError):
@@ -381,6 +397,7 @@ def verify(
             clear_previous_report(reports)
         print("ncm-verify: stopped before any phase; no report was written", file=sys.stderr)
         return 2
+    started = time.monotonic()
     reports = reports.resolve()
     reports.mkdir(parents=True, exist_ok=True)
     cache = Path(cache or DEFAULT_CACHE).resolve()
@@ -412,6 +429,7 @@ def verify(
         jobs=jobs,
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start_s = time.monotonic() - started
     phases = [run_phase("properties", "1/4", properties, env)]
     if phases[0].problem:  # no evidence tells why: say how to see the tracebacks this phase did not print
         traced = f"HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist --impl={impl}"
@@ -429,6 +447,7 @@ def verify(
     else:
         say("[2-3/4] self-tests: skipped (--no-selftests): the verdict fails, the suite's teeth unproven here")
     say("[4/4] report")
+    report_started = time.monotonic()
     facts = RunRecord(
         run_id=run_id,
         phases=phases,
@@ -443,4 +462,8 @@ def verify(
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(document, reports)
+    spent = {"start": start_s, **{p.name: p.seconds or 0.0 for p in phases}}
+    if not selftest_cache["ran"] or selftest_cache.get("reused"):  # reused or skipped: no time spent on them
+        spent.update({"planted bugs": 0.0, "calibration and power": 0.0})
+    print("\n".join(budget_lines({**spent, "report": time.monotonic() - report_started})), flush=True)
     return document.verdict.exit_status
