@@ -126,7 +126,7 @@ verify-peers: install-peers
 clean:
 	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks
 
-# Issue 24's models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
+# The text models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
 # NCM (a target, two smaller drafts), trained with MLX
 # (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
 # runs this; FRESH=1 drops the checkpoints first; CHECK=1 retrains from scratch and compares with the shipped
