@@ -302,16 +302,15 @@ def hypothesis_claim(ledger: dict) -> dict:
     return claim
 
 
+def refuting_node() -> dict:
+    """C10's property failed by assertion: the data refute the hypothesis."""
+    failure = assertion_failure(None, [], "AssertionError: distillation does not beat the baseline")
+    return node("properties/test_drafters.py::test_direction", ["C10"], outcome="failed", failure=failure)
+
+
 def test_a_refuted_hypothesis_is_a_finding_and_a_correct_run_still_passes(ledger, passing, tmp_path):
     hypothesis_claim(ledger)
-    passing["properties"].append(
-        node(
-            "properties/test_drafters.py::test_direction",
-            ["C10"],
-            outcome="failed",
-            failure=assertion_failure(None, [], "AssertionError: distillation does not beat the baseline"),
-        )
-    )
+    passing["properties"].append(refuting_node())
     exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
     assert claims_by_id(report)["C10"]["status"] == claim_status.REFUTED
     assert "refute" in claims_by_id(report)["C10"]["reason"]
@@ -345,14 +344,7 @@ def test_a_thorough_only_property_is_not_required_under_ci_but_counts_when_it_ra
 
 def test_a_refuted_hypothesis_prints_under_findings_and_never_as_a_failure(ledger, passing, tmp_path):
     hypothesis_claim(ledger)
-    passing["properties"].append(
-        node(
-            "properties/test_drafters.py::test_direction",
-            ["C10"],
-            outcome="failed",
-            failure=assertion_failure(None, [], "AssertionError: distillation does not beat the baseline"),
-        )
-    )
+    passing["properties"].append(refuting_node())
     document = doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
     assert [f.nodeid for f in document.findings] == ["properties/test_drafters.py::test_direction"]
     assert not document.failures

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from html import escape
 
 from ncm_verify.evidence import BENCH_FILE
-from ncm_verify.report.model import Document, Plot, Table, number
+from ncm_verify.report.model import FINDINGS_TITLE, Document, Plot, Table, number
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -332,8 +332,7 @@ def failures_html(document: Document, findings: bool = False) -> str:
     if not parts:
         return ""
     if findings:
-        title = "Findings: research hypotheses the data refute (not failures)"
-        return f'<h2 id="findings">{escape(title)}</h2>\n' + "\n".join(parts)
+        return f'<h2 id="findings">{escape(FINDINGS_TITLE)}</h2>\n' + "\n".join(parts)
     return '<h2 id="failures">Failures and how to reproduce them</h2>\n' + "\n".join(parts)
 
 
@@ -341,18 +340,13 @@ def suite_checks_html(document: Document) -> str:
     """The properties that never call the module, apart from the verdict on it."""
     if not document.suite_checks:
         return ""
-    counted = (
-        "They count in this run's verdict: the module under test is the reference, the suite itself."
-        if document.suite_checks_count
-        else "They are not a verdict on the module under test: their outcome is the same for every module."
-    )
     rows = "".join(
         f"<li><code>{breakable(nodeid)}</code>: {status_span(outcome)}</li>"
         for nodeid, outcome in document.suite_checks
     )
     return (
-        f'<h2 id="suite-checks">The suite\'s own checks</h2><p>Properties that never call the module under test. '
-        f"{escape(counted)}</p><details><summary>{len(document.suite_checks)} properties</summary><ul>{rows}</ul>"
+        f'<h2 id="suite-checks">The suite\'s own checks</h2><p>{escape(document.suite_checks_note)}</p>'
+        f"<details><summary>{len(document.suite_checks)} properties</summary><ul>{rows}</ul>"
         "</details>"
     )
 

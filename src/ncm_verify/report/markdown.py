@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ncm_verify.report.model import Document, Table
+from ncm_verify.report.model import FINDINGS_TITLE, Document, Table
 
 
 def cell(text: str) -> str:
@@ -21,19 +21,11 @@ def render_table(table: Table, level: str = "##") -> str:
     return "\n".join(lines)
 
 
-FINDINGS_TITLE = "Findings: research hypotheses the data refute (not failures)"
-
-
 def render_suite_checks(document: Document) -> str:
     """The properties that never call the module, apart from the verdict on it (counted only on the reference)."""
     if not document.suite_checks:
         return ""
-    counted = (
-        "They count in this run's verdict: the module under test is the reference, the suite itself."
-        if document.suite_checks_count
-        else "They are not a verdict on the module under test: their outcome is the same for every module."
-    )
-    lines = ["## The suite's own checks", "", f"Properties that never call the module under test. {counted}", ""]
+    lines = ["## The suite's own checks", "", document.suite_checks_note, ""]
     lines += [f"- `{nodeid}`: {outcome}" for nodeid, outcome in document.suite_checks]
     return "\n".join(lines) + "\n"
 

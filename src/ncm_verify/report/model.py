@@ -201,3 +201,17 @@ class Document:
     def to_json(self) -> dict:
         """verify.json: the report this document was built from."""
         return self.data
+
+    @property
+    def suite_checks_note(self) -> str:
+        """What the suite's own checks are, and whether they count in this run's verdict."""
+        counted = (
+            "They count in this run's verdict: the module under test is the reference, the suite itself."
+            if self.suite_checks_count
+            else "They are not a verdict on the module under test: their outcome is the same for every module."
+        )
+        return f"Properties that never call the module under test. {counted}"
+
+
+FINDINGS_TITLE = "Findings: research hypotheses the data refute (not failures)"
+"""The heading of refuted hypotheses in every writer: results of the run, never failures."""
