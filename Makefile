@@ -62,17 +62,20 @@ lint: install
 
 # CI's `make test` within 300 s on 2 cores, a fresh clone: each step is printed beside its share (`make verify` prints
 # its own phases beside theirs, src/ncm_verify/run.py PHASE_BUDGETS_S); past a budget is said, never failed for.
+# Each recipe line apart: `make -n test` (tests/test_drafting_models.py) runs the lines naming $(MAKE), never the tests.
 TEST_BUDGETS := lint=20 unit-tests=40 verify=240
+STARTED := $(shell date +%s)
 budget = $(patsubst $(1)=%,%,$(filter $(1)=%,$(TEST_BUDGETS)))
-timed = start=$$(date +%s); $(2); status=$$?; spent=$$(( $$(date +%s) - start )); \
+timed = ( start=$$(date +%s); $(2); status=$$?; spent=$$(( $$(date +%s) - start )); \
 	echo "ncm-verify: make test step $(1): $$spent s of its $(call budget,$(1)) s budget$$( \
-	[ $$spent -gt $(call budget,$(1)) ] && echo '  OVER')"; exit $$status
+	[ $$spent -gt $(call budget,$(1)) ] && echo '  OVER')"; exit $$status )
 
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
 test: install
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,unit-tests,$(PYTEST) tests -q -n $(JOBS))
 	@$(call timed,verify,$(MAKE) --no-print-directory verify)
+	@echo "ncm-verify: make test: $$(( $$(date +%s) - $(STARTED) )) s of its 300 s goal, install included"
 
 ## help: list the targets and variables
 help:
