@@ -390,6 +390,13 @@ PROTOCOLS: tuple[type, ...] = (
     TreeDrafting,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
+
+
+def family_named(name: str) -> type | None:
+    """The protocol family whose class is called `name`, in any case (`--require TreeVerification`); else None."""
+    return next((family for family in PROTOCOLS if family.__name__.lower() == name.lower()), None)
+
+
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 
 

@@ -131,17 +131,17 @@ def check_profile(profile: str):
 
 def check_required(required: list[str]) -> list[str]:
     """`--require`'s claim ids and protocol families (by class name, any case), each known; a UsageError otherwise."""
-    from ncm_verify.protocol import PROTOCOLS
+    from ncm_verify.protocol import PROTOCOLS, family_named
 
     claims = [claim["id"] for claim in read_ledger(ROOT / "ledger.json")[0]["claims"]]
-    families = {family.__name__.lower(): family.__name__ for family in PROTOCOLS}
-    unknown = [item for item in required if item not in claims and item.lower() not in families]
+    families = {item: family.__name__ for item in required if (family := family_named(item)) is not None}
+    unknown = [item for item in required if item not in claims and item not in families]
     if unknown:
         raise UsageError(
             f"require: no claim or protocol family {', '.join(map(repr, unknown))}; claims: {', '.join(claims)}; "
-            f"families: {', '.join(families.values())}"
+            f"families: {', '.join(family.__name__ for family in PROTOCOLS)}"
         )
-    return [families.get(item.lower(), item) for item in required]
+    return [item if item in claims else families[item] for item in required]
 
 
 def suite_key() -> str:

@@ -33,6 +33,7 @@ from ncm_verify.evidence import (
 )
 from ncm_verify.evidence.chi_square import LAW_DECIMALS, power_case_names
 from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
+from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, family_named, protocol_members
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
@@ -93,9 +94,6 @@ PARTS = (
     "ledger",
 )
 
-REFERENCE_MODULE = "ncm_verify.reference"
-"""The suite's own implementation: a run on it is the suite judging itself, so its own checks count there."""
-
 
 def never_reaches_implementation(node: PropertyRecord) -> bool:
     """A property that neither called nor looked up any name of the module: the suite's own check (an identity of
@@ -106,8 +104,9 @@ def never_reaches_implementation(node: PropertyRecord) -> bool:
 
 
 def judges_reference(run: dict) -> bool:
-    """Whether the module under test is the suite's reference (its own checks then count in the verdict)."""
-    return run.get("impl") == REFERENCE_MODULE
+    """Whether the module under test is the suite's reference: a run on it is the suite judging itself, so its own
+    checks count in the verdict."""
+    return run.get("impl") == DEFAULT_IMPLEMENTATION
 
 
 def count(number: int, noun: str, plural: str | None = None) -> str:
@@ -533,13 +532,10 @@ def what_was_judged(claims: list[dict], nodes: list[PropertyRecord], implementat
 def coverage_part(required: list[str], claims: list[dict], judged: dict) -> list[str]:
     """What `required` (claim ids, or protocol families by name) asks of the module and it does not give: a claim
     not shown on its own code, a family name it does not provide itself or no property judged."""
-    from ncm_verify.protocol import PROTOCOLS, protocol_members
-
-    families = {family.__name__.lower(): family for family in PROTOCOLS}
     statuses = {claim["id"]: claim for claim in claims}
     reasons = []
     for wanted in required:
-        family = families.get(wanted.lower())
+        family = family_named(wanted)
         if family is not None:
             lacking = [
                 f"{name} ({'inherited' if name in judged['inherited'] else 'missing'})"
