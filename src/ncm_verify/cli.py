@@ -92,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="folder for the reference evidence and self-test results reused across runs and reports folders "
-        "(default: .ncm-verify-cache at the suite's root)",
+        "(default: .ncm-verify-cache at the checkout's root; for an installed suite, in the current folder)",
     )
     run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
     run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")

@@ -11,14 +11,15 @@ Phases run as subprocesses (pytest), each announced with its place in the run:
    not on the implementation, so their results are cached under a key hashed from the suite's
    sources and environment, reused while nothing changed, and always rerun when ``CI=true``;
 3. the report, whose verdict (`report.status.make_verdict`) is the exit status. What the run knew of itself
-   (phases, run id, reuse) is written to run.json first, and the report is built from the folder's files alone,
-   as `ncm-verify report` rebuilds it.
+   (phases, run id, reuse, what ``--require`` demands) is written to run.json first, and the report is built
+   from the folder's files alone, as `ncm-verify report` rebuilds it.
 
 Both caches (reference evidence, self-tests) live in a folder of their own (``--cache``, default
-``.ncm-verify-cache`` at the suite's root), not under the reports folder: a port's run with its reports elsewhere
-reuses what the reference's run left.
+``.ncm-verify-cache`` at the checkout's root, or in the current folder for an installed suite), not under the
+reports folder: a port's run with its reports elsewhere reuses what the reference's run left.
 
-A bad ``--impl`` or ``--profile`` stops the run before any phase, with one message and no report.
+A bad ``--impl``, ``--profile`` or ``--require`` stops the run before any phase, with one message and no report.
+The run ends with each phase's time beside its budget (`PHASE_BUDGETS_S`).
 """
 
 from __future__ import annotations
