@@ -24,6 +24,7 @@ MARKERS = """
 markers =
     claim: c
     statistical: s
+    experiment: e
 """
 
 
@@ -60,6 +61,29 @@ def test_an_impl_that_cannot_be_imported_stops_the_session_before_any_test(suite
     result = suite(IMPL_NAME, "--impl=ncm_verify.mutants.no_such_mutant")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "cannot import" in result.stderr.str() and "test_sees_the_module_under_test" not in result.stdout.str()
+
+
+EXPERIMENT = """
+import pytest
+
+@pytest.mark.experiment
+def test_an_experiment_on_the_suites_own_models():
+    assert False, "the data refute the hypothesis"
+
+def test_a_property_of_the_module(impl):
+    assert callable(impl.verify_chain)
+"""
+
+
+@pytest.mark.parametrize("module", ["ncm_verify.reference", "ncm_verify.mutants.ratio_inverted"])
+def test_an_experiment_runs_on_the_references_run_and_is_left_out_of_a_ports(suite, module):
+    """An experiment never calls the module: its refutation is the reference run's finding, never a port's failure
+    (a port's `pytest -x` must not stop there)."""
+    result = suite(EXPERIMENT, f"--impl={module}", "-x")
+    if module == "ncm_verify.reference":  # the suite judging itself: a refutation stops `-x` there
+        result.assert_outcomes(failed=1)
+    else:
+        result.assert_outcomes(passed=1, deselected=1)
 
 
 EVIDENCE = """

@@ -353,6 +353,14 @@ def test_a_refuted_hypothesis_prints_under_findings_and_never_as_a_failure(ledge
     assert "FAILURE" not in render_markdown(document) and "Findings" in render_markdown(document)
 
 
+def test_a_hypothesis_whose_experiment_a_ports_run_left_out_is_the_suites_own_check_not_a_gap(ledger, passing):
+    hypothesis_claim(ledger)
+    passing["impl"] = "my_port"
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN)
+    assert claims_by_id(report)["C10"]["status"] == claim_status.SUITE_CHECK
+    assert report["run"]["exit_status"] == 0, report["run"]["reasons"]
+
+
 @pytest.mark.parametrize("impl", ["my_port", "ncm_verify.reference"])
 def test_a_failing_suite_check_is_reported_apart_on_a_port_and_fails_only_the_references_run(impl, ledger, passing):
     """A property that never reaches the module (no call, no name looked up) is the suite's own check: its failure

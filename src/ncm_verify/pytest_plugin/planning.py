@@ -15,6 +15,7 @@ from ncm_verify.harness.hypothesis_internals import explicit_examples, settings_
 from ncm_verify.report.ledger import THOROUGH_PROFILE
 
 THOROUGH_ONLY = "thorough_only"
+EXPERIMENT = "experiment"
 """Properties marked so run under `THOROUGH_PROFILE` alone (the ledger's `thorough_properties`)."""
 
 _REUSE = pytest.StashKey[dict]()
@@ -93,6 +94,11 @@ def thorough_only(items: list) -> list:
     if os.environ.get("HYPOTHESIS_PROFILE", "dev") == THOROUGH_PROFILE:
         return []
     return [item for item in items if item.get_closest_marker(THOROUGH_ONLY)]
+
+
+def experiments(items: list) -> list:
+    """The items marked `EXPERIMENT`: research on the suite's own models, which no module under test can change."""
+    return [item for item in items if item.get_closest_marker(EXPERIMENT)]
 
 
 def read_reuse(config) -> dict:

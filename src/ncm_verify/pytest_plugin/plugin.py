@@ -142,6 +142,8 @@ def pytest_collection_modifyitems(session, config, items):
     planning.deselect(config, items, [item for item in items if item.nodeid in reused])
     # a port's run shows its first failure early: exact properties (seconds each) before sampled ones
     port = config.getoption("--impl") != DEFAULT_IMPLEMENTATION
+    if port:  # an experiment never calls the module: its finding is the reference run's, never a port's failure
+        planning.deselect(config, items, planning.experiments(items))
     if config.getoption("--ncm-stop-when-caught"):
         items[:] = planning.named_first(planning.exact_first(items), config.getoption("--ncm-first"))
     elif port:
