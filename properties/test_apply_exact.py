@@ -12,9 +12,10 @@ cannot hide behind the other.
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import event, given, note, reject
+from hypothesis import event, given, note, reject, settings
 from hypothesis import strategies as st
 
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import checks
 from ncm_verify.harness.kernels import BLOCK, CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
 from ncm_verify.harness.strategies import seeds, step_cases
@@ -87,6 +88,42 @@ def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mo
 @given(step=step_cases(BLOCK))
 def test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
     """Near u, a threshold is excused only within float32 rounding of w and rho (`threshold_boundary_slack`)."""
+    check_apply_step(impl, step)
+
+
+REAL_VOCAB = 128_256
+"""Llama 3's vocabulary: where the any-order bound excuses draws within 1.5e-2 of the total."""
+EXACTLY_SUMMED_KERNELS = (CHAIN, FACTORIZED, LATENT_CHAIN)
+"""Kernels that draw from one residual or target row: exactly summed inputs keep every weight they draw from exact."""
+EXACTLY_SUMMED_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example reads rows of 128 256 entries (about 0.1 s): the distinct examples a claim's property must show, two
+more."""
+
+
+@pytest.mark.claim("C5", "C6")
+@pytest.mark.needs("apply")
+@pytest.mark.parametrize("kernel", EXACTLY_SUMMED_KERNELS, ids=lambda kernel: kernel.name)
+@settings(max_examples=EXACTLY_SUMMED_EXAMPLES)
+@given(data=st.data())
+def test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256(impl, kernel, data):
+    """Rows of multiples of 2^-24 whose residual mass is 2^-m: every order of float32 sums is exact, so a draw is
+    excused only within `tolerances.EXACT_SUM_ULPS` of its boundary (not the any-order (m + 2) eps32, 1.5e-2 here).
+
+    q is 0 or tiny where p is largest; uniforms sit 0-16 float32 ulps below or above a boundary, so a threshold
+    moved by 1e-6 (8-16 ulps) decides otherwise.
+    """
+    step = data.draw(
+        step_cases(
+            kernel,
+            vocabs=st.just(REAL_VOCAB),
+            row_kinds=("exactly_summed",),
+            relations=st.just("exact_mass_moved"),
+            dtypes=("float32",),
+            uniform_kinds=("boundary", "boundary", "boundary", "random"),
+            offsets=st.integers(-16, 16),
+        ),
+        label="step",
+    )
     check_apply_step(impl, step)
 
 

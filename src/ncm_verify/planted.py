@@ -20,6 +20,9 @@ MUTANTS = {
     "ratio_in_half": "rounds the acceptance ratio p/q to float16 (P(accept) off by up to 2.4e-4 relative)",
     "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
     "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
+    "correction_threshold_moved_at_large_vocab": (
+        "above 2^16 ids the correction's inverse CDF moves its threshold u * total up by 1e-6 of itself"
+    ),
     "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
     "greedy_ties_to_the_last_maximum": "greedy verification breaks tied maxima toward the last index, not the first",
     "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
