@@ -31,12 +31,15 @@ from ncm_verify.mlx_lm_real.text_drafters import (
     check_drafted_calls,
     check_one_pass_per_block,
     drafting_tables,
+    enumerated_loop_law,
     make_drafter,
+    target_rows,
 )
 from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting.models import ARDrafter
 from ncm_verify.reference.drafting.text import text_ids
 from ncm_verify.reference.drafting.trained import load_trained
+from ncm_verify.tolerances import LAW_FROM_FLOAT32_ROWS
 
 pytestmark = pytest.mark.claim("C17")
 
@@ -197,6 +200,55 @@ def test_drafted_generation_enumerates_to_the_target_law(data):
         exact_text_drafting.target_law(target_row, length),
         label="drafted generation's law of the first tokens vs the target's",
         call=call,
+    )
+
+
+LOOP_ENUMERATION_VOCAB = 4
+"""Each internal branch of the enumeration costs V runs of the loop: at V = 4 about 20-50 runs of 1-2 rounds."""
+
+
+@settings(max_examples=ENUMERATION_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_the_implementations_drafting_loop_enumerates_to_the_target_law_over_two_rounds(impl, data):
+    """The implementation's loop, every branch walked through it, emits the target's law of two tokens.
+
+    Each round's draft is forced in turn (the drafter still proposes, so its cache and key advance as they would)
+    and weighted by the drafter's own row; the round's outcomes are weighted from the p and q the loop handed
+    `verify_chain` and forced in the runs below (`enumerated_loop_law`). A first draft rejected leaves a second round
+    to the loop's own state (caches trimmed, features carried): a wrong row there, a cache that kept a rejected
+    draft, a q other than the drafter's, move the law.
+    """
+    spec, target, kind, drafter, built = draw_models(data, vocabs=(LOOP_ENUMERATION_VOCAB,))
+    prompt = draw_prompt(data, kind, spec.vocab_size, max_size=4)
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    length = 2
+    call = (
+        f"generate_drafted({built}, {prompt}, {length}, num_draft=1, key=mx.random.key({seed}), "
+        f"temperature={temperature}) with scripted drafts and outcomes"
+    )
+    note(call)
+
+    def run_loop(wrap, kernels):
+        impl.generate_drafted(
+            target,
+            wrap(drafter),
+            prompt,
+            length,
+            num_draft=1,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=kernels,
+        )
+
+    law = enumerated_loop_law(run_loop, length, call=call)
+    target_row = target_rows(target, prompt, length, temperature)
+    assert_distributions_equal(
+        law,
+        exact_text_drafting.target_law(target_row, length),
+        label="the loop's law of two tokens, enumerated through it, vs the target's",
+        call=call,
+        tolerance=LAW_FROM_FLOAT32_ROWS,
     )
 
 

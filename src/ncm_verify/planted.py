@@ -73,6 +73,9 @@ MUTANTS = {
     "drafting_q_from_latent_marginal": "text drafting: q is the drafter's latent marginal sum_z q(z) q(. | z)",
     "drafting_q_under_another_code": "text drafting: q and codes of a second proposal, the tokens of the first",
     "drafting_q_at_temperature_one": "text drafting: tokens drawn at temperature T, q reported at temperature 1",
+    "drafting_target_keeps_a_rejected_draft": (
+        "drafting loop: after a rejection the target's cache keeps the rejected draft's K/V for every later round"
+    ),
     "drafting_target_stale_after_rejection": (
         "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
     ),

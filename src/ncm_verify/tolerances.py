@@ -38,6 +38,11 @@ NORMALISATION: dict[mx.Dtype, float] = {
 EXACT_IDENTITY = 1e-12
 """Enumerated float64 output distributions against the target's: no sampling noise at all."""
 
+LAW_FROM_FLOAT32_ROWS = 1e-5
+"""A law enumerated in float64 from the float32 rows a loop handed its verifier, against the target's from float64
+rows: each probability a product of a few rows rounded to float32 (a relative 1e-7 each), the mismatch of softmax
+in float32 and in float64 included; a wrong row moves mass by 1e-2 or more."""
+
 
 def tolerance_for(dtype: mx.Dtype) -> Tolerance:
     """The agreement tolerance for `dtype`; a ValueError for a dtype with none."""
