@@ -475,7 +475,7 @@ EXACT_UNITS = 2**24
 """Exactly summed rows hold integer multiples of 2^-24 summing to 1: float32 sums every prefix exactly in any order
 (`tolerances.exactly_summed`), so a draw is judged to 2 ulps, not the any-order bound."""
 MOVED_MASS_EXPONENTS = (1, 21)
-"""An exactly summed draft moves 2^-m of its target's mass, m in 1..20: the residual's mass is exactly a power of two."""
+"""An exactly summed draft moves 2^-m of its target's mass, m in 1..20: its residual's mass is a power of two."""
 
 
 def make_exactly_summed_rows(rng: np.random.Generator, count: int, vocab: int) -> np.ndarray:

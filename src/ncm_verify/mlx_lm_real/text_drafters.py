@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -369,7 +370,7 @@ def enumerated_loop_law(run_loop, length: int, *, call: str) -> dict[tuple, floa
             handed: list = []
             try:
                 run_loop(
-                    lambda drafter: ScriptedDrafter(drafter, drafts + [x], rows, handed),
+                    partial(ScriptedDrafter, drafts=drafts + [x], rows=rows, handed=handed),
                     ScriptedKernels(outcomes, handed),
                 )
             except ExpandedRound:

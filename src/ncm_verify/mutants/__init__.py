@@ -85,8 +85,14 @@ def verify_equals_apply(kind: str) -> str:
     return f"properties/test_apply_exact.py::test_verify_equals_apply_on_the_uniforms_it_draws[{kind}]"
 
 
-EXACTLY_SUMMED = "properties/test_apply_exact.py::test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256"
-LOOP_ENUMERATED = "properties/test_text_drafting.py::test_the_implementations_drafting_loop_enumerates_to_the_target_law_over_two_rounds"
+EXACTLY_SUMMED = (
+    "properties/test_apply_exact.py::"
+    "test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256"
+)
+LOOP_ENUMERATED = (
+    "properties/test_text_drafting.py::"
+    "test_the_implementations_drafting_loop_enumerates_to_the_target_law_over_two_rounds"
+)
 CHAIN_AS_TREE = "properties/test_tree.py::test_a_chain_is_verified_as_verify_chain_verifies_it"
 LEVEL_LAW_SAMPLED = (
     "properties/test_level_drafting.py::test_level_drafting_samples_the_target_law_of_latents_and_tokens"
