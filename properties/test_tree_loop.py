@@ -23,7 +23,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from ncm_verify.harness import strategies
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
 from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
-from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
+from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
 from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls
 from ncm_verify.reference.tree import MODES
@@ -33,6 +33,10 @@ pytestmark = pytest.mark.claim("C13")
 TEMPERATURES = (0.7, 1.0, 1.5)
 CLOSE_DRAFT_SCALES = (None, 1.5, 2.0, 4.5)
 """A draft with other weights (None), or the target's weights under a scaled head: long accepted paths."""
+PEAKED_DRAFT_SCALE = 100.0
+"""The target's weights under a head scaled by 100: rows with exact zeros (1-5 of 8 tokens keep mass), where a child
+drawn from any row but its parent's shows exactly. Not drawn without replacement: the loop then drafts more distinct
+children than a row's support, which `verify_tree` refuses (q = 0 for a drawn child)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,12 +44,17 @@ def tiny_model(spec: TinySpec):
     return make_tiny_model(spec)
 
 
-def draw_pair(data):
+@functools.lru_cache(maxsize=16)
+def successor_draft(spec: TinySpec):
+    return make_successor_draft(spec)
+
+
+def draw_pair(data, scales=CLOSE_DRAFT_SCALES):
     """A target, a draft over its vocabulary, and how to rebuild them."""
     spec = TinySpec(
         vocab_size=data.draw(st.sampled_from([8, 16]), label="vocab"), seed=data.draw(st.integers(0, 2**16))
     )
-    scale = data.draw(st.sampled_from(CLOSE_DRAFT_SCALES), label="draft logit_scale")
+    scale = data.draw(st.sampled_from(scales), label="draft logit_scale")
     draft = spec.with_seed(spec.seed + 1) if scale is None else dataclasses.replace(spec, logit_scale=scale)
     return spec, tiny_model(spec), draft, tiny_model(draft)
 
@@ -61,11 +70,12 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
     children their row's top k, and the emitted tokens what `verify_tree` decided. A loop that raises is judged
     on the calls it made before.
     """
-    spec, target, draft_spec, draft = draw_pair(data)
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    peaked = (PEAKED_DRAFT_SCALE,) if mode != "without_replacement" else ()
+    spec, target, draft_spec, draft = draw_pair(data, CLOSE_DRAFT_SCALES + peaked)
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
     max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
     branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
-    mode = data.draw(st.sampled_from(MODES), label="mode")
     temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
     seed = data.draw(strategies.seeds, label="seed")
     call = (
@@ -95,6 +105,54 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
     off_first = [path != list(range(len(path))) for _, path, _ in rounds[:-1]]
     event(f"mode: {mode}")
     event("a later round after a path off the first rows" if any(off_first) else "no path off the first rows")
+
+
+WIDE_BRANCHINGS = ((2, 2), (3, 1), (2, 1), (3, 2))
+"""Trees with several nodes at a level: a child drawn from a sibling's row lands outside its own row's support."""
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_has_mass(impl, data):
+    """Sampled children against the q rows handed to `verify_tree`, on drafts whose rows hold exact zeros.
+
+    A draw cannot be replayed, but a child outside its parent's handed support was drawn from another row; each
+    call is also judged as above (`check_tree_calls`). With replacement (without it the loop drafts more distinct
+    children than such a row's support, which `verify_tree` refuses) and top k; one or two rounds each.
+    """
+    spec = TinySpec(vocab_size=8, seed=data.draw(st.integers(0, 2**16), label="target seed"))
+    draft_spec = spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
+    target, draft = tiny_model(spec), successor_draft(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 4), label="prompt")
+    branching = data.draw(st.sampled_from(WIDE_BRANCHINGS), label="branching")
+    mode = data.draw(st.sampled_from(("with_replacement", "top_k")), label="mode")
+    max_tokens = data.draw(st.integers(len(branching), 2 * len(branching) + 1), label="max_tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_successor_draft({draft_spec}), {prompt}, "
+        f"{max_tokens}, branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
+    )
+    note(call)
+    calls: list = []
+    arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
+    try:
+        generation = impl.generate_tree_drafted(
+            target,
+            draft,
+            prompt,
+            max_tokens,
+            branching=branching,
+            mode=mode,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=RecordingKernels(impl, calls),
+        )
+    except Exception:
+        check_tree_calls(calls, None, *arguments, call=call)
+        raise
+    check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    event(f"mode: {mode}")
 
 
 @settings(deadline=None)

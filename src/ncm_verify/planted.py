@@ -76,6 +76,9 @@ MUTANTS = {
     "drafting_target_keeps_a_rejected_draft": (
         "drafting loop: after a rejection the target's cache keeps the rejected draft's K/V for every later round"
     ),
+    "tree_loop_children_from_the_levels_first_row": (
+        "tree loop, sampled modes: every node's children drawn from its level's first row, each node's own verified"
+    ),
     "drafting_target_stale_after_rejection": (
         "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
     ),

@@ -288,10 +288,12 @@ class RecordingKernels:
         return outcome
 
     def verify_tree(self, target_probs, draft_probs, tree_tokens, parents, **kwargs):
-        outcome = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
+        # logged before the call: a call that raises is judged too (its outcome stays None)
         record = {"p": target_probs, "q": draft_probs, "tree_tokens": tree_tokens, "parents": parents}
-        self.calls.append(("verify_tree", {**record, "mode": kwargs.get("mode"), "outcome": outcome}))
-        return outcome
+        record.update(mode=kwargs.get("mode"), outcome=None)
+        self.calls.append(("verify_tree", record))
+        record["outcome"] = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
+        return record["outcome"]
 
     def __getattr__(self, name):
         if name == "kernels":

@@ -41,6 +41,26 @@ def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) 
     return mx.stack([row for row in rows if row is not None])
 
 
+def check_children_drawn_from(q_row: np.ndarray, children: list[int], mode: str, *, row: int, call: str) -> None:
+    """Each sampled child lies where the q row handed for its parent has mass: anywhere in its support i.i.d.; in
+    what the earlier siblings left of it without replacement (any token not drawn yet once nothing is left).
+
+    A sampled draw cannot be replayed, but a draft row with exact zeros (a peaked draft) shows a child drawn from
+    another row at once; the draw's law within the support is the sampled check's.
+    """
+    left = q_row.copy()
+    for j, child in enumerate(children):
+        repeated = mode == "without_replacement" and child in children[:j]
+        if repeated or (left[child] <= 0 and (mode == "with_replacement" or left.sum() > 0)):
+            raise AssertionError(
+                f"child {j} of tree row {row} is token {child}, where the q row handed to verify_tree has "
+                f"{q_row[child]!r} ({mode}: siblings {children}, q's support {np.flatnonzero(q_row > 0).tolist()}): "
+                f"it was not drawn from that row\n  call: {call}"
+            )
+        if mode == "without_replacement":
+            left[child] = 0.0
+
+
 def check_tree_calls(
     calls: list,
     tokens: list[int] | None,
@@ -101,6 +121,11 @@ def check_tree_calls(
             label="q rows handed to verify_tree vs the draft's uncached conditionals of each root-to-node path",
             call=where,
         )
+        if mode != "top_k":
+            q_rows = as_numpy(q).astype(np.float64)
+            for parent in sorted(set(parents)):
+                children = [nodes[n] for n in range(len(nodes)) if parents[n] == parent]
+                check_children_drawn_from(q_rows[parent + 1], children, mode, row=parent + 1, call=where)
         if mode == "top_k":
             q_rows = as_numpy(q).astype(np.float64)
             for parent in sorted(set(parents)):
@@ -113,6 +138,8 @@ def check_tree_calls(
                     call=where,
                 )
         outcome = record["outcome"]
+        if outcome is None:  # the call raised: judged on what it was handed
+            break
         stood = int(outcome.num_accepted[0].item())
         rounds.append((stood, [int(n) for n in outcome.path[0, :stood].tolist()], parents))
         context += [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]
