@@ -20,13 +20,22 @@ from hypothesis import strategies as st
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
+from ncm_verify.harness.checks import (
+    as_numpy,
+    assert_close,
+    assert_decodings_equal,
+    assert_distributions_equal,
+    top_two_gap,
+)
 from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
 from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model
-from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
-from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls
+from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, target_rows
+from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls, enumerated_tree_loop_law
+from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.tree import MODES
+from ncm_verify.tolerances import LAW_FROM_FLOAT32_ROWS
 
 pytestmark = pytest.mark.claim("C13")
 
@@ -153,6 +162,58 @@ def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_
         raise
     check_tree_calls(calls, generation.tokens, *arguments, call=call)
     event(f"mode: {mode}")
+
+
+TREE_ENUMERATION_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example runs the loop once per branch left with tokens to emit (5-40 runs of 1-3 rounds): the distinct
+examples a claim's property must show, two more."""
+
+
+@settings(max_examples=TREE_ENUMERATION_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_the_implementations_top_k_tree_loop_enumerates_to_the_target_law_over_rounds(impl, data):
+    """The implementation's tree loop, every verification branch walked through it, emits the target's law.
+
+    Top-k children are a function of the context, so only `verify_tree`'s outcomes branch: each round's are weighted
+    from the tree and rows the loop handed it and forced in the runs below (`enumerated_tree_loop_law`), so later
+    rounds run on the loop's own compacted caches after every path the verifier can take.
+    """
+    spec = TinySpec(vocab_size=data.draw(st.sampled_from([4, 6]), label="vocab"), seed=data.draw(st.integers(0, 2**16)))
+    scale = data.draw(st.sampled_from(CLOSE_DRAFT_SCALES), label="draft logit_scale")
+    draft_spec = spec.with_seed(spec.seed + 1) if scale is None else dataclasses.replace(spec, logit_scale=scale)
+    target, draft = tiny_model(spec), tiny_model(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 4), label="prompt")
+    branching = data.draw(st.sampled_from(((1,), (2,), (3,), (1, 1), (2, 1))), label="branching")
+    length = data.draw(st.integers(2, 3), label="tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {length}, "
+        f"branching={branching}, mode='top_k', key=mx.random.key({seed}), temperature={temperature}) scripted"
+    )
+    note(call)
+
+    def run_loop(kernels):
+        impl.generate_tree_drafted(
+            target,
+            draft,
+            prompt,
+            length,
+            branching=branching,
+            mode="top_k",
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=kernels,
+        )
+
+    law = enumerated_tree_loop_law(run_loop, length, "top_k", call=call)
+    assert_distributions_equal(
+        law,
+        exact_text_drafting.target_law(target_rows(target, prompt, length, temperature), length),
+        label=f"the tree loop's law of {length} tokens, enumerated through it, vs the target's",
+        call=call,
+        tolerance=LAW_FROM_FLOAT32_ROWS,
+    )
 
 
 @settings(deadline=None)
