@@ -127,6 +127,43 @@ def test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summe
     check_apply_step(impl, step)
 
 
+HALF_KERNELS = (CHAIN, FACTORIZED, LATENT_CHAIN, BLOCK, TREE)
+"""Every kernel with uniforms, the tree's mode drawn (greedy's half scores meet ties in test_greedy.py)."""
+HALF_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""The distinct examples a claim's property must show, two more: a tree example costs about 0.15 s here."""
+HALF_OFFSETS = st.sampled_from([-4096, -256, -32, -8, -3, 3, 8, 32, 256, 4096])
+"""float32 ulps from a boundary, just below or above it: past the float32 slack (2 ulps of an acceptance, (m + 2) of a
+small row's draw) yet within a half rounding (2^11-2^16 ulps), so a step kept in half precision decides otherwise."""
+HALF_RELATIONS = st.sampled_from(("tiny_q_where_p_large", "nearly_equal", "independent", "argmax_of_target"))
+"""Rows where half precision bites: q a sliver of p (a ratio far above 1, a peaked residual), nearly equal rows."""
+
+
+@pytest.mark.claim("C5", "C6", "C13", "C16")
+@pytest.mark.needs("apply")
+@pytest.mark.parametrize("kernel", HALF_KERNELS, ids=lambda kernel: kernel.name)
+@settings(max_examples=HALF_EXAMPLES)
+@given(data=st.data())
+def test_half_precision_steps_take_the_float64_decisions_just_below_and_above_every_boundary(impl, kernel, data):
+    """float16 and bfloat16 rows, every uniform placed at a float64 boundary of the rounded rows (each acceptance
+    threshold, each cumulative step of a residual or target row) and moved just below or above it.
+
+    A half-precision input is exact in float32, so the kernel must decide as float64 does on those values; a ratio,
+    weight or cumulative sum kept in half precision moves its boundary by 2^11-2^16 ulps and decides otherwise.
+    """
+    step = data.draw(
+        step_cases(
+            kernel,
+            vocabs=st.one_of(st.integers(2, 8), st.just(300)),
+            relations=HALF_RELATIONS,
+            dtypes=("float16", "bfloat16"),
+            uniform_kinds=("boundary",),
+            offsets=HALF_OFFSETS,
+        ),
+        label="step",
+    )
+    check_apply_step(impl, step)
+
+
 @pytest.mark.claim("C5", "C6")
 @given(step=step_cases(FACTORIZED), swapped=st.booleans())
 def test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_rows(impl, step, swapped):

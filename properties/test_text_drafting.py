@@ -265,13 +265,15 @@ def test_sampled_drafted_generations_follow_the_target_law_and_first_drafts_stan
     """A smoke test of the whole loop's sampled output, weak by design; exactness rests on the call-by-call check.
 
     Its plans detect a total-variation deviation of `stats.LOOP_TARGET_TV` (0.2) on the binned law with
-    power 0.99 (`stats.make_plan`): gross errors (every draft standing, the drafter's law emitted), not
-    subtle ones. Each generation is one token (one round of one draft): later rounds are the exact check's.
+    power 0.99 (`stats.make_plan`): gross errors (every draft standing, the drafter's law emitted, keys reused
+    across rounds), not subtle ones. A generation is one token over V = 8, or up to three over V = 4: one round
+    of one draft each, so several rounds run on the loop's own state and randomness (the enumeration forces both).
     Laws needing more than `stats.LOOP_SMOKE_MAX_SAMPLES` generations are filtered out.
     """
-    spec, target, kind, drafter, built = draw_models(data, vocabs=(8,))
+    spec, target, kind, drafter, built = draw_models(data, vocabs=(4, 8))
     prompt = draw_prompt(data, kind, spec.vocab_size, max_size=2)  # one or two passes a generation: cheap
-    length, num_draft = 1, 1  # one round a generation: the cheapest law that sees q, p and the acceptance rule
+    length = data.draw(st.integers(1, 3 if spec.vocab_size == 4 else 1), label="tokens")
+    num_draft = 1  # one round a token at most: the cheapest law that sees q, p, the acceptance rule and the rounds
     temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
     seed = data.draw(strategies.seeds, label="seed")
     target_row, blocks = drafting_tables(target, drafter, prompt, length, num_draft, temperature)

@@ -15,22 +15,23 @@ import functools
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import event, given, note, settings
+from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
-from ncm_verify.harness import strategies
+from ncm_verify.harness import stats, strategies
 from ncm_verify.harness.checks import (
     as_numpy,
     assert_close,
     assert_decodings_equal,
     assert_distributions_equal,
+    assert_joint_sample_fits,
     top_two_gap,
 )
 from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
-from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model
+from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model, outcome_index
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, target_rows
 from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls, enumerated_tree_loop_law
 from ncm_verify.oracles import exact_text_drafting
@@ -214,6 +215,54 @@ def test_the_implementations_top_k_tree_loop_enumerates_to_the_target_law_over_r
         call=call,
         tolerance=LAW_FROM_FLOAT32_ROWS,
     )
+
+
+SAMPLED_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example runs about 1-2 thousand generations of 2-3 rounds (20-60 ms each here): thorough runs only."""
+
+
+@pytest.mark.thorough_only  # 20-60 CPU-s an example; the loop's evidence is the exact enumeration and the call checks
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=SAMPLED_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_sampled_tree_loop_generations_follow_the_target_law_over_rounds(impl, data):
+    """A smoke test of the tree loop's sampled output in every mode: the law of two or three tokens over V = 4.
+
+    Its plan detects a total-variation deviation of `stats.LOOP_TARGET_TV` (0.2) with power 0.99: gross errors in
+    the children drawn, the walk or the rounds' state, with the loop's own randomness (the enumeration forces it).
+    """
+    spec = TinySpec(vocab_size=4, seed=data.draw(st.integers(0, 2**16), label="target seed"))
+    draft_spec = spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
+    target, draft = tiny_model(spec), tiny_model(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="prompt")
+    branching = data.draw(st.sampled_from(((2,), (3,), (1, 1), (2, 1))), label="branching")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    length = data.draw(st.integers(2, 3), label="tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    law = np.zeros(spec.vocab_size**length)
+    for tokens, mass in exact_text_drafting.target_law(
+        target_rows(target, prompt, length, temperature), length
+    ).items():
+        law[outcome_index(list(tokens), spec.vocab_size)] += mass
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {length}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.split(mx.random.key({seed}), n)[i], "
+        f"temperature={temperature})"
+    )
+    note(call)
+    assume(stats.loop_smoke_sized({"tokens": law}))
+
+    def sample(n: int) -> dict[str, np.ndarray]:
+        outcomes = np.empty(n, dtype=np.int64)
+        for i, key in enumerate(mx.random.split(mx.random.key(seed), n)):
+            generation = impl.generate_tree_drafted(
+                target, draft, prompt, length, branching=branching, mode=mode, key=key, temperature=temperature
+            )
+            outcomes[i] = outcome_index(generation.tokens, spec.vocab_size)
+        return {"tokens": outcomes}
+
+    assert_joint_sample_fits({"tokens": law}, sample, target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)
 
 
 @settings(deadline=None)

@@ -20,6 +20,12 @@ MUTANTS = {
     "ratio_in_half": "rounds the acceptance ratio p/q to float16 (P(accept) off by up to 2.4e-4 relative)",
     "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
     "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
+    "correction_cdf_in_bfloat16_for_half_inputs": (
+        "for float16 or bfloat16 rows the correction's inverse CDF is accumulated in bfloat16"
+    ),
+    "block_weight_in_half_for_half_inputs": (
+        "for float16 or bfloat16 rows block verification keeps its prefix weight in that half precision"
+    ),
     "correction_threshold_moved_at_large_vocab": (
         "above 2^16 ids the correction's inverse CDF moves its threshold u * total up by 1e-6 of itself"
     ),

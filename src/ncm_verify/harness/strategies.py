@@ -455,8 +455,12 @@ step_vocabs = st.one_of(
 )
 """Vocabularies of one step: half above 2^16 (ids past 65 535), the rest tiny (ties, exact ratios) or medium."""
 STEP_ROW_KINDS = ("small_weights", "sparse", "dense", "one_hot")
-step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS))
+STEP_ONLY_RELATIONS = ("tiny_q_where_p_large",)
+"""Relations only a step draws (`make_step_draft_rows`): q cut to a sliver of p at the target's likeliest ids."""
+step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS + STEP_ONLY_RELATIONS))
 """Half the drafts nearly equal their target: a residual of tiny mass is where precision bugs hide."""
+TINY_Q_DECADES = (-7.0, -3.0)
+"""A `tiny_q_where_p_large` draft keeps 1e-7..1e-3 of p at the target's 1-3 likeliest ids (half rounds some to 0)."""
 NEAR_EQUAL_DECADES = (-7.0, -3.0)
 """Each nearly equal row moves q around p by a relative scale log-uniform in 1e-7..1e-3 (its residual's mass ~0.4x)."""
 STEP_DTYPES = ("float32", "float16", "float32", "bfloat16")
@@ -529,10 +533,29 @@ def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) 
     return weights / weights.sum(axis=1, keepdims=True)
 
 
+def make_tiny_q_rows(rng: np.random.Generator, target: np.ndarray) -> np.ndarray:
+    """`target` with q cut to p * 10^-U(3, 7) at each row's 1-3 likeliest ids, the mass cut spread over the rest:
+    large ratios p/q, residuals peaked where p is, and q in half precision near its smallest (subnormal) values."""
+    draft = target.copy()
+    vocab = target.shape[1]
+    if vocab < 2:
+        return draft
+    for row, p in zip(draft, target):
+        top = np.argsort(-p, kind="stable")[: int(rng.integers(1, min(3, vocab - 1) + 1))]
+        cut = p[top] * (1.0 - 10.0 ** rng.uniform(*TINY_Q_DECADES, size=len(top)))
+        row[top] -= cut
+        others = np.setdiff1d(np.arange(vocab), top)
+        spread = rng.random(len(others)) + 0.05
+        row[others] += cut.sum() * spread / spread.sum()
+    return draft
+
+
 def make_step_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
     """Draft rows for `target` as `relation` says; ``nearly_equal`` moves each row by its own tiny scale."""
     if relation == "exact_mass_moved":
         return make_exact_mass_moved_rows(rng, target)
+    if relation == "tiny_q_where_p_large":
+        return make_tiny_q_rows(rng, target)
     if relation == "nearly_equal":
         scale = 10.0 ** rng.uniform(*NEAR_EQUAL_DECADES, size=(len(target), 1))
         draft = target * np.exp(scale * rng.standard_normal(target.shape))
