@@ -121,7 +121,11 @@ WIDE_BRANCHINGS = ((2, 2), (3, 1), (2, 1), (3, 2))
 """Trees with several nodes at a level: a child drawn from a sibling's row lands outside its own row's support."""
 
 
-@settings(deadline=None)
+CHILDREN_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""One or two rounds a generation (about 0.1 s): the distinct examples a claim's property must show, two more."""
+
+
+@settings(max_examples=CHILDREN_EXAMPLES, deadline=None)
 @given(data=st.data())
 def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_has_mass(impl, data):
     """Sampled children against the q rows handed to `verify_tree`, on drafts whose rows hold exact zeros.
