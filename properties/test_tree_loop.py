@@ -69,6 +69,29 @@ def draw_pair(data, scales=CLOSE_DRAFT_SCALES):
     return spec, tiny_model(spec), draft, tiny_model(draft)
 
 
+def run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call):
+    """Run the implementation's tree loop with `verify_tree` recorded, then judge every call (`check_tree_calls`);
+    a loop that raises is judged on the calls it made before. Returns each round's (accepted, path, parents)."""
+    calls: list = []
+    arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
+    try:
+        generation = impl.generate_tree_drafted(
+            target,
+            draft,
+            prompt,
+            max_tokens,
+            branching=branching,
+            mode=mode,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=RecordingKernels(impl, calls),
+        )
+    except Exception:
+        check_tree_calls(calls, None, *arguments, call=call)
+        raise
+    return check_tree_calls(calls, generation.tokens, *arguments, call=call)
+
+
 @settings(deadline=None)
 @given(data=st.data())
 def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditionals_at_every_node(impl, data):
@@ -93,24 +116,7 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
         f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
     )
     note(call)
-    calls: list = []
-    arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
-    try:
-        generation = impl.generate_tree_drafted(
-            target,
-            draft,
-            prompt,
-            max_tokens,
-            branching=branching,
-            mode=mode,
-            key=mx.random.key(seed),
-            temperature=temperature,
-            kernels=RecordingKernels(impl, calls),
-        )
-    except Exception:
-        check_tree_calls(calls, None, *arguments, call=call)
-        raise
-    rounds = check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    rounds = run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
     # compaction is seen only when a later round follows a path other than the first rows in index order
     off_first = [path != list(range(len(path))) for _, path, _ in rounds[:-1]]
     event(f"mode: {mode}")
@@ -148,24 +154,7 @@ def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_
         f"{max_tokens}, branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
     )
     note(call)
-    calls: list = []
-    arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
-    try:
-        generation = impl.generate_tree_drafted(
-            target,
-            draft,
-            prompt,
-            max_tokens,
-            branching=branching,
-            mode=mode,
-            key=mx.random.key(seed),
-            temperature=temperature,
-            kernels=RecordingKernels(impl, calls),
-        )
-    except Exception:
-        check_tree_calls(calls, None, *arguments, call=call)
-        raise
-    check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
     event(f"mode: {mode}")
 
 

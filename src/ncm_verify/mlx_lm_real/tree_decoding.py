@@ -211,10 +211,9 @@ def enumerated_tree_loop_law(run_loop, length: int, mode: str, *, call: str) -> 
             raise AssertionError(f"verify_tree was told mode {handed_mode!r}, the loop drafts {mode!r}\n  call: {call}")
         vocab = p.shape[-1]
         nodes = as_numpy(tree_tokens).reshape(-1).astype(int)
-        rows = (as_numpy(a).astype(np.float64).reshape(-1, vocab) for a in (p, q))
-        for path, token, probability in exact_tree.handed_round_outcomes(
-            *rows, nodes, as_numpy(parents).reshape(-1).astype(int), mode
-        ):
+        target, draft = (as_numpy(a).astype(np.float64).reshape(-1, vocab) for a in (p, q))
+        parent_ids = as_numpy(parents).reshape(-1).astype(int)
+        for path, token, probability in exact_tree.handed_round_outcomes(target, draft, nodes, parent_ids, mode):
             out = emitted + tuple(int(nodes[n]) for n in path) + (token,)
             if len(out) >= length:
                 law[out[:length]] = law.get(out[:length], 0.0) + mass * probability
