@@ -12,9 +12,10 @@ cannot hide behind the other.
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import event, given, note, reject
+from hypothesis import event, given, note, reject, settings
 from hypothesis import strategies as st
 
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import checks
 from ncm_verify.harness.kernels import BLOCK, CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
 from ncm_verify.harness.strategies import seeds, step_cases
@@ -87,6 +88,79 @@ def test_apply_tree_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, mo
 @given(step=step_cases(BLOCK))
 def test_apply_block_takes_the_float64_steps_decisions_on_drawn_uniforms(impl, step):
     """Near u, a threshold is excused only within float32 rounding of w and rho (`threshold_boundary_slack`)."""
+    check_apply_step(impl, step)
+
+
+REAL_VOCAB = 128_256
+"""Llama 3's vocabulary: where the any-order bound excuses draws within 1.5e-2 of the total."""
+EXACTLY_SUMMED_KERNELS = (CHAIN, FACTORIZED, LATENT_CHAIN)
+"""Kernels that draw from one residual or target row: exactly summed inputs keep every weight they draw from exact."""
+EXACTLY_SUMMED_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example reads rows of 128 256 entries (about 0.1 s), its kernel drawn: the distinct examples a claim's
+property must show, two more."""
+
+
+@pytest.mark.claim("C5", "C6")
+@pytest.mark.needs("apply")
+@settings(max_examples=EXACTLY_SUMMED_EXAMPLES)
+@given(data=st.data())
+def test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256(impl, data):
+    """Rows of multiples of 2^-24 whose residual mass is 2^-m: every order of float32 sums is exact, so a draw is
+    excused only within `tolerances.EXACT_SUM_ULPS` of its boundary (not the any-order (m + 2) eps32, 1.5e-2 here).
+
+    q is 0 or tiny where p is largest; uniforms sit 0-16 float32 ulps below or above a boundary, so a threshold
+    moved by 1e-6 (8-16 ulps) decides otherwise.
+    """
+    kernel = data.draw(st.sampled_from(EXACTLY_SUMMED_KERNELS), label="kernel")
+    step = data.draw(
+        step_cases(
+            kernel,
+            vocabs=st.just(REAL_VOCAB),
+            row_kinds=("exactly_summed",),
+            relations=st.just("exact_mass_moved"),
+            dtypes=("float32",),
+            uniform_kinds=("boundary", "boundary", "boundary", "random"),
+            offsets=st.integers(-16, 16),
+        ),
+        label="step",
+    )
+    check_apply_step(impl, step)
+
+
+HALF_KERNELS = (CHAIN, FACTORIZED, LATENT_CHAIN, BLOCK, TREE)
+"""Every kernel with uniforms, the tree's mode drawn (greedy's half scores meet ties in test_greedy.py)."""
+HALF_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""The distinct examples a claim's property must show, two more: a tree example costs about 0.15 s here."""
+HALF_OFFSETS = st.sampled_from([-4096, -256, -32, -8, -3, 3, 8, 32, 256, 4096])
+"""float32 ulps from a boundary, just below or above it: past the float32 slack (2 ulps of an acceptance, (m + 2) of a
+small row's draw) yet within a half rounding (2^11-2^16 ulps), so a step kept in half precision decides otherwise."""
+HALF_RELATIONS = st.sampled_from(("tiny_q_where_p_large", "nearly_equal", "independent", "argmax_of_target"))
+"""Rows where half precision bites: q a sliver of p (a ratio far above 1, a peaked residual), nearly equal rows."""
+
+
+@pytest.mark.claim("C5", "C6", "C13", "C16")
+@pytest.mark.needs("apply")
+@pytest.mark.parametrize("kernel", HALF_KERNELS, ids=lambda kernel: kernel.name)
+@settings(max_examples=HALF_EXAMPLES)
+@given(data=st.data())
+def test_half_precision_steps_take_the_float64_decisions_just_below_and_above_every_boundary(impl, kernel, data):
+    """float16 and bfloat16 rows, every uniform placed at a float64 boundary of the rounded rows (each acceptance
+    threshold, each cumulative step of a residual or target row) and moved just below or above it.
+
+    A half-precision input is exact in float32, so the kernel must decide as float64 does on those values; a ratio,
+    weight or cumulative sum kept in half precision moves its boundary by 2^11-2^16 ulps and decides otherwise.
+    """
+    step = data.draw(
+        step_cases(
+            kernel,
+            vocabs=st.one_of(st.integers(2, 8), st.just(300)),
+            relations=HALF_RELATIONS,
+            dtypes=("float16", "bfloat16"),
+            uniform_kinds=("boundary",),
+            offsets=HALF_OFFSETS,
+        ),
+        label="step",
+    )
     check_apply_step(impl, step)
 
 

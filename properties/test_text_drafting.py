@@ -31,12 +31,15 @@ from ncm_verify.mlx_lm_real.text_drafters import (
     check_drafted_calls,
     check_one_pass_per_block,
     drafting_tables,
+    enumerated_loop_law,
     make_drafter,
+    target_rows,
 )
 from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting.models import ARDrafter
 from ncm_verify.reference.drafting.text import text_ids
 from ncm_verify.reference.drafting.trained import load_trained
+from ncm_verify.tolerances import LAW_FROM_FLOAT32_ROWS
 
 pytestmark = pytest.mark.claim("C17")
 
@@ -200,6 +203,55 @@ def test_drafted_generation_enumerates_to_the_target_law(data):
     )
 
 
+LOOP_ENUMERATION_VOCAB = 4
+"""Each internal branch of the enumeration costs V runs of the loop: at V = 4 about 20-50 runs of 1-2 rounds."""
+
+
+@settings(max_examples=ENUMERATION_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_the_implementations_drafting_loop_enumerates_to_the_target_law_over_two_rounds(impl, data):
+    """The implementation's loop, every branch walked through it, emits the target's law of two tokens.
+
+    Each round's draft is forced in turn (the drafter still proposes, so its cache and key advance as they would)
+    and weighted by the drafter's own row; the round's outcomes are weighted from the p and q the loop handed
+    `verify_chain` and forced in the runs below (`enumerated_loop_law`). A first draft rejected leaves a second round
+    to the loop's own state (caches trimmed, features carried): a wrong row there, a cache that kept a rejected
+    draft, a q other than the drafter's, move the law.
+    """
+    spec, target, kind, drafter, built = draw_models(data, vocabs=(LOOP_ENUMERATION_VOCAB,))
+    prompt = draw_prompt(data, kind, spec.vocab_size, max_size=4)
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    length = 2
+    call = (
+        f"generate_drafted({built}, {prompt}, {length}, num_draft=1, key=mx.random.key({seed}), "
+        f"temperature={temperature}) with scripted drafts and outcomes"
+    )
+    note(call)
+
+    def run_loop(wrap, kernels):
+        impl.generate_drafted(
+            target,
+            wrap(drafter),
+            prompt,
+            length,
+            num_draft=1,
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=kernels,
+        )
+
+    law = enumerated_loop_law(run_loop, length, call=call)
+    target_row = target_rows(target, prompt, length, temperature)
+    assert_distributions_equal(
+        law,
+        exact_text_drafting.target_law(target_row, length),
+        label="the loop's law of two tokens, enumerated through it, vs the target's",
+        call=call,
+        tolerance=LAW_FROM_FLOAT32_ROWS,
+    )
+
+
 SMOKE_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
 """Each example runs 1024 generations, one Python call each (8-20 ms of CPU here): the distinct laws a claim
 must show, two more. The suite's costliest property per example; the exact check above is the proof."""
@@ -213,13 +265,15 @@ def test_sampled_drafted_generations_follow_the_target_law_and_first_drafts_stan
     """A smoke test of the whole loop's sampled output, weak by design; exactness rests on the call-by-call check.
 
     Its plans detect a total-variation deviation of `stats.LOOP_TARGET_TV` (0.2) on the binned law with
-    power 0.99 (`stats.make_plan`): gross errors (every draft standing, the drafter's law emitted), not
-    subtle ones. Each generation is one token (one round of one draft): later rounds are the exact check's.
+    power 0.99 (`stats.make_plan`): gross errors (every draft standing, the drafter's law emitted, keys reused
+    across rounds), not subtle ones. A generation is one token over V = 8, or up to three over V = 4: one round
+    of one draft each, so several rounds run on the loop's own state and randomness (the enumeration forces both).
     Laws needing more than `stats.LOOP_SMOKE_MAX_SAMPLES` generations are filtered out.
     """
-    spec, target, kind, drafter, built = draw_models(data, vocabs=(8,))
+    spec, target, kind, drafter, built = draw_models(data, vocabs=(4, 8))
     prompt = draw_prompt(data, kind, spec.vocab_size, max_size=2)  # one or two passes a generation: cheap
-    length, num_draft = 1, 1  # one round a generation: the cheapest law that sees q, p and the acceptance rule
+    length = data.draw(st.integers(1, 3 if spec.vocab_size == 4 else 1), label="tokens")
+    num_draft = 1  # one round a token at most: the cheapest law that sees q, p, the acceptance rule and the rounds
     temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
     seed = data.draw(strategies.seeds, label="seed")
     target_row, blocks = drafting_tables(target, drafter, prompt, length, num_draft, temperature)

@@ -15,24 +15,38 @@ import functools
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import event, given, note, settings
+from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
+from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
+from ncm_verify.harness import stats, strategies
+from ncm_verify.harness.checks import (
+    as_numpy,
+    assert_close,
+    assert_decodings_equal,
+    assert_distributions_equal,
+    assert_joint_sample_fits,
+    top_two_gap,
+)
 from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
-from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
-from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
-from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls
+from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model, outcome_index
+from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, target_rows
+from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls, enumerated_tree_loop_law
+from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.tree import MODES
+from ncm_verify.tolerances import LAW_FROM_FLOAT32_ROWS
 
 pytestmark = pytest.mark.claim("C13")
 
 TEMPERATURES = (0.7, 1.0, 1.5)
 CLOSE_DRAFT_SCALES = (None, 1.5, 2.0, 4.5)
 """A draft with other weights (None), or the target's weights under a scaled head: long accepted paths."""
+PEAKED_DRAFT_SCALE = 100.0
+"""The target's weights under a head scaled by 100: rows with exact zeros (1-5 of 8 tokens keep mass), where a child
+drawn from any row but its parent's shows exactly. Not drawn without replacement: the loop then drafts more distinct
+children than a row's support, which `verify_tree` refuses (q = 0 for a drawn child)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,39 +54,24 @@ def tiny_model(spec: TinySpec):
     return make_tiny_model(spec)
 
 
-def draw_pair(data):
+@functools.lru_cache(maxsize=16)
+def successor_draft(spec: TinySpec):
+    return make_successor_draft(spec)
+
+
+def draw_pair(data, scales=CLOSE_DRAFT_SCALES):
     """A target, a draft over its vocabulary, and how to rebuild them."""
     spec = TinySpec(
         vocab_size=data.draw(st.sampled_from([8, 16]), label="vocab"), seed=data.draw(st.integers(0, 2**16))
     )
-    scale = data.draw(st.sampled_from(CLOSE_DRAFT_SCALES), label="draft logit_scale")
+    scale = data.draw(st.sampled_from(scales), label="draft logit_scale")
     draft = spec.with_seed(spec.seed + 1) if scale is None else dataclasses.replace(spec, logit_scale=scale)
     return spec, tiny_model(spec), draft, tiny_model(draft)
 
 
-@settings(deadline=None)
-@given(data=st.data())
-def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditionals_at_every_node(impl, data):
-    """The loop is exact iff each round verifies the target's exact p at every node against the q its children
-    came from.
-
-    `verify_tree` is wrapped to record each call; the handed tree must be the loop's shape, every p row the
-    target's uncached conditional of the context and the root-to-node path, every q row the draft's, top-k
-    children their row's top k, and the emitted tokens what `verify_tree` decided. A loop that raises is judged
-    on the calls it made before.
-    """
-    spec, target, draft_spec, draft = draw_pair(data)
-    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
-    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
-    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
-    mode = data.draw(st.sampled_from(MODES), label="mode")
-    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
-    seed = data.draw(strategies.seeds, label="seed")
-    call = (
-        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
-        f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
-    )
-    note(call)
+def run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call):
+    """Run the implementation's tree loop with `verify_tree` recorded, then judge every call (`check_tree_calls`);
+    a loop that raises is judged on the calls it made before. Returns each round's (accepted, path, parents)."""
     calls: list = []
     arguments = (target, draft, prompt, max_tokens, temperature, branching, mode)
     try:
@@ -90,11 +89,173 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
     except Exception:
         check_tree_calls(calls, None, *arguments, call=call)
         raise
-    rounds = check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    return check_tree_calls(calls, generation.tokens, *arguments, call=call)
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditionals_at_every_node(impl, data):
+    """The loop is exact iff each round verifies the target's exact p at every node against the q its children
+    came from.
+
+    `verify_tree` is wrapped to record each call; the handed tree must be the loop's shape, every p row the
+    target's uncached conditional of the context and the root-to-node path, every q row the draft's, top-k
+    children their row's top k, and the emitted tokens what `verify_tree` decided. A loop that raises is judged
+    on the calls it made before.
+    """
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    peaked = (PEAKED_DRAFT_SCALE,) if mode != "without_replacement" else ()
+    spec, target, draft_spec, draft = draw_pair(data, CLOSE_DRAFT_SCALES + peaked)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
+    branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {max_tokens}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
+    )
+    note(call)
+    rounds = run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
     # compaction is seen only when a later round follows a path other than the first rows in index order
     off_first = [path != list(range(len(path))) for _, path, _ in rounds[:-1]]
     event(f"mode: {mode}")
     event("a later round after a path off the first rows" if any(off_first) else "no path off the first rows")
+
+
+WIDE_BRANCHINGS = ((2, 2), (3, 1), (2, 1), (3, 2))
+"""Trees with several nodes at a level: a child drawn from a sibling's row lands outside its own row's support."""
+
+
+CHILDREN_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""One or two rounds a generation (about 0.1 s): the distinct examples a claim's property must show, two more."""
+
+
+@settings(max_examples=CHILDREN_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_has_mass(impl, data):
+    """Sampled children against the q rows handed to `verify_tree`, on drafts whose rows hold exact zeros.
+
+    A draw cannot be replayed, but a child outside its parent's handed support was drawn from another row; each
+    call is also judged as above (`check_tree_calls`). With replacement (without it the loop drafts more distinct
+    children than such a row's support, which `verify_tree` refuses) and top k; one or two rounds each.
+    """
+    spec = TinySpec(vocab_size=8, seed=data.draw(st.integers(0, 2**16), label="target seed"))
+    draft_spec = spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
+    target, draft = tiny_model(spec), successor_draft(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 4), label="prompt")
+    branching = data.draw(st.sampled_from(WIDE_BRANCHINGS), label="branching")
+    mode = data.draw(st.sampled_from(("with_replacement", "top_k")), label="mode")
+    max_tokens = data.draw(st.integers(len(branching), 2 * len(branching) + 1), label="max_tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_successor_draft({draft_spec}), {prompt}, "
+        f"{max_tokens}, branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
+    )
+    note(call)
+    run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
+    event(f"mode: {mode}")
+
+
+TREE_ENUMERATION_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example runs the loop once per branch left with tokens to emit (5-40 runs of 1-3 rounds): the distinct
+examples a claim's property must show, two more."""
+
+
+@settings(max_examples=TREE_ENUMERATION_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_the_implementations_top_k_tree_loop_enumerates_to_the_target_law_over_rounds(impl, data):
+    """The implementation's tree loop, every verification branch walked through it, emits the target's law.
+
+    Top-k children are a function of the context, so only `verify_tree`'s outcomes branch: each round's are weighted
+    from the tree and rows the loop handed it and forced in the runs below (`enumerated_tree_loop_law`), so later
+    rounds run on the loop's own compacted caches after every path the verifier can take.
+    """
+    spec = TinySpec(vocab_size=data.draw(st.sampled_from([4, 6]), label="vocab"), seed=data.draw(st.integers(0, 2**16)))
+    scale = data.draw(st.sampled_from(CLOSE_DRAFT_SCALES), label="draft logit_scale")
+    draft_spec = spec.with_seed(spec.seed + 1) if scale is None else dataclasses.replace(spec, logit_scale=scale)
+    target, draft = tiny_model(spec), tiny_model(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 4), label="prompt")
+    branching = data.draw(st.sampled_from(((1,), (2,), (3,), (1, 1), (2, 1))), label="branching")
+    length = data.draw(st.integers(2, 3), label="tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {length}, "
+        f"branching={branching}, mode='top_k', key=mx.random.key({seed}), temperature={temperature}) scripted"
+    )
+    note(call)
+
+    def run_loop(kernels):
+        impl.generate_tree_drafted(
+            target,
+            draft,
+            prompt,
+            length,
+            branching=branching,
+            mode="top_k",
+            key=mx.random.key(seed),
+            temperature=temperature,
+            kernels=kernels,
+        )
+
+    law = enumerated_tree_loop_law(run_loop, length, "top_k", call=call)
+    assert_distributions_equal(
+        law,
+        exact_text_drafting.target_law(target_rows(target, prompt, length, temperature), length),
+        label=f"the tree loop's law of {length} tokens, enumerated through it, vs the target's",
+        call=call,
+        tolerance=LAW_FROM_FLOAT32_ROWS,
+    )
+
+
+SAMPLED_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
+"""Each example runs about 1-2 thousand generations of 2-3 rounds (20-60 ms each here): thorough runs only."""
+
+
+@pytest.mark.thorough_only  # 20-60 CPU-s an example; the loop's evidence is the exact enumeration and the call checks
+@pytest.mark.statistical(tests=1)
+@settings(max_examples=SAMPLED_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_sampled_tree_loop_generations_follow_the_target_law_over_rounds(impl, data):
+    """A smoke test of the tree loop's sampled output in every mode: the law of two or three tokens over V = 4.
+
+    Its plan detects a total-variation deviation of `stats.LOOP_TARGET_TV` (0.2) with power 0.99: gross errors in
+    the children drawn, the walk or the rounds' state, with the loop's own randomness (the enumeration forces it).
+    """
+    spec = TinySpec(vocab_size=4, seed=data.draw(st.integers(0, 2**16), label="target seed"))
+    draft_spec = spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
+    target, draft = tiny_model(spec), tiny_model(draft_spec)
+    prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 3), label="prompt")
+    branching = data.draw(st.sampled_from(((2,), (3,), (1, 1), (2, 1))), label="branching")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
+    length = data.draw(st.integers(2, 3), label="tokens")
+    temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
+    seed = data.draw(strategies.seeds, label="seed")
+    law = np.zeros(spec.vocab_size**length)
+    for tokens, mass in exact_text_drafting.target_law(
+        target_rows(target, prompt, length, temperature), length
+    ).items():
+        law[outcome_index(list(tokens), spec.vocab_size)] += mass
+    call = (
+        f"generate_tree_drafted(make_tiny_model({spec}), make_tiny_model({draft_spec}), {prompt}, {length}, "
+        f"branching={branching}, mode={mode!r}, key=mx.random.split(mx.random.key({seed}), n)[i], "
+        f"temperature={temperature})"
+    )
+    note(call)
+    assume(stats.loop_smoke_sized({"tokens": law}))
+
+    def sample(n: int) -> dict[str, np.ndarray]:
+        outcomes = np.empty(n, dtype=np.int64)
+        for i, key in enumerate(mx.random.split(mx.random.key(seed), n)):
+            generation = impl.generate_tree_drafted(
+                target, draft, prompt, length, branching=branching, mode=mode, key=key, temperature=temperature
+            )
+            outcomes[i] = outcome_index(generation.tokens, spec.vocab_size)
+        return {"tokens": outcomes}
+
+    assert_joint_sample_fits({"tokens": law}, sample, target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)
 
 
 @settings(deadline=None)

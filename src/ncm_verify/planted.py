@@ -20,6 +20,15 @@ MUTANTS = {
     "ratio_in_half": "rounds the acceptance ratio p/q to float16 (P(accept) off by up to 2.4e-4 relative)",
     "residual_swapped_when_small": "corrects from max(q - p, 0) when max(p - q, 0) has mass below 1e-4",
     "correction_cumsum_in_half": "accumulates the correction's inverse CDF in float16",
+    "correction_cdf_in_bfloat16_for_half_inputs": (
+        "for float16 or bfloat16 rows the correction's inverse CDF is accumulated in bfloat16"
+    ),
+    "block_weight_in_half_for_half_inputs": (
+        "for float16 or bfloat16 rows block verification keeps its prefix weight in that half precision"
+    ),
+    "correction_threshold_moved_at_large_vocab": (
+        "above 2^16 ids the correction's inverse CDF moves its threshold u * total up by 1e-6 of itself"
+    ),
     "draft_ids_16_bit": "the chain kernel reads draft ids as 16 bits: id 65 541 is read and kept as 5",
     "greedy_ties_to_the_last_maximum": "greedy verification breaks tied maxima toward the last index, not the first",
     "apply_chain_reuses_rejecting_uniform": "apply_chain alone draws the correction with the uniform that rejected",
@@ -70,6 +79,12 @@ MUTANTS = {
     "drafting_q_from_latent_marginal": "text drafting: q is the drafter's latent marginal sum_z q(z) q(. | z)",
     "drafting_q_under_another_code": "text drafting: q and codes of a second proposal, the tokens of the first",
     "drafting_q_at_temperature_one": "text drafting: tokens drawn at temperature T, q reported at temperature 1",
+    "drafting_target_keeps_a_rejected_draft": (
+        "drafting loop: after a rejection the target's cache keeps the rejected draft's K/V for every later round"
+    ),
+    "tree_loop_children_from_the_levels_first_row": (
+        "tree loop, sampled modes: every node's children drawn from its level's first row, each node's own verified"
+    ),
     "drafting_target_stale_after_rejection": (
         "text drafting: after a rejection the target's cache keeps one position too few (one token stale)"
     ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import mlx.core as mx
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,11 @@ logits (up to 15 here), not its own value; measured 5.1e-5 at -1.42 (mamba2 RRR,
 
 EXACT_IDENTITY = 1e-12
 """Enumerated float64 output distributions against the target's: no sampling noise at all."""
+
+LAW_FROM_FLOAT32_ROWS = 1e-5
+"""A law enumerated in float64 from the float32 rows a loop handed its verifier, against the target's from float64
+rows: each probability a product of a few rows rounded to float32 (a relative 1e-7 each), the mismatch of softmax
+in float32 and in float64 included; a wrong row moves mass by 1e-2 or more."""
 
 
 def tolerance_for(dtype: mx.Dtype) -> Tolerance:
@@ -89,8 +95,45 @@ def accept_boundary_slack(uq: float, p: float) -> float:
 
 
 def cdf_boundary_slack(total: float, positive_terms: int) -> float:
-    """How far ``u S_V`` may sit from a cumulative boundary before a float32 draw must agree."""
+    """How far ``u S_V`` may sit from a cumulative boundary before a float32 draw must agree, whatever the order."""
     return (positive_terms + CDF_BOUNDARY_TERMS) * FLOAT32_EPS * total
+
+
+FLOAT32_SIGNIFICAND_BITS = 24
+EXACT_SUM_ULPS = 2
+"""A draw from an exactly summed row (`exactly_summed`) is excused only within 2 eps32 of its total.
+
+Every cumulative sum is then exact in any order (blocked, pairwise, a GPU scan, sequential), and so is the
+division by a power-of-two total; only ``u * S_V`` (exact too) or ``u`` against ``S_k / S_V`` remain: two ulps
+admit either form. At V = 128 256 the any-order bound above is 1.5e-2 of the total; this one is 2.4e-7.
+"""
+
+
+def exactly_summed(weights) -> bool:
+    """Whether float32 sums every prefix of `weights` exactly in any order: all are multiples of one power of
+    two g, their total is a power of two and at most ``2^24 g`` (so is every partial sum, a multiple of g)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    positive = weights[weights > 0]
+    if not len(positive) or (weights < 0).any() or not np.isfinite(weights).all():
+        return False
+    total = float(positive.sum())  # exact in float64 when the row qualifies (24 bits of a 53-bit significand)
+    if np.frexp(total)[0] != 0.5:
+        return False
+    mantissa, exponent = np.frexp(positive)
+    integers = (mantissa * 2.0**53).astype(np.int64)  # exact: every float64 significand
+    lowest = integers & -integers  # the lowest set bit of each
+    grid = np.ldexp(lowest.astype(np.float64), exponent - 53).min()
+    return bool(total <= grid * 2.0**FLOAT32_SIGNIFICAND_BITS)
+
+
+def draw_boundary_slack(weights) -> float:
+    """How far ``u S_V`` may sit from a cumulative boundary of `weights` before a float32 draw must agree:
+    `EXACT_SUM_ULPS` of the total on an exactly summed row, else the any-order bound `cdf_boundary_slack`."""
+    weights = np.asarray(weights, dtype=np.float64)
+    total = float(weights.sum())
+    if exactly_summed(weights):
+        return EXACT_SUM_ULPS * FLOAT32_EPS * total
+    return cdf_boundary_slack(total, int(np.count_nonzero(weights)))
 
 
 PREFIX_WEIGHT_ULPS = 2

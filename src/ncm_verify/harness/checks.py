@@ -102,19 +102,21 @@ def assert_raises_naming(call: Callable, names: list[str], *, description: str) 
     )
 
 
-def assert_distributions_equal(actual: dict, expected: dict, *, label: str, call: str = "") -> None:
-    """Two enumerated distributions (outcome -> probability) agree within `EXACT_IDENTITY`."""
+def assert_distributions_equal(
+    actual: dict, expected: dict, *, label: str, call: str = "", tolerance: float = EXACT_IDENTITY
+) -> None:
+    """Two enumerated distributions (outcome -> probability) agree within `tolerance` (`EXACT_IDENTITY`)."""
     outcomes = set(actual) | set(expected)
     worst, where = 0.0, None
     for outcome in outcomes:
         gap = abs(actual.get(outcome, 0.0) - expected.get(outcome, 0.0))
         if gap > worst:
             worst, where = gap, outcome
-    evidence.record_difference(label, worst, EXACT_IDENTITY)
-    if worst > EXACT_IDENTITY:
+    evidence.record_difference(label, worst, tolerance)
+    if worst > tolerance:
         raise AssertionError(
             f"{label}: outcome {where} has probability {actual.get(where, 0.0)!r}, "
-            f"expected {expected.get(where, 0.0)!r} (|diff| {worst:.3g} > {EXACT_IDENTITY})\n  call: {call}"
+            f"expected {expected.get(where, 0.0)!r} (|diff| {worst:.3g} > {tolerance})\n  call: {call}"
         )
 
 

@@ -492,8 +492,12 @@ step_vocabs = st.one_of(
 )
 """Vocabularies of one step: half above 2^16 (ids past 65 535), the rest tiny (ties, exact ratios) or medium."""
 STEP_ROW_KINDS = ("small_weights", "sparse", "dense", "one_hot")
-step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS))
+STEP_ONLY_RELATIONS = ("tiny_q_where_p_large",)
+"""Relations only a step draws (`make_step_draft_rows`): q cut to a sliver of p at the target's likeliest ids."""
+step_relations = st.one_of(st.just("nearly_equal"), st.sampled_from(DRAFT_RELATIONS + STEP_ONLY_RELATIONS))
 """Half the drafts nearly equal their target: a residual of tiny mass is where precision bugs hide."""
+TINY_Q_DECADES = (-7.0, -3.0)
+"""A `tiny_q_where_p_large` draft keeps 1e-7..1e-3 of p at the target's 1-3 likeliest ids (half rounds some to 0)."""
 NEAR_EQUAL_DECADES = (-7.0, -3.0)
 """Each nearly equal row moves q around p by a relative scale log-uniform in 1e-7..1e-3 (its residual's mass ~0.4x)."""
 STEP_DTYPES = ("float32", "float16", "float32", "bfloat16")
@@ -508,8 +512,46 @@ ulp_offsets = st.one_of(
 """float32 ulps between a uniform and its boundary: within rounding, or up to 2^16 ulps (~4e-3) away."""
 
 
+EXACT_UNITS = 2**24
+"""Exactly summed rows hold integer multiples of 2^-24 summing to 1: float32 sums every prefix exactly in any order
+(`tolerances.exactly_summed`), so a draw is judged to 2 ulps, not the any-order bound."""
+MOVED_MASS_EXPONENTS = (1, 21)
+"""An exactly summed draft moves 2^-m of its target's mass, m in 1..20: its residual's mass is a power of two."""
+
+
+def make_exactly_summed_rows(rng: np.random.Generator, count: int, vocab: int) -> np.ndarray:
+    """``[count, vocab]`` rows of integer multiples of 2^-24 summing to exactly 1 (dense, log-normal weights)."""
+    weights = np.exp(2.0 * rng.standard_normal((count, vocab)))
+    units = np.floor(weights / weights.sum(axis=1, keepdims=True) * EXACT_UNITS).astype(np.int64)
+    units[np.arange(count), np.argmax(units, axis=1)] += EXACT_UNITS - units.sum(axis=1)
+    return units * 2.0**-24
+
+
+def make_exact_mass_moved_rows(rng: np.random.Generator, target: np.ndarray) -> np.ndarray:
+    """Exactly summed `target` rows with 2^-m of their mass moved from their likeliest ids to a few others.
+
+    q(x) is 0 or tiny where p(x) is largest (a large ratio p/q, a residual peaked there) and the residual's mass is
+    exactly 2^-m, so its normalisation is exact too.
+    """
+    draft = np.rint(target * EXACT_UNITS).astype(np.int64)
+    for row in draft:
+        moved = EXACT_UNITS >> int(rng.integers(*MOVED_MASS_EXPONENTS))
+        order = np.argsort(-row, kind="stable")
+        before = np.cumsum(row[order]) - row[order]
+        taken = np.minimum(row[order], np.maximum(moved - before, 0))
+        receivers = order[taken == 0]
+        if not len(receivers) or taken.sum() != moved:  # nowhere to move it: the draft equals its target
+            continue
+        row[order] -= taken
+        chosen = rng.choice(receivers, size=min(8, len(receivers)), replace=False)
+        row[chosen] += rng.multinomial(moved, np.full(len(chosen), 1.0 / len(chosen)))
+    return draft * 2.0**-24
+
+
 def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) -> np.ndarray:
     """``[count, vocab]`` float64 rows of `kind` (see `STEP_ROW_KINDS`); above 2^16 ids some mass sits past 65535."""
+    if kind == "exactly_summed":
+        return make_exactly_summed_rows(rng, count, vocab)
     if kind == "small_weights":
         return make_rows(rng, count, vocab)
     if kind == "dense":
@@ -528,8 +570,29 @@ def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) 
     return weights / weights.sum(axis=1, keepdims=True)
 
 
+def make_tiny_q_rows(rng: np.random.Generator, target: np.ndarray) -> np.ndarray:
+    """`target` with q cut to p * 10^-U(3, 7) at each row's 1-3 likeliest ids, the mass cut spread over the rest:
+    large ratios p/q, residuals peaked where p is, and q in half precision near its smallest (subnormal) values."""
+    draft = target.copy()
+    vocab = target.shape[1]
+    if vocab < 2:
+        return draft
+    for row, p in zip(draft, target):
+        top = np.argsort(-p, kind="stable")[: int(rng.integers(1, min(3, vocab - 1) + 1))]
+        cut = p[top] * (1.0 - 10.0 ** rng.uniform(*TINY_Q_DECADES, size=len(top)))
+        row[top] -= cut
+        others = np.setdiff1d(np.arange(vocab), top)
+        spread = rng.random(len(others)) + 0.05
+        row[others] += cut.sum() * spread / spread.sum()
+    return draft
+
+
 def make_step_draft_rows(rng: np.random.Generator, target: np.ndarray, relation: str) -> np.ndarray:
     """Draft rows for `target` as `relation` says; ``nearly_equal`` moves each row by its own tiny scale."""
+    if relation == "exact_mass_moved":
+        return make_exact_mass_moved_rows(rng, target)
+    if relation == "tiny_q_where_p_large":
+        return make_tiny_q_rows(rng, target)
     if relation == "nearly_equal":
         scale = 10.0 ** rng.uniform(*NEAR_EQUAL_DECADES, size=(len(target), 1))
         draft = target * np.exp(scale * rng.standard_normal(target.shape))
@@ -566,14 +629,24 @@ def place_uniform(kind: str, offset: int, fraction: float, boundaries: np.ndarra
 
 
 @st.composite
-def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int], options: dict | None = None):
+def step_uniforms(
+    draw,
+    kernel,
+    args: tuple,
+    shape: tuple[int, int, int],
+    options: dict | None = None,
+    *,
+    kinds=UNIFORM_KINDS,
+    offsets=ulp_offsets,
+):
     """Float32 uniforms ``[B, 2, C]`` for one step of `kernel` (a spec) on float64 `args`, many near their boundaries.
 
     Row 0 first, then row 1 column by column: a correction's boundaries depend on the decisions before it.
+    `kinds` are the places a uniform may take (`UNIFORM_KINDS`), `offsets` a strategy of ulps from a boundary.
     """
     size = int(np.prod(shape))
-    kinds = draw(st.lists(st.sampled_from(UNIFORM_KINDS), min_size=size, max_size=size), label="uniform kinds")
-    offsets = draw(st.lists(ulp_offsets, min_size=size, max_size=size), label="uniform ulp offsets")
+    kinds = draw(st.lists(st.sampled_from(kinds), min_size=size, max_size=size), label="uniform kinds")
+    offsets = draw(st.lists(offsets, min_size=size, max_size=size), label="uniform ulp offsets")
     fractions = draw(
         st.lists(st.floats(0, 1, exclude_max=True), min_size=size, max_size=size), label="uniform fractions"
     )
@@ -587,19 +660,33 @@ def step_uniforms(draw, kernel, args: tuple, shape: tuple[int, int, int], option
 
 
 @st.composite
-def step_cases(draw, kernel, options: dict | None = None):
+def step_cases(
+    draw,
+    kernel,
+    options: dict | None = None,
+    *,
+    vocabs=step_vocabs,
+    row_kinds=STEP_ROW_KINDS,
+    relations=None,
+    dtypes=STEP_DTYPES,
+    uniform_kinds=UNIFORM_KINDS,
+    offsets=ulp_offsets,
+):
     """One step of `kernel` (a spec with an apply step): inputs, their float64 values and drawn uniforms.
 
-    The kernel's keyword options are drawn, or fixed by `options`.
+    The kernel's keyword options are drawn, or fixed by `options`; the keywords narrow what is drawn (a vocabulary
+    strategy, row kinds, a relation strategy, dtypes, uniform kinds and ulp offsets).
     """
     from ncm_verify.harness.drivers import make_step_case
 
-    vocab = draw(step_vocabs, label="vocab")
+    vocab = draw(vocabs, label="vocab")
     small = vocab <= LARGE_VOCAB
     batch = draw(st.integers(1, 16 if small else 4), label="batch")
-    kind = draw(st.sampled_from(STEP_ROW_KINDS), label="target row kind")
-    relation = draw(step_relations if kernel.step_relations is None else kernel.step_relations, label="draft relation")
-    dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
+    kind = draw(st.sampled_from(row_kinds), label="target row kind")
+    if relations is None:
+        relations = step_relations if kernel.step_relations is None else kernel.step_relations
+    relation = draw(relations, label="draft relation")
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
     over_drafted = draw(st.booleans(), label="drafts only where q > p")
     rng = np.random.default_rng(draw(seeds, label="table seed"))
 
@@ -613,7 +700,9 @@ def step_cases(draw, kernel, options: dict | None = None):
         draw, tables, rng, batch=batch, vocab=vocab, small=small, over_drafted=over_drafted, **fixed
     )
     step = make_step_case(kernel, arrays, dtype, options=fixed)
-    step.uniforms = draw(step_uniforms(kernel, step.exact_args, (batch, 2, columns), fixed), label="uniforms")
+    shape = (batch, 2, columns)
+    uniforms = step_uniforms(kernel, step.exact_args, shape, fixed, kinds=uniform_kinds, offsets=offsets)
+    step.uniforms = draw(uniforms, label="uniforms")
     return step
 
 

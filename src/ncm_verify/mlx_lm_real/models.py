@@ -23,7 +23,7 @@ KINDS = ("llama", "sliding-window llama")
 
 @dataclasses.dataclass(frozen=True)
 class TinySpec:
-    """A tiny mlx-lm model: `kind` in `KINDS`, vocabulary 8–32, `window` for the sliding layer."""
+    """A tiny mlx-lm model: `kind` in `KINDS`, vocabulary 4–33, `window` for the sliding layer."""
 
     kind: str = "llama"
     vocab_size: int = 8
@@ -37,8 +37,8 @@ class TinySpec:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
-        if not 8 <= self.vocab_size <= 32:
-            raise ValueError(f"vocab_size: expected an integer in [8, 32], got {self.vocab_size!r}")
+        if not 4 <= self.vocab_size <= 33:  # 4: loops enumerated through their implementation stay cheap
+            raise ValueError(f"vocab_size: expected an integer in [4, 33], got {self.vocab_size!r}")
         if self.window < 1:
             raise ValueError(f"window: expected a positive integer, got {self.window!r}")
 
@@ -89,6 +89,35 @@ def apply_seeded_weights(model: nn.Module, seed: int, logit_scale: float) -> nn.
 def make_tiny_model(spec: TinySpec) -> nn.Module:
     """An mlx-lm `llama.Model` in evaluation mode whose float32 weights depend only on `spec`."""
     return apply_seeded_weights(llama.Model(make_model_args(spec)), spec.seed, spec.logit_scale)
+
+
+SUCCESSOR_STEPS = (1, 3)
+"""A successor draft's row after token v keeps mass on (v + 1) % V and (v + 3) % V only."""
+
+
+def make_successor_draft(spec: TinySpec, scale: float = 100.0) -> nn.Module:
+    """A tiny llama whose row depends on the last token alone: mass on its `SUCCESSOR_STEPS` successors, exact zeros
+    elsewhere (test-only: a draft whose rows have holes that differ from context to context).
+
+    Attention and MLP outputs are zeroed, so the last hidden state is the token's embedding (orthogonal rows of norm
+    sqrt(H)); the head scores each successor ``scale * sqrt(H)`` above the rest, past float32's softmax at T <= 1.5.
+    """
+    model = make_tiny_model(spec)
+    vocab, hidden = spec.vocab_size, spec.hidden_size
+    if vocab > hidden:
+        raise ValueError(f"spec: a successor draft needs vocab_size <= hidden_size, got {vocab} > {hidden}")
+    basis = np.linalg.qr(np.random.default_rng(spec.seed).standard_normal((hidden, hidden)))[0][:vocab]
+    head = np.zeros((vocab, hidden))
+    for v in range(vocab):
+        for step in SUCCESSOR_STEPS:
+            head[(v + step) % vocab] += scale * basis[v]
+    model.model.embed_tokens.weight = mx.array(basis * math.sqrt(hidden), dtype=mx.float32)
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
+    model.lm_head.weight = mx.array(head, dtype=mx.float32)
+    mx.eval(model.parameters())
+    return model
 
 
 def logprobs_at_every_position(model: nn.Module, sequences: mx.array) -> mx.array:

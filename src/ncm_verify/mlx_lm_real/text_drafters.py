@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from functools import partial
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -26,6 +28,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
+from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting import ConceptBlockDrafter, ConceptDrafterConfig, DraftBlock
 from ncm_verify.reference.drafting.loop import target_pass
 from ncm_verify.reference.ncm.concept_config import ConceptConfig
@@ -285,15 +288,118 @@ class RecordingKernels:
         return outcome
 
     def verify_tree(self, target_probs, draft_probs, tree_tokens, parents, **kwargs):
-        outcome = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
+        # logged before the call: a call that raises is judged too (its outcome stays None)
         record = {"p": target_probs, "q": draft_probs, "tree_tokens": tree_tokens, "parents": parents}
-        self.calls.append(("verify_tree", {**record, "mode": kwargs.get("mode"), "outcome": outcome}))
-        return outcome
+        record.update(mode=kwargs.get("mode"), outcome=None)
+        self.calls.append(("verify_tree", record))
+        record["outcome"] = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
+        return record["outcome"]
 
     def __getattr__(self, name):
         if name == "kernels":
             raise AttributeError(name)
         return getattr(self.kernels, name)
+
+
+class ExpandedRound(Exception):
+    """A scripted loop reached the round being expanded: its rows are recorded, the rest need not run."""
+
+
+class ForcedChainOutcome(NamedTuple):
+    """What a scripted `verify_chain` decides: ``tokens [1, 2]`` (the draft and a bonus, or a token and -1)."""
+
+    tokens: mx.array
+    num_accepted: mx.array
+
+
+class ScriptedDrafter:
+    """A drafter whose one-draft proposals are forced by `drafts`, one per round (the rounds verified so far are
+    `handed`'s length); it still proposes (its cache and key advance as they would), and the row the round's first
+    proposal drew from is kept in `rows`."""
+
+    def __init__(self, drafter, drafts: list[int], rows: list, handed: list):
+        self.drafter, self.drafts, self.rows, self.handed = drafter, drafts, rows, handed
+
+    def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None) -> DraftBlock:
+        round_ = len(self.handed)
+        if k != 1 or round_ >= len(self.drafts):
+            raise AssertionError(f"the loop asked for {k} drafts in round {round_}; the script has one a round")
+        block = self.drafter.propose(cache, new_tokens, k, key, temperature=temperature, features=features)
+        if len(self.rows) == round_:
+            self.rows.append(block.probs)
+        return DraftBlock(
+            tokens=mx.array([[self.drafts[round_]]], dtype=mx.int32), probs=block.probs, codes=block.codes
+        )
+
+    def __getattr__(self, name):
+        if name == "drafter":
+            raise AttributeError(name)
+        return getattr(self.drafter, name)
+
+
+class ScriptedKernels:
+    """A `verify_chain` deciding each round as `outcomes` says (``(accepted, token)``); the round after them is
+    recorded into `handed` and ends the loop (`ExpandedRound`)."""
+
+    def __init__(self, outcomes: list[tuple[int, int]], handed: list):
+        self.outcomes, self.handed = outcomes, handed
+
+    def verify_chain(self, target_probs, draft_probs, draft_tokens, **kwargs):
+        self.handed.append((target_probs, draft_probs, draft_tokens))
+        if len(self.handed) > len(self.outcomes):
+            raise ExpandedRound
+        accepted, token = self.outcomes[len(self.handed) - 1]
+        tokens = [int(draft_tokens[0, 0].item()), token] if accepted else [token, -1]
+        return ForcedChainOutcome(mx.array([tokens], dtype=mx.int32), mx.array([accepted], dtype=mx.int32))
+
+
+def enumerated_loop_law(run_loop, length: int, *, call: str) -> dict[tuple, float]:
+    """The law of the first `length` tokens of a one-draft-a-round drafting loop, every branch walked through it.
+
+    ``run_loop(drafter_wrap, kernels)`` runs the implementation's loop once with its drafter wrapped by
+    ``drafter_wrap`` and `kernels` for its `verify_chain`. At each round every draft x is forced in turn (a run
+    each, stopped once it is verified): its weight is the drafter's own row at x, the round's outcomes and their
+    probabilities come from the p and q rows the loop handed `verify_chain` (`one_draft_round`), and each outcome
+    that leaves tokens to emit is forced in the runs below it. The loop's own state carries every branch.
+    """
+    law: dict[tuple, float] = {}
+
+    def expand(drafts: list[int], outcomes: list[tuple[int, int]], emitted: tuple, mass: float) -> None:
+        vocab = None
+        x = 0
+        while vocab is None or x < vocab:
+            rows: list = []
+            handed: list = []
+            try:
+                run_loop(
+                    partial(ScriptedDrafter, drafts=drafts + [x], rows=rows, handed=handed),
+                    ScriptedKernels(outcomes, handed),
+                )
+            except ExpandedRound:
+                pass
+            where = f"{call}  # scripted drafts {drafts + [x]}, outcomes {outcomes}"
+            if len(handed) != len(outcomes) + 1 or len(rows) != len(outcomes) + 1:
+                raise AssertionError(
+                    f"the loop verified {len(handed)} rounds and proposed {len(rows)} after {len(emitted)} of "
+                    f"{length} tokens; expected round {len(outcomes) + 1}\n  call: {where}"
+                )
+            own = as_numpy(rows[-1]).astype(np.float64).reshape(-1)
+            vocab = len(own)
+            p, q, handed_drafts = handed[-1]
+            assert_equal(as_numpy(handed_drafts).reshape(-1), np.array([x]), label="draft handed", call=where)
+            weight = own[x] / own.sum()
+            p_rows = as_numpy(p).astype(np.float64).reshape(-1, vocab)
+            q_row = as_numpy(q).astype(np.float64).reshape(-1)
+            for accepted, token, probability in exact_text_drafting.one_draft_round(p_rows, q_row, x):
+                out = emitted + ((x, token) if accepted else (token,))
+                if len(out) >= length:
+                    law[out[:length]] = law.get(out[:length], 0.0) + mass * weight * probability
+                elif weight * probability > 0:
+                    expand(drafts + [x], outcomes + [(accepted, token)], out, mass * weight * probability)
+            x += 1
+
+    expand([], [], (), 1.0)
+    return law
 
 
 def check_drafted_calls(
@@ -396,9 +502,7 @@ def drafting_tables(target, drafter, prompt: list[int], length: int, num_draft: 
     vocab = target.args.vocab_size
     contexts = [s for m in range(length) for s in sequences(vocab, m)]
     reach = [s for m in range(length + num_draft) for s in sequences(vocab, m)]
-    target_table = _rows_by_sequence(
-        lambda batch: scaled_softmax(logprobs_at_every_position(target, batch)[:, -1], temperature), prompt, reach
-    )
+    target_row = target_rows(target, prompt, length + num_draft, temperature)
     features = {}
     if drafter.reads_features:
         for s in contexts:
@@ -415,4 +519,13 @@ def drafting_tables(target, drafter, prompt: list[int], length: int, num_draft: 
             rows = np.exp(as_numpy(log_rows).astype(np.float64))[0]
             rows /= rows.sum(axis=-1, keepdims=True)
             blocks[s] = [(law[z] / law.sum(), lambda drafted, r=rows[z]: r[len(drafted)]) for z in range(len(law))]
-    return (lambda suffix: target_table[tuple(suffix)]), (lambda suffix: blocks[tuple(suffix)])
+    return target_row, (lambda suffix: blocks[tuple(suffix)])
+
+
+def target_rows(target, prompt: list[int], length: int, temperature: float):
+    """``suffix -> p(. | prompt + suffix)`` in float64 at `temperature`, for every suffix shorter than `length`."""
+    reach = [s for m in range(length) for s in sequences(target.args.vocab_size, m)]
+    table = _rows_by_sequence(
+        lambda batch: scaled_softmax(logprobs_at_every_position(target, batch)[:, -1], temperature), prompt, reach
+    )
+    return lambda suffix: table[tuple(suffix)]

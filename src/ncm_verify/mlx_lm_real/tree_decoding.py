@@ -9,12 +9,15 @@ children are their row's top k; and the loop emits what `verify_tree` decided.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import mlx.core as mx
 import numpy as np
 
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
-from ncm_verify.mlx_lm_real.text_drafters import scaled_softmax
+from ncm_verify.mlx_lm_real.text_drafters import ExpandedRound, scaled_softmax
+from ncm_verify.oracles import exact_tree
 from ncm_verify.reference.drafting.tree_loop import tree_shape
 
 
@@ -39,6 +42,26 @@ def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) 
         for depth, node in enumerate(path):
             rows[node + 1] = scores[depth + 1]
     return mx.stack([row for row in rows if row is not None])
+
+
+def check_children_drawn_from(q_row: np.ndarray, children: list[int], mode: str, *, row: int, call: str) -> None:
+    """Each sampled child lies where the q row handed for its parent has mass: anywhere in its support i.i.d.; in
+    what the earlier siblings left of it without replacement (any token not drawn yet once nothing is left).
+
+    A sampled draw cannot be replayed, but a draft row with exact zeros (a peaked draft) shows a child drawn from
+    another row at once; the draw's law within the support is the sampled check's.
+    """
+    left = q_row.copy()
+    for j, child in enumerate(children):
+        repeated = mode == "without_replacement" and child in children[:j]
+        if repeated or (left[child] <= 0 and (mode == "with_replacement" or left.sum() > 0)):
+            raise AssertionError(
+                f"child {j} of tree row {row} is token {child}, where the q row handed to verify_tree has "
+                f"{q_row[child]!r} ({mode}: siblings {children}, q's support {np.flatnonzero(q_row > 0).tolist()}): "
+                f"it was not drawn from that row\n  call: {call}"
+            )
+        if mode == "without_replacement":
+            left[child] = 0.0
 
 
 def check_tree_calls(
@@ -101,6 +124,11 @@ def check_tree_calls(
             label="q rows handed to verify_tree vs the draft's uncached conditionals of each root-to-node path",
             call=where,
         )
+        if mode != "top_k":
+            q_rows = as_numpy(q).astype(np.float64)
+            for parent in sorted(set(parents)):
+                children = [nodes[n] for n in range(len(nodes)) if parents[n] == parent]
+                check_children_drawn_from(q_rows[parent + 1], children, mode, row=parent + 1, call=where)
         if mode == "top_k":
             q_rows = as_numpy(q).astype(np.float64)
             for parent in sorted(set(parents)):
@@ -113,6 +141,8 @@ def check_tree_calls(
                     call=where,
                 )
         outcome = record["outcome"]
+        if outcome is None:  # the call raised: judged on what it was handed
+            break
         stood = int(outcome.num_accepted[0].item())
         rounds.append((stood, [int(n) for n in outcome.path[0, :stood].tolist()], parents))
         context += [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]
@@ -123,3 +153,72 @@ def check_tree_calls(
     if len(tokens) != max_tokens:
         raise AssertionError(f"emitted {len(tokens)} tokens, asked for {max_tokens}\n  call: {call}")
     return rounds
+
+
+class ForcedTreeOutcome(NamedTuple):
+    """What a scripted `verify_tree` decides: ``tokens [1, N+1]``, ``num_accepted [1]``, ``path [1, N]``."""
+
+    tokens: mx.array
+    num_accepted: mx.array
+    path: mx.array
+
+
+class ScriptedTreeKernels:
+    """A `verify_tree` deciding each round as `outcomes` says (``(path, token)``); the round after them is recorded
+    into `handed` and ends the loop (`ExpandedRound`)."""
+
+    def __init__(self, outcomes: list[tuple[tuple[int, ...], int]], handed: list):
+        self.outcomes, self.handed = outcomes, handed
+
+    def verify_tree(self, target_probs, draft_probs, tree_tokens, parents, **kwargs):
+        self.handed.append((target_probs, draft_probs, tree_tokens, parents, kwargs.get("mode")))
+        if len(self.handed) > len(self.outcomes):
+            raise ExpandedRound
+        path, token = self.outcomes[len(self.handed) - 1]
+        nodes = as_numpy(tree_tokens).reshape(-1).astype(int).tolist()
+        padding = len(nodes) - len(path)
+        tokens = [nodes[n] for n in path] + [token] + [-1] * padding
+        return ForcedTreeOutcome(
+            mx.array([tokens], dtype=mx.int32),
+            mx.array([len(path)], dtype=mx.int32),
+            mx.array([list(path) + [-1] * padding], dtype=mx.int32),
+        )
+
+
+def enumerated_tree_loop_law(run_loop, length: int, mode: str, *, call: str) -> dict[tuple, float]:
+    """The law of the first `length` tokens of a tree loop whose children are deterministic (top k), every branch of
+    every round's verification walked through it.
+
+    ``run_loop(kernels)`` runs the implementation's loop once with `kernels` for its `verify_tree`. Each round's
+    outcomes and their probabilities come from the rows and tree the loop handed `verify_tree`
+    (`exact_tree.handed_round_outcomes`); each that leaves tokens to emit is forced in the runs below it.
+    """
+    law: dict[tuple, float] = {}
+
+    def expand(outcomes: list, emitted: tuple, mass: float) -> None:
+        handed: list = []
+        try:
+            run_loop(ScriptedTreeKernels(outcomes, handed))
+        except ExpandedRound:
+            pass
+        if len(handed) != len(outcomes) + 1:
+            raise AssertionError(
+                f"the loop verified {len(handed)} trees after {len(emitted)} of {length} tokens; expected round "
+                f"{len(outcomes) + 1}\n  call: {call}  # scripted outcomes {outcomes}"
+            )
+        p, q, tree_tokens, parents, handed_mode = handed[-1]
+        if handed_mode != mode:
+            raise AssertionError(f"verify_tree was told mode {handed_mode!r}, the loop drafts {mode!r}\n  call: {call}")
+        vocab = p.shape[-1]
+        nodes = as_numpy(tree_tokens).reshape(-1).astype(int)
+        target, draft = (as_numpy(a).astype(np.float64).reshape(-1, vocab) for a in (p, q))
+        parent_ids = as_numpy(parents).reshape(-1).astype(int)
+        for path, token, probability in exact_tree.handed_round_outcomes(target, draft, nodes, parent_ids, mode):
+            out = emitted + tuple(int(nodes[n]) for n in path) + (token,)
+            if len(out) >= length:
+                law[out[:length]] = law.get(out[:length], 0.0) + mass * probability
+            elif probability > 0:
+                expand(outcomes + [(path, token)], out, mass * probability)
+
+    expand([], (), 1.0)
+    return law

@@ -85,6 +85,18 @@ def verify_equals_apply(kind: str) -> str:
     return f"properties/test_apply_exact.py::test_verify_equals_apply_on_the_uniforms_it_draws[{kind}]"
 
 
+EXACTLY_SUMMED = (
+    "properties/test_apply_exact.py::"
+    "test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256"
+)
+HALF_STEPS = (
+    "properties/test_apply_exact.py::"
+    "test_half_precision_steps_take_the_float64_decisions_just_below_and_above_every_boundary"
+)
+LOOP_ENUMERATED = (
+    "properties/test_text_drafting.py::"
+    "test_the_implementations_drafting_loop_enumerates_to_the_target_law_over_two_rounds"
+)
 CHAIN_AS_TREE = "properties/test_tree.py::test_a_chain_is_verified_as_verify_chain_verifies_it"
 LEVEL_LAW_SAMPLED = (
     "properties/test_level_drafting.py::test_level_drafting_samples_the_target_law_of_latents_and_tokens"
@@ -120,6 +132,10 @@ CATCHERS: dict[str, Catchers] = {
         EXACT_STEP,
     ),
     "tree_residual_in_half": TREE_WALK,
+    "correction_threshold_moved_at_large_vocab": EXACT_STEP.catching_first(EXACTLY_SUMMED),
+    "correction_cdf_in_bfloat16_for_half_inputs": EXACT_STEP.catching_first(f"{HALF_STEPS}[chain]"),
+    "block_weight_in_half_for_half_inputs": Catchers(("C16",), sweep=(f"{HALF_STEPS}[block]", *BLOCKS.sweep)),
+    "drafting_target_keeps_a_rejected_draft": Catchers(("C17",)).catching_first(LOOP_ENUMERATED),
     # kernel bugs that the kernel files before their catching file never caught (the sweep of 24da459 ran them in
     # order and stopped at the first catch): that file alone saved 100-130 s of CPU each for the first two
     "greedy_ties_to_the_last_maximum": Catchers(("C7",), sweep=("properties/test_greedy.py",)),

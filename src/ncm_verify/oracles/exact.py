@@ -282,13 +282,13 @@ def inverse_cdf(weights: np.ndarray, u: float) -> int:
 
 def draw_is_excused(weights: np.ndarray, u: float, drawn: int, exact_id: int) -> bool:
     """Whether a float32 draw of `drawn` instead of `exact_id` lies within rounding (see tolerances)."""
-    from ncm_verify.tolerances import cdf_boundary_slack
+    from ncm_verify.tolerances import draw_boundary_slack
 
     if not 0 <= drawn < len(weights) or weights[drawn] <= 0:
         return False
     cumulative = np.cumsum(weights)
     boundaries = cumulative[min(drawn, exact_id) : max(drawn, exact_id)]
-    slack = cdf_boundary_slack(cumulative[-1], int(np.count_nonzero(weights)))
+    slack = draw_boundary_slack(weights)
     return bool(np.all(np.abs(float(u) * cumulative[-1] - boundaries) <= slack))
 
 

@@ -81,3 +81,18 @@ def first_draft_acceptance(target_row: TargetRow, blocks: DrafterBlocks) -> floa
     """P(the first round's first draft stands) = sum_z q(z) sum_x min(p(x), q_1(x | z))."""
     p = target_row(())
     return float(sum(weight * np.minimum(p, row(())).sum() for weight, row in blocks(())))
+
+
+def one_draft_round(p_rows: np.ndarray, q_row: np.ndarray, draft: int) -> list[tuple[int, int, float]]:
+    """The outcomes of a one-draft round given its draft, under the rows it was verified with, as
+    ``(accepted, token, probability)``: kept with probability min(1, p_0(x) / q(x)) and a bonus from p_1, else a
+    token from the normalised max(p_0 - q, 0) (the rule `round_law` walks)."""
+    p_rows, q_row = np.asarray(p_rows, dtype=np.float64), np.asarray(q_row, dtype=np.float64)
+    p, bonus = p_rows[0] / p_rows[0].sum(), p_rows[1] / p_rows[1].sum()
+    q = q_row / q_row.sum()
+    kept = min(p[draft], q[draft]) / q[draft] if q[draft] > 0 else 1.0
+    outcomes = [(1, int(y), kept * bonus[y]) for y in np.flatnonzero(bonus)] if kept > 0 else []
+    residual = np.maximum(p - q, 0.0)
+    if kept < 1 and residual.sum() > 0:
+        outcomes += [(0, int(y), (1 - kept) * residual[y] / residual.sum()) for y in np.flatnonzero(residual)]
+    return outcomes

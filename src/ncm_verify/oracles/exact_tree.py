@@ -279,6 +279,38 @@ def round_law(
     return node(tuple(context), 0)
 
 
+def handed_round_outcomes(target, draft, tree_tokens, parents, mode: str) -> list[tuple[tuple[int, ...], int, float]]:
+    """The outcomes of verifying one drafted tree, under the rows it was handed: ``(accepted path, last token,
+    probability)`` for every branch of the exact rule (`reference_rule`), its children taken as drawn.
+
+    `target` and `draft` are ``[N+1, V]`` (the root's row first), `tree_tokens` and `parents` ``[N]``.
+    """
+    rule = reference_rule(mode)
+    target, draft = np.asarray(target, dtype=np.float64), np.asarray(draft, dtype=np.float64)
+    outcomes: list[tuple[tuple[int, ...], int, float]] = []
+
+    def visit(current: int, path: tuple[int, ...], mass: float) -> None:
+        children = [n for n in range(len(parents)) if int(parents[n]) == current]
+        if not children:
+            row = rule.bonus(target[current + 1])
+            outcomes.extend((path, int(y), mass * row[y] / row.sum()) for y in np.flatnonzero(row > 0))
+            return
+        state, left = rule.start(target[current + 1], draft[current + 1]), mass
+        for i, n in enumerate(children):
+            accept = float(rule.accept(state, i, int(tree_tokens[n])))
+            if accept > 0:
+                visit(n, path + (n,), left * accept)
+            left *= 1.0 - accept
+            if left <= 0:
+                return
+            state = rule.reject(state, i, int(tree_tokens[n]))
+        row = rule.correction(state)
+        outcomes.extend((path, int(y), left * row[y] / row.sum()) for y in np.flatnonzero(row > 0))
+
+    visit(-1, (), 1.0)
+    return outcomes
+
+
 def _spread(into: dict, prefix: tuple[int, ...], row: np.ndarray, mass: float) -> None:
     """Add ``mass * row[y]`` to ``prefix + (y,)`` for every y in the row's support (normalised)."""
     row = np.asarray(row, dtype=np.float64)

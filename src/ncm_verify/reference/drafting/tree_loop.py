@@ -99,12 +99,15 @@ class TreeSteps(NamedTuple):
     """(depths of the nodes, context positions cached) -> each tree row's position, the root's first."""
     kept: Callable[[list[int]], list[int]]
     """(accepted path, node indices) -> the tree rows after the root that the caches keep, in order."""
+    child_row: Callable[[mx.array, int, str], mx.array]
+    """(a level's draft rows [n, V], node i of the level, mode) -> the row node i's children are drawn from."""
 
 
 REFERENCE_TREE_STEPS = TreeSteps(
     mask=ancestors_mask,
     positions=lambda depths, offset: mx.array([offset] + [offset + d for d in depths], dtype=mx.int32),
     kept=lambda path: [node + 1 for node in path],
+    child_row=lambda level, i, mode: level[i],
 )
 
 
@@ -187,7 +190,7 @@ def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: T
             break
         level_rows = []
         for i, node_key in enumerate(mx.random.split(mx.random.split(key, len(branching) + 1)[depth], level.shape[0])):
-            children = draw_children(level[i], branching[depth], mode, node_key)
+            children = draw_children(steps.child_row(level, i, mode), branching[depth], mode, node_key)
             level_rows += children
         tokens += level_rows
         passed = end
