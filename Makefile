@@ -24,6 +24,17 @@ export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.tri
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
+# MLX's Linux CPU wheel links the reference (netlib) BLAS it bundles: a float32 matmul runs ~10x slower than with
+# OpenBLAS. Where Debian's libopenblas0-pthread is installed, every process of the suite preloads it (cblas_sgemm then
+# resolves to it first), one thread each (JOBS workers share the cores); `make BLAS= ...` or a machine without the
+# package keeps the bundled one, and the properties pass either way. The report's environment says which ran
+# (environment.mlx_cpu_blas); docs/smollm2.md has the figures side by side.
+BLAS ?= $(firstword $(wildcard /usr/lib/$(shell uname -m)-linux-gnu/openblas-pthread/libopenblas.so.0))
+ifneq ($(BLAS),)
+export LD_PRELOAD := $(BLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
+export OPENBLAS_NUM_THREADS ?= 1
+endif
+
 .PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model
 
 # uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
@@ -86,13 +97,14 @@ BASELINE ?= benchmarks/baseline.json
 THRESHOLD ?= 0.6
 
 ## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
-bench: install
+bench: install model
 	@mkdir -p $(REPORTS)
 	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
 	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench-trees.json
 	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
+	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi

@@ -6,7 +6,11 @@ dequantisation (oracles/numpy_llama.py) says what the file means, and mlx-lm's `
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -100,3 +104,15 @@ def test_a_missing_gguf_says_how_to_install_it(tmp_path):
 def test_a_form_outside_the_two_is_refused_naming_the_argument():
     with pytest.raises(ValueError, match="^form:"):
         smollm2.load_smollm2(form="bfloat16")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="MLX links Accelerate on macOS: no BLAS to choose")
+def test_the_environment_names_the_blas_cblas_sgemm_resolves_to_with_and_without_a_preload(tmp_path):
+    """The bundled reference BLAS without a preload; the preloaded library's path with one (where there is one)."""
+    report = [sys.executable, "-c", "from ncm_verify.environment import mlx_cpu_blas; print(mlx_cpu_blas())"]
+    plain = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    assert subprocess.run(report, env=plain, capture_output=True, text=True, check=True).stdout.startswith("bundled")
+    openblas = sorted(Path("/usr/lib").glob("*-linux-gnu/openblas-pthread/libopenblas.so.0"))
+    for library in openblas[:1]:
+        preloaded = subprocess.run(report, env={**plain, "LD_PRELOAD": str(library)}, capture_output=True, text=True)
+        assert preloaded.stdout.startswith(str(library)), preloaded.stdout + preloaded.stderr
