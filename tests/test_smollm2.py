@@ -17,7 +17,8 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from ncm_verify.mlx_lm_real import smollm2
+from ncm_verify.harness.strategies import SMOLLM2_ROWS
+from ncm_verify.mlx_lm_real import smollm2, smollm2_rows
 from ncm_verify.oracles.numpy_llama import llama_logits, read_gguf
 from ncm_verify.tolerances import SMOLLM2_LOGITS_RTOL
 
@@ -116,3 +117,22 @@ def test_the_environment_names_the_blas_cblas_sgemm_resolves_to_with_and_without
     for library in openblas[:1]:
         preloaded = subprocess.run(report, env={**plain, "LD_PRELOAD": str(library)}, capture_output=True, text=True)
         assert preloaded.stdout.startswith(str(library)), preloaded.stdout + preloaded.stderr
+
+
+def test_the_shipped_rows_are_this_models_logits_at_their_recorded_sequence(model):
+    """The first recorded sequence's rows, recomputed: within float16 storage rounding plus the form's tolerance."""
+    assert smollm2_rows.fixture_path().resolve() == SMOLLM2_ROWS.resolve()
+    shipped, record = smollm2_rows.load_rows()
+    assert record["source"].endswith(f"sha256 {smollm2.GGUF_SHA256})")
+    sequence = record["sequences"][0]
+    assert sequence[: len(smollm2.encode(model, smollm2_rows.PROMPTS[0]))] == smollm2.encode(
+        model, smollm2_rows.PROMPTS[0]
+    )
+    rows = smollm2_rows.form_logits(model, sequence)
+    stored = shipped[model.form][: smollm2_rows.POSITIONS]
+    scale = np.abs(rows).max()
+    difference = np.abs(rows - stored).max()
+    assert difference <= (2.0**-11 + SMOLLM2_LOGITS_RTOL[model.form]) * scale, (
+        f"fixtures/{smollm2_rows.FIXTURE} ({model.form}): max |stored - recomputed| {difference:.3g}; rebuild: "
+        f"python -m ncm_verify.mlx_lm_real.smollm2_rows"
+    )
