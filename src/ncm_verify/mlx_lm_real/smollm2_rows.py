@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
+from ncm_verify.environment import package_version
 from ncm_verify.mlx_lm_real import smollm2
 
 PROMPTS = (
@@ -57,7 +59,7 @@ def build_rows(path: Path | str | None = None) -> tuple[dict[str, np.ndarray], d
     record = {
         "source": f"{smollm2.WHEEL} ({smollm2.GGUF_NAME}, sha256 {smollm2.GGUF_SHA256})",
         "command": "python -m ncm_verify.mlx_lm_real.smollm2_rows",
-        "mlx": mx.__version__,
+        "mlx": package_version("mlx"),
         "prompts": list(PROMPTS),
         "sequences": sequences,
         "positions_per_prompt": POSITIONS,
@@ -68,12 +70,9 @@ def build_rows(path: Path | str | None = None) -> tuple[dict[str, np.ndarray], d
 
 
 def write_rows(out: Path) -> None:
-    arrays, record = build_rows()
-    np.savez_compressed(
-        out,
-        **{f"logits_{form}": logits.astype(np.float16) for form, logits in arrays.items()},
-        record=np.array(json.dumps(record)),
-    )
+    logits, record = build_rows()
+    arrays: dict[str, Any] = {f"logits_{form}": rows.astype(np.float16) for form, rows in logits.items()}
+    np.savez_compressed(out, record=np.array(json.dumps(record)), **arrays)
 
 
 def load_rows(path: Path | None = None) -> tuple[dict[str, np.ndarray], dict]:
