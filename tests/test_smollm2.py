@@ -136,3 +136,38 @@ def test_the_shipped_rows_are_this_models_logits_at_their_recorded_sequence(mode
         f"fixtures/{smollm2_rows.FIXTURE} ({model.form}): max |stored - recomputed| {difference:.3g}; rebuild: "
         f"python -m ncm_verify.mlx_lm_real.smollm2_rows"
     )
+
+
+def test_prompt_lookup_proposes_what_followed_the_earliest_match_of_the_longest_ngram():
+    from ncm_verify.mlx_lm_real.smollm2_drafters import lookup
+
+    assert lookup([1, 2, 3, 9, 2, 3, 4, 2, 3], 3) == [9, 2, 3]  # bigram [2, 3]: earliest match first
+    assert lookup([5, 6, 7, 6], 2) == [7, 6]  # no bigram match: the unigram [6]
+    assert lookup([1, 2, 3, 1, 2], 4) == [3, 1, 2, 2]  # fewer than k found: padded with the last token
+    assert lookup([1, 2, 3], 2) == [3, 3]  # no match at all
+
+
+def test_prompt_lookup_hands_the_loop_one_hot_rows_of_its_drafts_and_trims_back():
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    from ncm_verify.mlx_lm_real.smollm2_drafters import PromptLookupDrafter
+
+    drafter = PromptLookupDrafter(vocab_size=10)
+    cache = drafter.make_cache()
+    block = drafter.propose(cache, mx.array([[1, 2, 3, 1, 2]]), 2, mx.random.key(0))
+    assert block.tokens.tolist() == [[3, 1]]
+    assert np.array_equal(np.array(block.probs)[0], np.eye(10, dtype=np.float32)[[3, 1]])
+    assert trim_prompt_cache(cache, 2) == 2 and cache[0].tokens == [1, 2, 3]
+
+
+def test_the_loops_softmax_rows_sum_to_one_on_real_rows_where_mlx_softmax_strayed_2e_4():
+    """SmolLM2's shipped logits at T = 1 (MLX 0.32.4's softmax: 2.05e-4 off, past NORMALISATION's 1e-4)."""
+    from ncm_verify.harness.strategies import smollm2_logits
+    from ncm_verify.reference._kernels.arrays import row_sums
+    from ncm_verify.reference.drafting.base import softmax_rows
+    from ncm_verify.tolerances import NORMALISATION
+
+    logits = mx.array(smollm2_logits()["float32"], dtype=mx.float32)
+    ours = np.abs(np.array(softmax_rows(logits), dtype=np.float64).sum(axis=-1) - 1).max()
+    assert ours <= NORMALISATION[mx.float32] / 10
+    assert float(mx.abs(row_sums(softmax_rows(logits)) - 1).max()) <= NORMALISATION[mx.float32] / 10
