@@ -96,6 +96,7 @@ GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
 THRESHOLD ?= 0.6
 
+# Also C12 on SmolLM2-135M and MLX's CPU BLAS side by side (docs/smollm2.md).
 ## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
 bench: install model
 	@mkdir -p $(REPORTS)
@@ -105,6 +106,7 @@ bench: install model
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
 	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
+	$(PY) -m ncm_verify.bench.smollm2 --out $(REPORTS)/bench-smollm2.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
