@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 PROMPT_TOKENS = 16
@@ -21,13 +20,9 @@ PASS_TOKENS = 8
 
 
 def median_ms(function, repeats: int) -> float:
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return 1e3 * sorted(times)[len(times) // 2]
+    from ncm_verify.bench.drafting import median_seconds
+
+    return 1e3 * median_seconds(function, repeats)
 
 
 def model_pass(model, tokens: int):
