@@ -120,6 +120,10 @@ CATCHERS: dict[str, Catchers] = {
         EXACT_STEP,
     ),
     "tree_residual_in_half": TREE_WALK,
+    # issue 42: only SmolLM2's real rows (a peaked residual at V = 49 152) show a one-pass sum's error
+    "residual_summed_in_one_pass": EXACT_STEP.catching_first(
+        "properties/test_apply_exact.py::test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_rows"
+    ),
     # kernel bugs that the kernel files before their catching file never caught (the sweep of 24da459 ran them in
     # order and stopped at the first catch): that file alone saved 100-130 s of CPU each for the first two
     "greedy_ties_to_the_last_maximum": Catchers(("C7",), sweep=("properties/test_greedy.py",)),
