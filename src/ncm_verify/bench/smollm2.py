@@ -116,14 +116,26 @@ def measure_form(impl, form: str, *, tokens: int, repeats: int, ks: tuple[int, .
             del row["tokens_per_pass_exact"]  # no exact law of a 135M model: measured only
             row.update(form=form, prompt=prompt_name)
             row["verify_pass_over_step"] = part_times[f"target pass ({k + 1} tokens)"] / step
+            row["speedup_predicted_with_prefill"] = with_prefill(row, tokens)
             rows.append(row)
     return rows
+
+
+def with_prefill(row: dict, tokens: int) -> float:
+    """The parts' prediction with the prompt's prefill counted on both sides: the prefill estimated as the target's
+    generation time less `tokens` one-token steps (noisy: a difference of two measured times)."""
+    calls, k = row["per_call_s"], row["k"]
+    alone = row["seconds"]["target alone"]["median_s"]
+    prefill = alone - tokens * calls["target step (1 token)"]
+    rounds = tokens / row["tokens_per_pass_measured"]["mean"]
+    per_round = calls[f"proposal ({k} tokens)"] + calls[f"target pass ({k + 1} tokens)"] + calls["verify_chain"]
+    return alone / (prefill + rounds * per_round)
 
 
 def format_rows(rows: list[dict]) -> str:
     header = (
         f"{'form':9s} {'prompt':22s} {'drafter':28s} {'k':>2s} {'tok/pass':>8s} {'a':>5s} {'c':>5s} {'pass/step':>9s} "
-        f"{'Leviathan':>9s} {'parts':>6s} {'measured':>8s} {'ms/tok alone':>12s} {'drafted':>8s}"
+        f"{'Leviathan':>9s} {'parts':>6s} {'+prefill':>8s} {'measured':>8s} {'ms/tok alone':>12s} {'drafted':>8s}"
     )
     lines = [header]
     for row in rows:
@@ -132,6 +144,7 @@ def format_rows(rows: list[dict]) -> str:
             f"{row['tokens_per_pass_measured']['mean']:8.2f} "
             f"{row['alpha']:5.2f} {row['c']:5.2f} {row['verify_pass_over_step']:9.2f} "
             f"{row['speedup_predicted']:9.2f} {row['speedup_predicted_from_parts']:6.2f} "
+            f"{row['speedup_predicted_with_prefill']:8.2f} "
             f"{row['speedup_measured']:8.2f} {row['ms_per_token']['target alone']:12.1f} "
             f"{row['ms_per_token']['drafted']:8.1f}"
         )
