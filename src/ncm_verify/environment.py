@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -36,6 +37,38 @@ def git_dirty(directory: Path | None = None) -> bool | None:
     return None if status is None else bool(status)
 
 
+def mlx_cpu_blas() -> str:
+    """Which library MLX's CPU matmuls call (`cblas_sgemm`), as the dynamic linker resolves it; checked, not assumed.
+
+    On Linux MLX's wheel links the reference BLAS it bundles (`mlx_cpu.libs/libblas…`); a library preloaded into the
+    global scope (the Makefile's LD_PRELOAD of Debian's OpenBLAS, docs/smollm2.md) comes first. macOS links Accelerate.
+    """
+    import ctypes
+
+    if sys.platform != "linux":
+        return "the platform's (Accelerate on macOS)"
+
+    class _Found(ctypes.Structure):
+        _fields_ = [
+            ("file", ctypes.c_char_p),
+            ("base", ctypes.c_void_p),
+            ("name", ctypes.c_char_p),
+            ("at", ctypes.c_void_p),
+        ]
+
+    process = ctypes.CDLL(None)
+    try:
+        function = process.cblas_sgemm
+    except AttributeError:
+        return "bundled reference BLAS (mlx_cpu.libs)"
+    found = _Found()
+    if not process.dladdr(ctypes.cast(function, ctypes.c_void_p), ctypes.byref(found)) or not found.file:
+        return "unknown (cblas_sgemm resolved outside any file)"
+    path = found.file.decode()
+    threads = os.environ.get("OPENBLAS_NUM_THREADS")
+    return f"{path}" + (f" (OPENBLAS_NUM_THREADS={threads})" if threads and "openblas" in path else "")
+
+
 def describe_environment() -> dict:
     """The facts every report and figure carries; the device is asked of MLX, never assumed."""
     import mlx.core as mx
@@ -46,6 +79,7 @@ def describe_environment() -> dict:
         "mlx": mx.__version__,
         "mlx_default_device": str(mx.default_device()),
         "mlx_cpu_jit_preamble": preamble_state(),
+        "mlx_cpu_blas": mlx_cpu_blas(),
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
         "platform": platform.platform(),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-from hypothesis import Phase, settings
+from hypothesis import Phase, event, settings
 from hypothesis import strategies as st
 
 from ncm_verify.harness.run_state import run_state
@@ -548,6 +549,63 @@ def make_exact_mass_moved_rows(rng: np.random.Generator, target: np.ndarray) -> 
     return draft * 2.0**-24
 
 
+SMOLLM2_ROWS = Path(__file__).parents[1] / "data" / "fixtures" / "smollm2_rows.npz"
+"""Real next-token logits of SmolLM2-135M (V = 49 152) at real prompts, float32 and quantised forms (built by
+`python -m ncm_verify.mlx_lm_real.smollm2_rows`, its record inside): no model is needed to draw them."""
+SMOLLM2_RELATIONS = ("quantized", "temperature", "top_p", "other_context", "argmax_of_quantized")
+"""A real draft row beside its target (the float32 form's): the quantised form's row (nearly equal: real rounding),
+at 1.5x the temperature, untruncated where the target is top-p truncated, another context's row, its argmax."""
+smollm2_rows = st.sampled_from((False,) * 3 + (True,))
+"""Whether a step case draws SmolLM2's rows: one in four (shrinks to the synthetic rows)."""
+smollm2_temperatures = st.sampled_from((1.0, 0.7, 0.3))
+smollm2_top_ps = st.sampled_from((1.0, 0.9))
+SMOLLM2_VOCAB = 49_152
+
+
+@functools.lru_cache(maxsize=1)
+def smollm2_logits() -> dict[str, np.ndarray]:
+    """The shipped logits, float64 ``[N, V]`` per form ("float32", "quantized")."""
+    with np.load(SMOLLM2_ROWS) as data:
+        return {name.removeprefix("logits_"): data[name].astype(np.float64) for name in data.files if "logits" in name}
+
+
+def softmax_rows(logits: np.ndarray, temperature: float, top_p: float = 1.0) -> np.ndarray:
+    """softmax(logits / temperature) in float64, kept to the smallest top set of mass >= `top_p` (ties kept)."""
+    scaled = logits / temperature
+    rows = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    rows /= rows.sum(axis=-1, keepdims=True)
+    if top_p < 1.0:
+        ordered = -np.sort(-rows, axis=-1)
+        before = np.cumsum(ordered, axis=-1) - ordered
+        cut = np.where(before < top_p, ordered, np.inf).min(axis=-1, keepdims=True)
+        rows = np.where(rows >= cut, rows, 0.0)
+        rows /= rows.sum(axis=-1, keepdims=True)
+    return rows
+
+
+def make_smollm2_tables(
+    rng: np.random.Generator, count: int, relation: str, temperature: float, top_p: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Target and draft rows ``[count, 49 152]`` from SmolLM2's logits, related as `relation` says."""
+    logits = smollm2_logits()
+    picks = rng.integers(0, len(logits["float32"]), size=count)
+    top_p = 0.9 if relation == "top_p" else top_p
+    target = softmax_rows(logits["float32"][picks], temperature, top_p)
+    quantized = logits["quantized"][picks]
+    if relation == "quantized":
+        draft = softmax_rows(quantized, temperature, top_p)
+    elif relation == "temperature":
+        draft = softmax_rows(quantized, 1.5 * temperature, top_p)
+    elif relation == "top_p":
+        draft = softmax_rows(quantized, temperature)
+    elif relation == "other_context":
+        draft = softmax_rows(logits["quantized"][rng.integers(0, len(logits["quantized"]), count)], temperature)
+    else:
+        draft = np.zeros_like(target)
+        np.put_along_axis(draft, np.argmax(quantized, axis=1)[:, None], 1.0, axis=1)
+    return target, draft
+
+
 def make_step_rows(rng: np.random.Generator, count: int, vocab: int, kind: str) -> np.ndarray:
     """``[count, vocab]`` float64 rows of `kind` (see `STEP_ROW_KINDS`); above 2^16 ids some mass sits past 65535."""
     if kind == "exactly_summed":
@@ -671,28 +729,39 @@ def step_cases(
     dtypes=STEP_DTYPES,
     uniform_kinds=UNIFORM_KINDS,
     offsets=ulp_offsets,
+    real_rows=smollm2_rows,
 ):
     """One step of `kernel` (a spec with an apply step): inputs, their float64 values and drawn uniforms.
 
     The kernel's keyword options are drawn, or fixed by `options`; the keywords narrow what is drawn (a vocabulary
-    strategy, row kinds, a relation strategy, dtypes, uniform kinds and ulp offsets).
+    strategy, row kinds, a relation strategy, dtypes, uniform kinds and ulp offsets; `real_rows`, whether SmolLM2's
+    rows are drawn: they fix the vocabulary, row kind and relation).
     """
     from ncm_verify.harness.drivers import make_step_case
 
-    vocab = draw(vocabs, label="vocab")
+    real = draw(real_rows, label="SmolLM2 rows")
+    vocab = SMOLLM2_VOCAB if real else draw(vocabs, label="vocab")
     small = vocab <= LARGE_VOCAB
     batch = draw(st.integers(1, 16 if small else 4), label="batch")
-    kind = draw(st.sampled_from(row_kinds), label="target row kind")
+    kind = "dense" if real else draw(st.sampled_from(row_kinds), label="target row kind")
     if relations is None:
         relations = step_relations if kernel.step_relations is None else kernel.step_relations
-    relation = draw(relations, label="draft relation")
+    relation = draw(st.sampled_from(SMOLLM2_RELATIONS) if real else relations, label="draft relation")
+    temperature = draw(smollm2_temperatures, label="SmolLM2 temperature") if real else 1.0
+    top_p = draw(smollm2_top_ps, label="SmolLM2 top-p") if real else 1.0
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     over_drafted = draw(st.booleans(), label="drafts only where q > p")
     rng = np.random.default_rng(draw(seeds, label="table seed"))
+    if real:
+        event(f"step rows: SmolLM2 ({relation})")
 
     def tables(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        target = make_step_rows(rng, int(np.prod(shape[:-1])), shape[-1], kind)
-        draft = make_step_draft_rows(rng, target, relation)
+        count = int(np.prod(shape[:-1]))
+        if real and shape[-1] == SMOLLM2_VOCAB:  # a latent's codebook row stays synthetic
+            target, draft = make_smollm2_tables(rng, count, relation, temperature, top_p)
+        else:
+            target = make_step_rows(rng, count, shape[-1], kind)
+            draft = make_step_draft_rows(rng, target, "independent" if real else relation)
         return target.reshape(shape), draft.reshape(shape)
 
     fixed = draw(kernel_options(kernel, options), label="options")
@@ -729,16 +798,33 @@ def make_greedy_scores(rng: np.random.Generator, shape: tuple[int, ...], kind: s
     return scores
 
 
+def make_smollm2_scores(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """SmolLM2's logits ``[..., 49 152]`` of either form; half the rows top-p (0.9) masked to -inf, as samplers do."""
+    logits = smollm2_logits()
+    forms = [logits[form] for form in sorted(logits)]
+    rows = np.stack(
+        [forms[rng.integers(len(forms))][rng.integers(len(forms[0]))] for _ in range(int(np.prod(shape[:-1])))]
+    )
+    masked = rng.random(len(rows)) < 0.5
+    rows[masked] = np.where(softmax_rows(rows[masked], 1.0, 0.9) > 0, rows[masked], -np.inf)
+    return rows.reshape(shape)
+
+
 @st.composite
 def greedy_steps(draw):
     """Scores ``[B, G+1, V]`` (float64 and the dtype they go in as), drafts that match each argmax half the time."""
-    vocab = draw(greedy_vocabs, label="vocab")
+    real = draw(smollm2_rows, label="SmolLM2 rows")
+    vocab = SMOLLM2_VOCAB if real else draw(greedy_vocabs, label="vocab")
     batch = draw(st.integers(1, 8 if vocab <= LARGE_VOCAB else 2), label="batch")
     max_draft = draw(draft_lengths, label="max drafts")
-    kind = draw(st.sampled_from(GREEDY_SCORE_KINDS), label="score kind")
+    kind = "smollm2" if real else draw(st.sampled_from(GREEDY_SCORE_KINDS), label="score kind")
     dtype = draw(st.sampled_from(STEP_DTYPES), label="dtype")
     rng = np.random.default_rng(draw(seeds, label="table seed"))
-    scores = make_greedy_scores(rng, (batch, max_draft + 1, vocab), kind)
+    if real:
+        event("greedy scores: SmolLM2")
+        scores = make_smollm2_scores(rng, (batch, max_draft + 1, vocab))
+    else:
+        scores = make_greedy_scores(rng, (batch, max_draft + 1, vocab), kind)
     # The values the kernel sees: rounding to half precision may tie what float64 told apart.
     scores = np.array(mx.array(scores.astype(np.float32)).astype(getattr(mx, dtype)).astype(mx.float32), np.float64)
     best = np.argmax(scores[:, :max_draft], axis=-1)

@@ -30,6 +30,7 @@ from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
 from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting import ConceptBlockDrafter, ConceptDrafterConfig, DraftBlock
+from ncm_verify.reference.drafting.base import softmax_rows
 from ncm_verify.reference.drafting.loop import target_pass
 from ncm_verify.reference.ncm.concept_config import ConceptConfig
 
@@ -38,7 +39,7 @@ DRAFTER_KINDS = ("autoregressive", "block", "block reading features", "concept",
 
 
 def scaled_softmax(logits: mx.array, temperature: float) -> mx.array:
-    return mx.softmax(logits.astype(mx.float32) * (1.0 / temperature), axis=-1)
+    return softmax_rows(logits.astype(mx.float32) * (1.0 / temperature))
 
 
 class ARDrafter:
@@ -59,7 +60,7 @@ class ARDrafter:
             scores = logits.astype(mx.float32) * (1.0 / temperature)
             token = mx.random.categorical(scores, key=step_key)
             tokens.append(token)
-            rows.append(mx.softmax(scores, axis=-1))
+            rows.append(softmax_rows(scores))
             if i < k - 1:
                 logits = self.model(token[:, None], cache=cache)[:, -1]
         return DraftBlock(tokens=mx.stack(tokens, axis=1).astype(mx.int32), probs=mx.stack(rows, axis=1))

@@ -136,6 +136,10 @@ CATCHERS: dict[str, Catchers] = {
     "correction_cdf_in_bfloat16_for_half_inputs": EXACT_STEP.catching_first(f"{HALF_STEPS}[chain]"),
     "block_weight_in_half_for_half_inputs": Catchers(("C16",), sweep=(f"{HALF_STEPS}[block]", *BLOCKS.sweep)),
     "drafting_target_keeps_a_rejected_draft": Catchers(("C17",)).catching_first(LOOP_ENUMERATED),
+    # only SmolLM2's real rows (a peaked residual at V = 49 152) show a one-pass sum's error
+    "residual_summed_in_one_pass": EXACT_STEP.catching_first(
+        "properties/test_apply_exact.py::test_residual_distribution_equals_the_float64_residual_of_the_same_rounded_rows"
+    ),
     # kernel bugs that the kernel files before their catching file never caught (the sweep of 24da459 ran them in
     # order and stopped at the first catch): that file alone saved 100-130 s of CPU each for the first two
     "greedy_ties_to_the_last_maximum": Catchers(("C7",), sweep=("properties/test_greedy.py",)),

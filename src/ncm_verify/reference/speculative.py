@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from ncm_verify.reference._kernels.arrays import CDF_BLOCK, PAD_TOKEN, all_drafts, select_code
+from ncm_verify.reference._kernels.arrays import CDF_BLOCK, PAD_TOKEN, all_drafts, row_sums, select_code
 from ncm_verify.reference._kernels.chain import ChainOutcome, FactorizedOutcome, LatentChainOutcome
 from ncm_verify.reference._kernels.checks import check_probabilities, check_shape, per_sequence_keys
 from ncm_verify.reference._kernels.factory import REFERENCE_KERNELS
@@ -74,7 +74,8 @@ def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
     check_shape("q", q, p.shape)
     p32 = p.astype(mx.float32)
     residual = mx.maximum(p32 - q.astype(mx.float32), 0.0)
-    mass = residual.sum(axis=-1, keepdims=True)
+    # in blocks: MLX's CPU sum is sequential, 1.3e-4 off on a real SmolLM2 residual (V = 49 152; issue 42)
+    mass = row_sums(residual)[..., None]
     return mx.where(mass > RESIDUAL_FLOOR, residual / mx.maximum(mass, RESIDUAL_FLOOR), p32)
 
 

@@ -14,7 +14,7 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 from mlx_lm.models.cache import make_prompt_cache
 
-from ncm_verify.reference.drafting.base import DraftBlock
+from ncm_verify.reference.drafting.base import DraftBlock, softmax_rows
 
 __all__ = [
     "ARDrafter",
@@ -78,7 +78,7 @@ def rows_at_temperature(logits: mx.array, temperature: float) -> mx.array:
     logits = logits.astype(mx.float32)
     if temperature == 0:
         return (mx.arange(logits.shape[-1]) == mx.argmax(logits, axis=-1, keepdims=True)).astype(mx.float32)
-    return mx.softmax(logits / temperature, axis=-1)
+    return softmax_rows(logits / temperature)
 
 
 def _draw(rows: mx.array, key: mx.array) -> mx.array:

@@ -28,6 +28,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
 from ncm_verify.reference import tree
+from ncm_verify.reference.drafting.base import softmax_rows
 from ncm_verify.reference.ncm.kv_cache import check_count
 
 __all__ = ["DraftTree", "TreeGeneration", "generate_tree_drafted", "tree_pass", "tree_shape"]
@@ -155,7 +156,7 @@ def _rows(logits: mx.array, temperature: float) -> mx.array:
     logits = logits.astype(mx.float32)
     if temperature == 0:
         return (mx.arange(logits.shape[-1]) == mx.argmax(logits, axis=-1, keepdims=True)).astype(mx.float32)
-    return mx.softmax(logits * (1.0 / temperature), axis=-1)
+    return softmax_rows(logits * (1.0 / temperature))
 
 
 def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[int]:
