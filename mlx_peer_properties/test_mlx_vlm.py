@@ -1,0 +1,229 @@
+"""mlx-vlm 0.7.10's speculative decoding judged on its own `generate_step` and drafters (`peers.mlx_vlm_spec`).
+
+make install-peers PEER=mlx-vlm && make verify-peers PEERS=mlx-vlm
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from ncm_verify.peers import mlx_vlm_spec as peer
+from ncm_verify.tolerances import TOLERANCES
+
+DRAFTS = peer.DRAFT_KINDS
+VARIANTS = ("own", "planted")
+
+
+@st.composite
+def decodings(draw, draft_kind: str):
+    """A target, its drafter, a prompt and a budget: small vocabularies so that drafts are accepted as often as not."""
+    vocab = draw(st.sampled_from([4, 6, peer.VOCAB]), label="vocab")
+    seed = draw(st.integers(0, 2**16), label="weights seed")
+    prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
+    max_tokens = draw(st.integers(2, 20), label="max_tokens")
+    block = draw(st.integers(2, 5), label="block_size")
+    target = peer.make_target("hybrid", seed, vocab)
+    drafter = peer.make_drafter(draft_kind, target, seed + 1, block_size=block)
+    call = (
+        f"target = make_target('hybrid', {seed}, {vocab}); drafter = make_drafter({draft_kind!r}, target, {seed + 1}, "
+        f"block_size={block}); generate(target, {prompt}, {max_tokens}, drafter, {draft_kind!r}, ...)"
+    )
+    note(f"from ncm_verify.peers.mlx_vlm_spec import *; {call}")
+    return Decoding(target, drafter, prompt, max_tokens)
+
+
+class Decoding(tuple):
+    """(target, drafter, prompt, max_tokens), printed by Hypothesis as its prompt and budget, not two models."""
+
+    def __new__(cls, *fields):
+        return super().__new__(cls, fields)
+
+    def __repr__(self):
+        return f"Decoding(prompt={self[2]}, max_tokens={self[3]})"
+
+
+def run(variant: str, *args, **options) -> list[int]:
+    if variant == "planted":
+        with peer.planted():
+            return peer.generate(*args, **options)
+    return peer.generate(*args, **options)
+
+
+def first_difference(a: list[int], b: list[int]) -> str:
+    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first divergent token at {index}: {a[index : index + 4]} vs {b[index : index + 4]}"
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@given(data=st.data())
+def test_greedy_speculative_decoding_emits_plain_greedy_decoding_on_a_hybrid_target(draft_kind, variant, data):
+    """Temperature 0: the speculative loop emits generate_step's own greedy tokens, token for token."""
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    plain = peer.generate(target, prompt, max_tokens, temperature=0.0)
+    spec = run(variant, target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
+    note(f"accepted per round: {drafter.accept_lens}")
+    assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("kind", ["attention", "sliding-window"])
+def test_greedy_speculative_decoding_on_attention_and_sliding_window_targets(kind):
+    pytest.skip(
+        "not applicable: mlx-vlm's qwen3_5 family (the targets of its qwen3_dflash and qwen3_5_mtp drafters) "
+        "requires recurrent layers (full_attention_interval=1 fails in _create_qwen3_5_ssm_mask); the gemma4 "
+        "targets and their drafters were not built in this round"
+    )
+
+
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@given(data=st.data())
+def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_conditional(draft_kind, variant, data):
+    """Temperature > 0 with a seed: every emitted token is mlx-vlm's own positioned target draw (its rule: the
+    target's draw at that position, whatever the draft) on one uncached forward pass over the prompt and the
+    tokens emitted before it; so the speculative output is plain seeded decoding's, token for token."""
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    temperature = data.draw(st.sampled_from([0.6, 1.0, 1.5]), label="temperature")
+    top_p = data.draw(st.sampled_from([1.0, 0.9]), label="top_p")
+    top_k = data.draw(st.sampled_from([0, 3]), label="top_k")
+    seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
+    options = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+    spec = run(variant, target, prompt, max_tokens, drafter, draft_kind, **options)
+    note(f"options {options}; emitted {spec}; accepted per round {drafter.accept_lens}")
+    for position, token in enumerate(spec):
+        logprobs = peer.conditional(target, prompt + spec[:position])
+        expected = peer.positioned_draw(logprobs, seed, position, temperature, top_p, top_k)
+        assert token == expected, f"token {position}: emitted {token}, the target's draw there is {expected}"
+    assert spec == peer.generate(target, prompt, max_tokens, **options), "plain seeded decoding differs"
+
+
+class RecordingSampler:
+    """An unseeded sampler (mlx-vlm's own `make_sampler`) that records each call's rows and outputs."""
+
+    def __init__(self, sampler):
+        self.sampler, self.calls = sampler, []
+
+    def __call__(self, logprobs):
+        tokens = self.sampler(logprobs)
+        mx.eval(tokens)
+        self.calls.append((np.array(logprobs.astype(mx.float32)), np.array(tokens)))
+        return tokens
+
+
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@given(data=st.data())
+def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_conditional(draft_kind, data):
+    """Without a seed (or with min-p) mlx-vlm samples through one RNG stream: every emitted token must be the output
+    of a target-sampler call, in order, handed the target's uncached conditional of the tokens before it."""
+    from mlx_vlm.sample_utils import make_sampler
+
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    min_p = data.draw(st.sampled_from([0.0, 0.05]), label="min_p")
+    seed = data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed")
+    sampler = RecordingSampler(make_sampler(temp=1.0, min_p=min_p))
+    mx.random.seed(seed)
+    spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, sampler=sampler)
+    rows = [
+        (logprobs[r], int(tokens.reshape(-1)[r]))
+        for logprobs, tokens in sampler.calls
+        if logprobs.ndim == 2
+        for r in range(logprobs.shape[0])
+    ]
+    tol = TOLERANCES[mx.float32]
+    cursor = 0
+    for position, token in enumerate(spec):
+        want = np.array(peer.conditional(target, prompt + spec[:position]))
+        while cursor < len(rows) and not (
+            rows[cursor][1] == token and np.allclose(rows[cursor][0], want, atol=tol.atol, rtol=tol.rtol)
+        ):
+            cursor += 1
+        assert cursor < len(rows), (
+            f"emitted {spec}: token {position} ({token}) is no later target call's output on its conditional; "
+            f"target calls' outputs {[t for _, t in rows]}"
+        )
+        cursor += 1
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@given(data=st.data())
+def test_a_batch_of_greedy_requests_gets_what_each_gets_alone(draft_kind, data):
+    """Two prompts of one length decoded together emit, row by row, what each emits alone at temperature 0."""
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    vocab = target.config.vocab_size
+    other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt), max_size=len(prompt)), label="other")
+    from mlx_vlm.generate.ar import generate_step
+
+    steps = generate_step(
+        mx.array([prompt, other]),
+        target,
+        None,
+        None,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        draft_model=drafter,
+        draft_kind=draft_kind,
+    )
+    emitted = [[], []]
+    for tokens, _ in steps:
+        for row, token in enumerate(np.array(tokens).reshape(-1).tolist()[:2]):
+            emitted[row].append(int(token))
+    for row, alone_prompt in enumerate((prompt, other)):
+        alone = peer.generate(target, alone_prompt, max_tokens, temperature=0.0)
+        got = emitted[row][: len(alone)]
+        assert got == alone, f"row {row}: batched {got} != alone {alone}: {first_difference(got, alone)}"
+
+
+OPTIONS = {
+    "logit_bias": lambda vocab: {"logit_bias": {vocab - 2: 20.0}},
+    "repetition_penalty": lambda vocab: {"repetition_penalty": 8.0},
+    "presence_penalty": lambda vocab: {"presence_penalty": 20.0},
+    "frequency_penalty": lambda vocab: {"frequency_penalty": 20.0},
+}
+
+
+@pytest.mark.peer_property(4, 6)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+@given(data=st.data())
+def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(option, draft_kind, data):
+    """A request option generate_step accepts (logit bias, penalties) must shape every speculative token as it
+    shapes plain decoding: at temperature 0 the two emit the same tokens. Ignoring it is property 6's finding."""
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    options = OPTIONS[option](target.config.vocab_size)
+    plain = peer.generate(target, prompt, max_tokens, temperature=0.0, **options)
+    spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0, **options)
+    assert spec == plain, f"with {options}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("draft_kind", DRAFTS)
+@given(data=st.data())
+def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_emitted_tokens(draft_kind, data):
+    """After the loop, the target's own cache (KV and GatedDeltaNet state, rolled back after every rejection)
+    must give the last emitted token the logits an uncached pass over prompt + emitted tokens gives it."""
+    from mlx_vlm.models import cache as vlm_cache
+
+    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    cache = vlm_cache.make_prompt_cache(target.language_model)
+    spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0, prompt_cache=cache)
+    emitted = prompt + spec
+    offsets = {int(c.offset) for c in cache if hasattr(c, "offset")}
+    # the last token is in the cache only when it was an accepted draft the budget cut the round at
+    assert len(offsets) == 1 and offsets <= {len(emitted) - 1, len(emitted)}, f"offsets {offsets} for {len(emitted)}"
+    fed = emitted if offsets == {len(emitted) - 1} else emitted + [0]
+    cached = peer.log_softmax(target.language_model(mx.array([fed[-1:]]), cache=cache).logits[0, -1])
+    rebuilt = peer.conditional(target, fed)
+    tol = TOLERANCES[mx.float32]
+    worst = float(mx.abs(cached - rebuilt).max())
+    assert np.allclose(np.array(cached), np.array(rebuilt), atol=tol.atol, rtol=tol.rtol), (
+        f"after {spec} (cache offset {offsets}): cached and rebuilt log-probabilities differ by up to {worst:.3g}"
+    )
