@@ -75,18 +75,20 @@ def _initial_value(name: str, shape: tuple[int, ...], key: mx.array, logit_scale
     return scale * mx.random.normal(shape, key=key)
 
 
-def make_tiny_model(spec: TinySpec) -> nn.Module:
-    """An mlx-lm `llama.Model` in evaluation mode whose float32 weights depend only on `spec`."""
-    model = llama.Model(make_model_args(spec))
+def apply_seeded_weights(model: nn.Module, seed: int, logit_scale: float) -> nn.Module:
+    """`model` in evaluation mode with float32 weights drawn from `seed` alone (norms at one)."""
     shapes = {name: value.shape for name, value in tree_flatten(model.parameters())}
     names = sorted(shapes)
-    keys = mx.random.split(mx.random.key(spec.seed), len(names))
-    model.update(
-        tree_unflatten([(n, _initial_value(n, shapes[n], keys[i], spec.logit_scale)) for i, n in enumerate(names)])
-    )
+    keys = mx.random.split(mx.random.key(seed), len(names))
+    model.update(tree_unflatten([(n, _initial_value(n, shapes[n], keys[i], logit_scale)) for i, n in enumerate(names)]))
     model.eval()
     mx.eval(model.parameters())
     return model
+
+
+def make_tiny_model(spec: TinySpec) -> nn.Module:
+    """An mlx-lm `llama.Model` in evaluation mode whose float32 weights depend only on `spec`."""
+    return apply_seeded_weights(llama.Model(make_model_args(spec)), spec.seed, spec.logit_scale)
 
 
 def logprobs_at_every_position(model: nn.Module, sequences: mx.array) -> mx.array:
