@@ -24,6 +24,28 @@ MLX_VLM_BATCH_DFLASH_CRASH = (
     ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_batch_dflash.py"
 )
 
+DFLASH_TAPE_ON_CPU = (
+    "dflash-mlx 0.1.8 dflash_mlx/engine/target_qwen_gdn.py:629-640 (the GatedDeltaNet hook off Metal): the "
+    "innovation tape is computed from the block's initial state (state_in) at every step, not the state after the "
+    "previous step, so RecurrentRollbackCache.rollback's tape replay restores a wrong recurrent state whenever a "
+    "round accepts 1 draft or more (exact when it accepts 0); the next token's log-probabilities are off by "
+    "~0.04 nats and the error carries into later rounds. On Metal, gated_delta_kernel_with_tape is used instead "
+    "(not judged: no Metal here). Repro: .peers/dflash-mlx/bin/python mlx_peer_properties/repro/dflash_mlx_tape.py"
+)
+DFLASH_SERVER_IMPORT = (
+    "dflash-mlx 0.1.8 declares mlx-lm>=0.31.0, but dflash_mlx/serve.py imports mlx_lm.generate.SequenceStateMachine, "
+    "which mlx-lm 0.32.x removed (0.31.3 has it): `pip install dflash-mlx` resolves mlx-lm 0.32.2 and its server "
+    "does not start. Repro: .peers/dflash-mlx/bin/python -c 'import dflash_mlx.serve'"
+)
+DFLASH_SAMPLING_DROPPED = (
+    "dflash-mlx 0.1.8 serve.py:312-330 reads temperature, top_p, top_k, min_p, the penalties, logit_bias and seed "
+    "from a request; server/runtime.py:157-172 calls stream_dflash_generate with none of them (it has no such "
+    "parameters and decodes greedily): a request for temperature 0.9 gets greedy tokens, no error. Repro: "
+    "grep -n 'temperature\\|logit_bias' .peers/dflash-mlx/lib/python3.11/site-packages/dflash_mlx/serve.py "
+    "and inspect.signature(dflash_mlx.runtime.stream_dflash_generate)"
+)
+
+_DFLASH = "mlx_peer_properties/test_dflash_mlx.py::"
 _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
     # node id -> what differs, where, and the reproduction
@@ -35,6 +57,13 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
         for draft in ("dflash", "mtp")
     },
     f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[dflash]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
+    "[hybrid-dflash]": DFLASH_TAPE_ON_CPU,
+    f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,
+    # the same tape bug: this example diverges from plain decoding with or without the suppressed token
+    f"{_DFLASH}test_suppressed_tokens_act_on_the_speculative_path_as_on_plain_decoding[hybrid]": DFLASH_TAPE_ON_CPU,
+    f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
+    f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
 }
 
 FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,)}

@@ -27,6 +27,14 @@ def initial_value(name: str, shape: tuple[int, ...], key: mx.array, logit_scale:
     return scale * mx.random.normal(shape, key=key)
 
 
+def build(make_model, seed: int, logit_scale: float = 3.0) -> nn.Module:
+    """``make_model()`` under MLX's global seed `seed`, then `seed_parameters`: a module may draw arrays that are
+    not parameters (a private attribute) from the global generator when built, and the model must still depend
+    only on `seed`."""
+    mx.random.seed(seed)
+    return seed_parameters(make_model(), seed, logit_scale)
+
+
 def seed_parameters(model: nn.Module, seed: int, logit_scale: float = 3.0) -> nn.Module:
     """`model` in evaluation mode with float32 weights that depend only on `seed` and its parameter names."""
     parameters: Any = tree_flatten(model.parameters())

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import mlx.core as mx
 
-from ncm_verify.peers.mlx_tiny import log_softmax, seed_parameters
+from ncm_verify.peers.mlx_tiny import build, log_softmax
 
 PACKAGE = "mlx-vlm"
 VERSION = "0.7.10"
@@ -61,7 +61,7 @@ def make_target(kind: str, seed: int, vocab: int = VOCAB):
     """mlx-vlm's `qwen3_5_text.Model` for `kind` with weights drawn from `seed`."""
     from mlx_vlm.models.qwen3_5_text import Model, ModelConfig
 
-    return seed_parameters(Model(ModelConfig.from_dict(text_config(kind, vocab))), seed)
+    return build(lambda: Model(ModelConfig.from_dict(text_config(kind, vocab))), seed)
 
 
 def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
@@ -89,14 +89,14 @@ def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
                 max_position_embeddings=1024,
             )
         )
-        return seed_parameters(DFlashDraftModel(config), seed)
+        return build(lambda: DFlashDraftModel(config), seed)
     if draft_kind == "mtp":
         from mlx_vlm.speculative.drafters.qwen3_5_mtp import Qwen3_5MTPDraftModel
         from mlx_vlm.speculative.drafters.qwen3_5_mtp.config import Qwen3_5MTPConfig
 
         text = {**text_config("hybrid", vocab), "mtp_num_hidden_layers": 1}
         config = Qwen3_5MTPConfig.from_dict({"text_config": text, "block_size": block_size})
-        return seed_parameters(Qwen3_5MTPDraftModel(config), seed)
+        return build(lambda: Qwen3_5MTPDraftModel(config), seed)
     raise ValueError(f"draft_kind: expected one of {DRAFT_KINDS}, got {draft_kind!r}")
 
 
