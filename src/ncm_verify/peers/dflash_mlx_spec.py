@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import mlx.core as mx
 
@@ -29,7 +30,7 @@ WINDOW = 4
 
 def make_target(kind: str, seed: int, vocab: int = 12):
     """mlx-lm's `qwen3`, `qwen3_next` or `gemma4_text` model for `kind`, weights drawn from `seed`."""
-    common = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, rms_norm_eps=1e-6, vocab_size=vocab)
+    common: dict[str, Any] = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, rms_norm_eps=1e-6, vocab_size=vocab)
     if kind == "attention":
         from mlx_lm.models import qwen3
 
@@ -41,7 +42,7 @@ def make_target(kind: str, seed: int, vocab: int = 12):
     if kind == "hybrid":
         from mlx_lm.models import qwen3_next
 
-        args = qwen3_next.ModelArgs(
+        hybrid_args = qwen3_next.ModelArgs(
             model_type="qwen3_next", num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
             linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
             linear_conv_kernel_dim=4, num_experts=0, num_experts_per_tok=1, decoder_sparse_step=1,
@@ -49,17 +50,17 @@ def make_target(kind: str, seed: int, vocab: int = 12):
             rope_theta=10000.0, partial_rotary_factor=0.5, max_position_embeddings=1024, head_dim=16,
             full_attention_interval=2, tie_word_embeddings=False, **common,
         )  # fmt: skip
-        return build(lambda: qwen3_next.Model(args), seed)
+        return build(lambda: qwen3_next.Model(hybrid_args), seed)
     if kind == "sliding-window":
         from mlx_lm.models import gemma4_text
 
-        args = gemma4_text.ModelArgs(
+        sliding_args = gemma4_text.ModelArgs(
             num_hidden_layers=4, num_attention_heads=2, head_dim=16, global_head_dim=16, num_key_value_heads=1,
             vocab_size_per_layer_input=vocab, num_kv_shared_layers=0, hidden_size_per_layer_input=0,
             sliding_window=WINDOW, sliding_window_pattern=2, max_position_embeddings=1024,
             use_double_wide_mlp=False, final_logit_softcapping=30.0, **common,
         )  # fmt: skip
-        return build(lambda: gemma4_text.Model(args), seed)
+        return build(lambda: gemma4_text.Model(sliding_args), seed)
     raise ValueError(f"kind: expected one of {TARGET_KINDS}, got {kind!r}")
 
 
