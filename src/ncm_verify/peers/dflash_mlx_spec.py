@@ -12,56 +12,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import mlx.core as mx
 
-from ncm_verify.peers.mlx_tiny import build, log_softmax
+from ncm_verify.peers.mlx_tiny import HIDDEN, MLX_LM_KINDS, build, log_softmax, make_mlx_lm_target
 
 PACKAGE = "dflash-mlx"
 VERSION = "0.1.8"
-TARGET_KINDS = ("attention", "hybrid", "sliding-window")
+TARGET_KINDS = MLX_LM_KINDS
 VERIFY_MODES = ("dflash", "ddtree")
 """The engine's verify modes that speculate: a block (`dflash`) and a tree (`ddtree`); `adaptive` switches them."""
-HIDDEN = 32
-WINDOW = 4
-"""The sliding-window target's window: smaller than the generation and than a verify block, so the ring wraps."""
 
 
 def make_target(kind: str, seed: int, vocab: int = 12):
-    """mlx-lm's `qwen3`, `qwen3_next` or `gemma4_text` model for `kind`, weights drawn from `seed`."""
-    common: dict[str, Any] = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, rms_norm_eps=1e-6, vocab_size=vocab)
-    if kind == "attention":
-        from mlx_lm.models import qwen3
-
-        args = qwen3.ModelArgs(
-            model_type="qwen3", num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-            max_position_embeddings=1024, rope_theta=10000.0, head_dim=16, tie_word_embeddings=False, **common,
-        )  # fmt: skip
-        return build(lambda: qwen3.Model(args), seed)
-    if kind == "hybrid":
-        from mlx_lm.models import qwen3_next
-
-        hybrid_args = qwen3_next.ModelArgs(
-            model_type="qwen3_next", num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
-            linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
-            linear_conv_kernel_dim=4, num_experts=0, num_experts_per_tok=1, decoder_sparse_step=1,
-            shared_expert_intermediate_size=2 * HIDDEN, mlp_only_layers=[0, 1, 2, 3], moe_intermediate_size=HIDDEN,
-            rope_theta=10000.0, partial_rotary_factor=0.5, max_position_embeddings=1024, head_dim=16,
-            full_attention_interval=2, tie_word_embeddings=False, **common,
-        )  # fmt: skip
-        return build(lambda: qwen3_next.Model(hybrid_args), seed)
-    if kind == "sliding-window":
-        from mlx_lm.models import gemma4_text
-
-        sliding_args = gemma4_text.ModelArgs(
-            num_hidden_layers=4, num_attention_heads=2, head_dim=16, global_head_dim=16, num_key_value_heads=1,
-            vocab_size_per_layer_input=vocab, num_kv_shared_layers=0, hidden_size_per_layer_input=0,
-            sliding_window=WINDOW, sliding_window_pattern=2, max_position_embeddings=1024,
-            use_double_wide_mlp=False, final_logit_softcapping=30.0, **common,
-        )  # fmt: skip
-        return build(lambda: gemma4_text.Model(sliding_args), seed)
-    raise ValueError(f"kind: expected one of {TARGET_KINDS}, got {kind!r}")
+    """mlx-lm's `qwen3`, `qwen3_next` or `gemma4_text` model for `kind` (`mlx_tiny.make_mlx_lm_target`)."""
+    return make_mlx_lm_target(kind, seed, vocab)
 
 
 def make_drafter(target, seed: int, block_size: int = 4):

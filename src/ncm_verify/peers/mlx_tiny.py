@@ -50,3 +50,47 @@ def seed_parameters(model: nn.Module, seed: int, logit_scale: float = 3.0) -> nn
 def log_softmax(logits: mx.array) -> mx.array:
     logits = logits.astype(mx.float32)
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+MLX_LM_KINDS = ("attention", "hybrid", "sliding-window")
+"""mlx-lm targets: `qwen3` (every layer attention), `qwen3_next` (GatedDeltaNet layers 0, 2 between attention
+layers: `ArraysCache` state that cannot be trimmed), `gemma4_text` (sliding-window layers: a `RotatingKVCache`)."""
+HIDDEN = 32
+WINDOW = 4
+"""The sliding-window target's window: smaller than the generation and than a verify block, so the ring wraps."""
+
+
+def make_mlx_lm_target(kind: str, seed: int, vocab: int = 12):
+    """mlx-lm's `qwen3`, `qwen3_next` or `gemma4_text` model for `kind`, weights drawn from `seed`."""
+    common: dict[str, Any] = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, rms_norm_eps=1e-6, vocab_size=vocab)
+    if kind == "attention":
+        from mlx_lm.models import qwen3
+
+        args = qwen3.ModelArgs(
+            model_type="qwen3", num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+            max_position_embeddings=1024, rope_theta=10000.0, head_dim=16, tie_word_embeddings=False, **common,
+        )  # fmt: skip
+        return build(lambda: qwen3.Model(args), seed)
+    if kind == "hybrid":
+        from mlx_lm.models import qwen3_next
+
+        hybrid_args = qwen3_next.ModelArgs(
+            model_type="qwen3_next", num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+            linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+            linear_conv_kernel_dim=4, num_experts=0, num_experts_per_tok=1, decoder_sparse_step=1,
+            shared_expert_intermediate_size=2 * HIDDEN, mlp_only_layers=[0, 1, 2, 3], moe_intermediate_size=HIDDEN,
+            rope_theta=10000.0, partial_rotary_factor=0.5, max_position_embeddings=1024, head_dim=16,
+            full_attention_interval=2, tie_word_embeddings=False, **common,
+        )  # fmt: skip
+        return build(lambda: qwen3_next.Model(hybrid_args), seed)
+    if kind == "sliding-window":
+        from mlx_lm.models import gemma4_text
+
+        sliding_args = gemma4_text.ModelArgs(
+            num_hidden_layers=4, num_attention_heads=2, head_dim=16, global_head_dim=16, num_key_value_heads=1,
+            vocab_size_per_layer_input=vocab, num_kv_shared_layers=0, hidden_size_per_layer_input=0,
+            sliding_window=WINDOW, sliding_window_pattern=2, max_position_embeddings=1024,
+            use_double_wide_mlp=False, final_logit_softcapping=30.0, **common,
+        )  # fmt: skip
+        return build(lambda: gemma4_text.Model(sliding_args), seed)
+    raise ValueError(f"kind: expected one of {MLX_LM_KINDS}, got {kind!r}")
