@@ -10,6 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
+from peer_checks import (
+    Decoding,
+    RecordingSampler,
+    assert_each_token_is_a_sampler_output_on_its_conditional,
+    first_difference,
+)
 
 from ncm_verify.peers import mlx_vlm_spec as peer
 from ncm_verify.tolerances import TOLERANCES
@@ -36,26 +42,11 @@ def decodings(draw, draft_kind: str):
     return Decoding(target, drafter, prompt, max_tokens)
 
 
-class Decoding(tuple):
-    """(target, drafter, prompt, max_tokens), printed by Hypothesis as its prompt and budget, not two models."""
-
-    def __new__(cls, *fields):
-        return super().__new__(cls, fields)
-
-    def __repr__(self):
-        return f"Decoding(prompt={self[2]}, max_tokens={self[3]})"
-
-
 def run(variant: str, *args, **options) -> list[int]:
     if variant == "planted":
         with peer.planted():
             return peer.generate(*args, **options)
     return peer.generate(*args, **options)
-
-
-def first_difference(a: list[int], b: list[int]) -> str:
-    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return f"first divergent token at {index}: {a[index : index + 4]} vs {b[index : index + 4]}"
 
 
 @pytest.mark.peer_property(1)
@@ -104,19 +95,6 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
     assert spec == peer.generate(target, prompt, max_tokens, **options), "plain seeded decoding differs"
 
 
-class RecordingSampler:
-    """An unseeded sampler (mlx-vlm's own `make_sampler`) that records each call's rows and outputs."""
-
-    def __init__(self, sampler):
-        self.sampler, self.calls = sampler, []
-
-    def __call__(self, logprobs):
-        tokens = self.sampler(logprobs)
-        mx.eval(tokens)
-        self.calls.append((np.array(logprobs.astype(mx.float32)), np.array(tokens)))
-        return tokens
-
-
 @pytest.mark.peer_property(2)
 @pytest.mark.parametrize("draft_kind", DRAFTS)
 @given(data=st.data())
@@ -131,25 +109,9 @@ def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_c
     sampler = RecordingSampler(make_sampler(temp=1.0, min_p=min_p))
     mx.random.seed(seed)
     spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, sampler=sampler)
-    rows = [
-        (logprobs[r], int(tokens.reshape(-1)[r]))
-        for logprobs, tokens in sampler.calls
-        if logprobs.ndim == 2
-        for r in range(logprobs.shape[0])
-    ]
-    tol = TOLERANCES[mx.float32]
-    cursor = 0
-    for position, token in enumerate(spec):
-        want = np.array(peer.conditional(target, prompt + spec[:position]))
-        while cursor < len(rows) and not (
-            rows[cursor][1] == token and np.allclose(rows[cursor][0], want, atol=tol.atol, rtol=tol.rtol)
-        ):
-            cursor += 1
-        assert cursor < len(rows), (
-            f"emitted {spec}: token {position} ({token}) is no later target call's output on its conditional; "
-            f"target calls' outputs {[t for _, t in rows]}"
-        )
-        cursor += 1
+    assert_each_token_is_a_sampler_output_on_its_conditional(
+        spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
+    )
 
 
 @pytest.mark.peer_property(3)

@@ -45,6 +45,30 @@ DFLASH_SAMPLING_DROPPED = (
     "and inspect.signature(dflash_mlx.runtime.stream_dflash_generate)"
 )
 
+BROOMVA_WRAPPED_RING = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:881 (and :892): mtp_speculative_generate_step rolls back with "
+    "cache.trim_prompt_cache(model_cache, num_draft - n) and ignores its result; once a sliding-window layer's "
+    "RotatingKVCache has wrapped, trim_prompt_cache refuses (returns 0) and trims no layer at all, so rejected "
+    "drafts stay attended in every layer (mlx-lm #1423's bug, carried into the MTP loop; the check at :725 "
+    "passes while the ring is still empty). Repro: .peers/mlx-lm-broomva/bin/python "
+    "mlx_peer_properties/repro/mlx_lm_broomva_ring.py"
+)
+BROOMVA_PROCESSOR_HISTORY = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:808 and :852: the MTP loop hands every logits processor None for the "
+    "token history (plain generate_step hands the prompt and generated tokens), so make_logits_processors' "
+    "repetition penalty raises TypeError (len(None)), and a history-dependent processor cannot act per verify "
+    "position. Repro: .peers/mlx-lm-broomva/bin/python mlx_peer_properties/repro/mlx_lm_broomva_processors.py"
+)
+BROOMVA_UNBOUNDED = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:826: with max_tokens=-1 (documented: infinite) num_draft = "
+    "min(num_draft_tokens, max(-1 - ntoks, 0)) = 0 every round: the drafter never runs and num_draft_tokens is "
+    "ignored in silence (decoding stays correct, with no speed-up). Repro: .peers/mlx-lm-broomva/bin/python "
+    "mlx_peer_properties/repro/mlx_lm_broomva_processors.py (prints the drafter's call count too)"
+)
+
+_BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
+_BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
+_BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
 _DFLASH = "mlx_peer_properties/test_dflash_mlx.py::"
 _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
@@ -64,7 +88,17 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     f"{_DFLASH}test_suppressed_tokens_act_on_the_speculative_path_as_on_plain_decoding[hybrid]": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
     f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
+    f"{_BROOMVA}test_greedy_mtp_decoding_emits_plain_greedy_decoding[sliding-window-own]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}{_BROOMVA_SAMPLED}[sliding-window-own]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}{_BROOMVA_CACHE}[sliding-window]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}test_logits_processors_act_on_the_mtp_path_as_on_plain_decoding[repetition_penalty]": (
+        BROOMVA_PROCESSOR_HISTORY
+    ),
+    f"{_BROOMVA}test_num_draft_tokens_is_honoured_for_an_unbounded_budget": BROOMVA_UNBOUNDED,
 }
 
-FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,)}
+FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
+    MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,),
+    BROOMVA_PROCESSOR_HISTORY: (TypeError, AssertionError),
+}
 """What a finding fails with when not an assertion: the package's own error."""
