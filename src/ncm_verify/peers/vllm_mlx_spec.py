@@ -29,7 +29,7 @@ def request(temperature: float, top_p: float = 1.0, top_k: int = 0, min_p: float
 
 
 def sampling_logprobs(logits: np.ndarray, req) -> np.ndarray:
-    """vllm-mlx's log-probabilities for `logits` ``[V]`` under `req` (`_sampling_logprobs`), float32 as it holds them."""
+    """vllm-mlx's log-probabilities for `logits` ``[V]`` under `req` (`_sampling_logprobs`), in float32."""
     from vllm_mlx.mllm_batch_generator import _sampling_logprobs
 
     return np.array(_sampling_logprobs(mx.array(logits[None], dtype=mx.float32), req)[0])
