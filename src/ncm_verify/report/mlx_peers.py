@@ -53,7 +53,8 @@ def property_cell(records: list[dict]) -> str:
             count = len(by_status[status])
             parts.append(f"{status} ({count})")
     if set(by_status) == {"not applicable"}:
-        return "not applicable: " + by_status["not applicable"][0]["detail"].removeprefix("not applicable: ")
+        reasons = dict.fromkeys(r["detail"].removeprefix("not applicable: ") for r in by_status["not applicable"])
+        return "not applicable: " + " / ".join(reasons)
     return ", ".join(parts)
 
 
