@@ -20,23 +20,23 @@ from peer_checks import (
 from ncm_verify.peers import mlx_vlm_spec as peer
 from ncm_verify.tolerances import TOLERANCES
 
-DRAFTS = peer.DRAFT_KINDS
+CASES = peer.CASES
 VARIANTS = ("own", "planted")
 
 
 @st.composite
-def decodings(draw, draft_kind: str):
+def decodings(draw, target_kind: str, draft_kind: str):
     """A target, its drafter, a prompt and a budget: small vocabularies so that drafts are accepted as often as not."""
     vocab = draw(st.sampled_from([4, 6, peer.VOCAB]), label="vocab")
     seed = draw(st.integers(0, 2**16), label="weights seed")
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
     max_tokens = draw(st.integers(2, 20), label="max_tokens")
     block = draw(st.integers(2, 5), label="block_size")
-    target = peer.make_target("hybrid", seed, vocab)
+    target = peer.make_target(target_kind, seed, vocab)
     drafter = peer.make_drafter(draft_kind, target, seed + 1, block_size=block)
     call = (
-        f"target = make_target('hybrid', {seed}, {vocab}); drafter = make_drafter({draft_kind!r}, target, {seed + 1}, "
-        f"block_size={block}); generate(target, {prompt}, {max_tokens}, drafter, {draft_kind!r}, ...)"
+        f"target = make_target({target_kind!r}, {seed}, {vocab}); "
+        f"drafter = make_drafter({draft_kind!r}, target, {seed + 1}, block_size={block}); generate(target, {prompt}, {max_tokens}, drafter, {draft_kind!r}, ...)"
     )
     note(f"from ncm_verify.peers.mlx_vlm_spec import *; {call}")
     return Decoding(target, drafter, prompt, max_tokens)
@@ -51,36 +51,29 @@ def run(variant: str, *args, **options) -> list[int]:
 
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
-def test_greedy_speculative_decoding_emits_plain_greedy_decoding_on_a_hybrid_target(draft_kind, variant, data):
-    """Temperature 0: the speculative loop emits generate_step's own greedy tokens, token for token."""
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+def test_greedy_speculative_decoding_emits_plain_greedy_decoding(target_kind, draft_kind, variant, data):
+    """Temperature 0: the speculative loop emits generate_step's own greedy tokens, token for token, on a hybrid
+    GatedDeltaNet target, an attention target and a sliding-window target whose ring wraps inside a verify pass."""
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     plain = peer.generate(target, prompt, max_tokens, temperature=0.0)
     spec = run(variant, target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
     note(f"accepted per round: {drafter.accept_lens}")
     assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
-@pytest.mark.peer_property(1)
-@pytest.mark.parametrize("kind", ["attention", "sliding-window"])
-def test_greedy_speculative_decoding_on_attention_and_sliding_window_targets(kind):
-    pytest.skip(
-        "not applicable: mlx-vlm's qwen3_5 family (the targets of its qwen3_dflash and qwen3_5_mtp drafters) "
-        "requires recurrent layers (full_attention_interval=1 fails in _create_qwen3_5_ssm_mask); the gemma4 "
-        "targets and their drafters were not built in this round"
-    )
-
-
 @pytest.mark.peer_property(2)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
-def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_conditional(draft_kind, variant, data):
+def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_conditional(
+    target_kind, draft_kind, variant, data
+):
     """Temperature > 0 with a seed: every emitted token is mlx-vlm's own positioned target draw (its rule: the
     target's draw at that position, whatever the draft) on one uncached forward pass over the prompt and the
     tokens emitted before it; so the speculative output is plain seeded decoding's, token for token."""
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     temperature = data.draw(st.sampled_from([0.6, 1.0, 1.5]), label="temperature")
     top_p = data.draw(st.sampled_from([1.0, 0.9]), label="top_p")
     top_k = data.draw(st.sampled_from([0, 3]), label="top_k")
@@ -96,14 +89,16 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
 
 
 @pytest.mark.peer_property(2)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
-def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_conditional(draft_kind, data):
+def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_conditional(
+    target_kind, draft_kind, data
+):
     """Without a seed (or with min-p) mlx-vlm samples through one RNG stream: every emitted token must be the output
     of a target-sampler call, in order, handed the target's uncached conditional of the tokens before it."""
     from mlx_vlm.sample_utils import make_sampler
 
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     min_p = data.draw(st.sampled_from([0.0, 0.05]), label="min_p")
     seed = data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed")
     sampler = RecordingSampler(make_sampler(temp=1.0, min_p=min_p))
@@ -115,11 +110,11 @@ def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_c
 
 
 @pytest.mark.peer_property(3)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
-def test_a_batch_of_greedy_requests_gets_what_each_gets_alone(draft_kind, data):
+def test_a_batch_of_greedy_requests_gets_what_each_gets_alone(target_kind, draft_kind, data):
     """Two prompts of one length decoded together emit, row by row, what each emits alone at temperature 0."""
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     vocab = target.config.vocab_size
     other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt), max_size=len(prompt)), label="other")
     from mlx_vlm.generate.ar import generate_step
@@ -153,13 +148,13 @@ OPTIONS = {
 
 
 @pytest.mark.peer_property(4, 6)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @pytest.mark.parametrize("option", sorted(OPTIONS))
 @given(data=st.data())
-def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(option, draft_kind, data):
+def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(option, target_kind, draft_kind, data):
     """A request option generate_step accepts (logit bias, penalties) must shape every speculative token as it
     shapes plain decoding: at temperature 0 the two emit the same tokens. Ignoring it is property 6's finding."""
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     options = OPTIONS[option](target.config.vocab_size)
     plain = peer.generate(target, prompt, max_tokens, temperature=0.0, **options)
     spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0, **options)
@@ -167,14 +162,16 @@ def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(optio
 
 
 @pytest.mark.peer_property(5)
-@pytest.mark.parametrize("draft_kind", DRAFTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
-def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_emitted_tokens(draft_kind, data):
+def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_emitted_tokens(
+    target_kind, draft_kind, data
+):
     """After the loop, the target's own cache (KV and GatedDeltaNet state, rolled back after every rejection)
     must give the last emitted token the logits an uncached pass over prompt + emitted tokens gives it."""
     from mlx_vlm.models import cache as vlm_cache
 
-    target, drafter, prompt, max_tokens = data.draw(decodings(draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     cache = vlm_cache.make_prompt_cache(target.language_model)
     spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0, prompt_cache=cache)
     emitted = prompt + spec

@@ -74,13 +74,13 @@ _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
     # node id -> what differs, where, and the reproduction
     **{
-        f"{_VLM}test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding[{option}-{draft}]": (
+        f"{_VLM}test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding[{option}-{case}]": (
             MLX_VLM_PROCESSORS_DROPPED
         )
         for option in ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty")
-        for draft in ("dflash", "mtp")
+        for case in ("hybrid-dflash", "hybrid-mtp", "attention-mtp", "sliding-window-mtp")
     },
-    f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[dflash]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[hybrid-dflash]": MLX_VLM_BATCH_DFLASH_CRASH,
     f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
     "[hybrid-dflash]": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,

@@ -1,10 +1,12 @@
 """mlx-vlm 0.7.10's speculative decoding, driven through its own `generate_step` (`mlx_vlm/generate/ar.py`).
 
-The targets are mlx-vlm's own `qwen3_5_text` models at tiny sizes (every layer attention, or GatedDeltaNet layers
-between attention layers: a hybrid whose recurrent state cannot be trimmed), the drafters its own
-`DFlashDraftModel` (`speculative/drafters/qwen3_dflash`) and `Qwen3_5MTPDraftModel` (`qwen3_5_mtp`), all with
-seeded weights. Its rule (`speculative/common.py` `_speculative_walk*`): draw the target's token at every position
-of the verify pass, keep a draft while it equals the draw, emit the draw at the first mismatch. With a `seed` the
+The targets are mlx-vlm's own models at tiny sizes: `qwen3_5_text` (GatedDeltaNet layers between attention
+layers: a hybrid whose recurrent state cannot be trimmed; the family requires them) and `gemma4` (every layer
+attention, or sliding-window layers whose window of 4 wraps inside a verify pass; a one-layer vision tower that
+text requests never touch). The drafters are its own `DFlashDraftModel` (`speculative/drafters/qwen3_dflash`),
+`Qwen3_5MTPDraftModel` (`qwen3_5_mtp`) and `Gemma4AssistantDraftModel` (`gemma4_assistant`), all seeded.
+Its rule (`speculative/common.py` `_speculative_walk*`): draw the target's token at every position of the
+verify pass, keep a draft while it equals the draw, emit the draw at the first mismatch. With a `seed` the
 draws are keyed by (seed, row, position) (`_PositionedTargetSampler`), so sampled speculative decoding must emit
 what plain seeded decoding emits. `planted()` swaps the walk for one that emits the draft at the first mismatch.
 """
@@ -16,21 +18,21 @@ from collections.abc import Iterator
 
 import mlx.core as mx
 
-from ncm_verify.peers.mlx_tiny import build, log_softmax
+from ncm_verify.peers.mlx_tiny import WINDOW, build, log_softmax
 
 PACKAGE = "mlx-vlm"
 VERSION = "0.7.10"
-TARGET_KINDS = ("hybrid",)
-"""qwen3_5_text with every layer attention, or GatedDeltaNet layers 0 and 2 between attention layers 1 and 3."""
+TARGET_KINDS = ("hybrid", "attention", "sliding-window")
+"""qwen3_5_text (GatedDeltaNet layers 0, 2 between attention layers 1, 3); gemma4 all attention or sliding."""
 DRAFT_KINDS = ("dflash", "mtp")
+CASES = (("hybrid", "dflash"), ("hybrid", "mtp"), ("attention", "mtp"), ("sliding-window", "mtp"))
+"""(target kind, drafter kind) pairs mlx-vlm ships drafters for: Qwen 3.5 DFlash and MTP, Gemma 4 assistant MTP."""
 VOCAB = 12
 HIDDEN = 32
 
 
-def text_config(kind: str, vocab: int = VOCAB) -> dict:
-    """A tiny qwen3_5_text config: `kind` 'attention' (every layer) or 'hybrid' (every second layer attention)."""
-    if kind not in TARGET_KINDS:
-        raise ValueError(f"kind: expected one of {TARGET_KINDS}, got {kind!r}")
+def text_config(vocab: int = VOCAB) -> dict:
+    """A tiny qwen3_5_text config: every second layer attention, the others GatedDeltaNet."""
     return dict(
         model_type="qwen3_5_text",
         hidden_size=HIDDEN,
@@ -47,7 +49,7 @@ def text_config(kind: str, vocab: int = VOCAB) -> dict:
         num_key_value_heads=1,
         max_position_embeddings=1024,
         head_dim=16,
-        full_attention_interval=1 if kind == "attention" else 2,
+        full_attention_interval=2,
         rope_parameters={
             "type": "default",
             "mrope_section": [2, 1, 1],
@@ -57,16 +59,48 @@ def text_config(kind: str, vocab: int = VOCAB) -> dict:
     )
 
 
-def make_target(kind: str, seed: int, vocab: int = VOCAB):
-    """mlx-vlm's `qwen3_5_text.Model` for `kind` with weights drawn from `seed`."""
-    from mlx_vlm.models.qwen3_5_text import Model, ModelConfig
+def gemma4_text_config(kind: str, vocab: int, hidden: int, layers: int) -> dict:
+    return dict(
+        model_type="gemma4_text", hidden_size=hidden, num_hidden_layers=layers, intermediate_size=2 * hidden,
+        num_attention_heads=2, head_dim=16, global_head_dim=16, vocab_size=vocab, vocab_size_per_layer_input=vocab,
+        num_key_value_heads=1, num_kv_shared_layers=0, hidden_size_per_layer_input=0, sliding_window=WINDOW,
+        use_double_wide_mlp=False,
+        layer_types=(["full_attention"] * layers if kind == "attention" else
+                     ["sliding_attention", "full_attention"] * (layers // 2)),
+    )  # fmt: skip
 
-    return build(lambda: Model(ModelConfig.from_dict(text_config(kind, vocab))), seed)
+
+def make_target(kind: str, seed: int, vocab: int = VOCAB):
+    """mlx-vlm's `qwen3_5_text.Model` ('hybrid') or `gemma4.Model` ('attention', 'sliding-window'), seeded;
+    Gemma's head is tied to its embeddings, drawn at scale 1/4 so that its rows are not one-hot."""
+    if kind == "hybrid":
+        from mlx_vlm.models.qwen3_5_text import Model, ModelConfig
+
+        return build(lambda: Model(ModelConfig.from_dict(text_config(vocab))), seed)
+    if kind not in TARGET_KINDS:
+        raise ValueError(f"kind: expected one of {TARGET_KINDS}, got {kind!r}")
+    from mlx_vlm.models.gemma4 import Model as Gemma4
+    from mlx_vlm.models.gemma4 import ModelConfig as Gemma4Config
+    from mlx_vlm.models.gemma4.config import TextConfig, VisionConfig
+
+    vision = VisionConfig.from_dict(
+        dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+             head_dim=16, global_head_dim=16, position_embedding_size=64)
+    )  # fmt: skip
+    text = TextConfig.from_dict(gemma4_text_config(kind, vocab, HIDDEN, 4))
+    config = Gemma4Config(text_config=text, vision_config=vision, vocab_size=vocab, hidden_size=HIDDEN)
+    return build(lambda: Gemma4(config), seed, embed_scale=0.25)
+
+
+def is_gemma4(target) -> bool:
+    return target.config.model_type == "gemma4"
 
 
 def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
     """mlx-vlm's own drafter of `draft_kind` for `target`, seeded; it binds the target's embeddings and head."""
     vocab = target.config.vocab_size
+    if draft_kind == "dflash" and is_gemma4(target):
+        raise ValueError("draft_kind: the Gemma 4 targets are judged with the assistant MTP drafter only")
     if draft_kind == "dflash":
         from mlx_vlm.speculative.drafters.qwen3_dflash import DFlashDraftModel
         from mlx_vlm.speculative.drafters.qwen3_dflash.config import DFlashConfig
@@ -94,7 +128,17 @@ def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
         from mlx_vlm.speculative.drafters.qwen3_5_mtp import Qwen3_5MTPDraftModel
         from mlx_vlm.speculative.drafters.qwen3_5_mtp.config import Qwen3_5MTPConfig
 
-        text = {**text_config("hybrid", vocab), "mtp_num_hidden_layers": 1}
+        if is_gemma4(target):
+            from mlx_vlm.speculative.drafters.gemma4_assistant import Gemma4AssistantDraftModel
+            from mlx_vlm.speculative.drafters.gemma4_assistant.config import Gemma4AssistantConfig
+
+            kind = "attention" if "sliding_attention" not in target.config.text_config.layer_types else "sliding"
+            text = gemma4_text_config(kind, vocab, 16, 2)
+            assistant = Gemma4AssistantConfig.from_dict(
+                dict(backbone_hidden_size=HIDDEN, text_config=text, block_size=block_size)
+            )
+            return build(lambda: Gemma4AssistantDraftModel(assistant), seed, embed_scale=0.25)
+        text = {**text_config(vocab), "mtp_num_hidden_layers": 1}
         config = Qwen3_5MTPConfig.from_dict({"text_config": text, "block_size": block_size})
         return build(lambda: Qwen3_5MTPDraftModel(config), seed)
     raise ValueError(f"draft_kind: expected one of {DRAFT_KINDS}, got {draft_kind!r}")
@@ -145,17 +189,35 @@ def _planted_single_walk(draft_tokens, target_tokens, budget):
     return accepted[0], new_tokens[0]
 
 
+def _planted_deferred(own):
+    """The deferred greedy walk (targets whose verify pass leaves logits to the walk), planted the same way."""
+
+    def walk(lm, target_hidden, draft_tokens, sampler, budget, *args, **kwargs):
+        accepted, new_tokens = own(lm, target_hidden, draft_tokens, sampler, budget, *args, **kwargs)
+        drafts = draft_tokens.reshape(-1).tolist()
+        if accepted < len(drafts) and len(new_tokens) == accepted + 1:
+            new_tokens = [*new_tokens[:accepted], int(drafts[accepted])]
+        return accepted, new_tokens
+
+    return walk
+
+
 @contextlib.contextmanager
 def planted() -> Iterator[None]:
-    """mlx-vlm's own loop with its walk replaced by `_planted_walk` wherever the round loops call it."""
+    """mlx-vlm's own loop with its walks replaced by `_planted_walk` wherever the round loops call them."""
     from mlx_vlm.speculative import dflash, mtp
 
-    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp) for n in ("_speculative_walk", "_speculative_walk_batch")]
-    saved = [(m, n, f) for m, n, f in saved if f is not None]
+    names = ("_speculative_walk", "_speculative_walk_batch", "_speculative_walk_deferred_greedy")
+    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp) for n in names if hasattr(m, n)]
+    replacements = {
+        "_speculative_walk": lambda own: _planted_single_walk,
+        "_speculative_walk_batch": lambda own: _planted_walk,
+        "_speculative_walk_deferred_greedy": _planted_deferred,
+    }
     try:
-        for module, name, _ in saved:
-            setattr(module, name, _planted_single_walk if name == "_speculative_walk" else _planted_walk)
+        for module, name, own in saved:
+            setattr(module, name, replacements[name](own))
         yield
     finally:
-        for module, name, function in saved:
-            setattr(module, name, function)
+        for module, name, own in saved:
+            setattr(module, name, own)
