@@ -36,7 +36,8 @@ def decodings(draw, target_kind: str, draft_kind: str):
     drafter = peer.make_drafter(draft_kind, target, seed + 1, block_size=block)
     call = (
         f"target = make_target({target_kind!r}, {seed}, {vocab}); "
-        f"drafter = make_drafter({draft_kind!r}, target, {seed + 1}, block_size={block}); generate(target, {prompt}, {max_tokens}, drafter, {draft_kind!r}, ...)"
+        f"drafter = make_drafter({draft_kind!r}, target, {seed + 1}, block_size={block}); "
+        f"generate(target, {prompt}, {max_tokens}, drafter, {draft_kind!r}, ...)"
     )
     note(f"from ncm_verify.peers.mlx_vlm_spec import *; {call}")
     return Decoding(target, drafter, prompt, max_tokens)

@@ -84,7 +84,7 @@ def test_the_speculative_distribution_is_plain_decodings_under_every_sampling_op
 def test_the_batch_generators_are_not_driven_here(what):
     pytest.skip(
         "not applicable: not driven in this round: the image/text MTP path runs inside MLLMBatchGenerator over "
-        "an mlx-vlm model (not built here); the text path, scheduler._install_mtp, disables itself on mlx-lm 0.31.3 (the "
-        "newest its pin <0.32 admits: BatchGenerator has no _step) with a logged warning, and by its own "
+        "an mlx-vlm model (not built here); the text path, scheduler._install_mtp, disables itself on mlx-lm "
+        "0.31.3 (the newest its pin <0.32 admits: BatchGenerator has no _step) with a logged warning, and by its own "
         "docstring keeps recurrent state unrestored after a rejection ('minor pollution')"
     )
