@@ -140,6 +140,71 @@ def test_a_batch_of_greedy_requests_gets_what_each_gets_alone(target_kind, draft
         assert got == alone, f"row {row}: batched {got} != alone {alone}: {first_difference(got, alone)}"
 
 
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("target_kind, draft_kind", [case for case in CASES if case[0] != "hybrid"])
+@given(data=st.data())
+def test_requests_served_together_get_what_each_gets_alone(target_kind, draft_kind, data):
+    """The server engine with a drafter (`BatchGenerator` -> `SpeculativeGenerationBatch`) decoding two seeded
+    sampled requests of different lengths together emits, per request, what `generate_step` emits for it alone:
+    its positioned draws are keyed by position, not by batch slot. (The hybrid target's cases: the two tests
+    below, whose checks do not hang on a draw's flip.)"""
+    from mlx_vlm.generate.ar import _PositionedTargetSampler
+
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
+    longer = st.lists(st.integers(0, target.config.vocab_size - 1), min_size=len(prompt) + 2, max_size=len(prompt) + 4)
+    other = data.draw(longer, label="other prompt")  # the engine left-pads the shorter row
+    temperature = data.draw(st.sampled_from([0.7, 1.0]), label="temperature")
+    seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
+    sampler = _PositionedTargetSampler(temperature=temperature, top_p=1.0, top_k=0, seed=seed)
+    served = peer.serve(target, [prompt, other], max_tokens, drafter, draft_kind, sampler=sampler)
+    for row, alone_prompt in enumerate((prompt, other)):
+        alone = peer.generate(target, alone_prompt, max_tokens, temperature=temperature, seed=seed)
+        assert served[row] == alone, (
+            f"row {row} (prompt {alone_prompt}): served {served[row]} != alone {alone}: "
+            f"{first_difference(served[row], alone)}"
+        )
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("target_kind", peer.TARGET_KINDS)
+@given(data=st.data())
+def test_the_server_engine_hands_each_row_its_exact_conditional(target_kind, data):
+    """The plain server engine batching a short and a longer request (left padding): the log-probability it
+    reports for each token equals one uncached forward pass over that request's prompt and tokens alone. The
+    speculative batch builds on this engine's prefill and caches."""
+    target = peer.make_target(target_kind, data.draw(st.integers(0, 2**16), label="weights seed"))
+    vocab = peer.VOCAB
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="prompt")
+    other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt) + 2, max_size=len(prompt) + 4))
+    reported: list = []
+    served = peer.serve(target, [prompt, other], 6, logprobs=reported)
+    tol = TOLERANCES[mx.float32]
+    for row, alone_prompt in enumerate((prompt, other)):
+        wants = [float(peer.conditional(target, alone_prompt + served[row][:i])[t]) for i, t in enumerate(served[row])]
+        errors = [abs(lp - want) for lp, want in zip(reported[row], wants)]
+        bad = [e > tol.atol + tol.rtol * abs(want) for e, want in zip(errors, wants)]
+        assert not any(bad), (
+            f"row {row} (prompt {alone_prompt}, batched with a prompt of {len((prompt, other)[1 - row])} tokens): "
+            f"reported log-probabilities off the uncached conditional by up to {max(errors):.3g} nats; per token "
+            f"{[round(e, 4) for e in errors]}"
+        )
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("draft_kind", ["dflash", "mtp"])
+def test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target(draft_kind):
+    """One case of the speculative batch property on the hybrid target (seeded, so the draws are fixed)."""
+    from mlx_vlm.generate.ar import _PositionedTargetSampler
+
+    target = peer.make_target("hybrid", 1, 12)
+    drafter = peer.make_drafter(draft_kind, target, 2)
+    prompts = [[1, 2, 3, 4], [5, 6, 7, 8, 9, 10]]
+    sampler = _PositionedTargetSampler(temperature=1.0, top_p=1.0, top_k=0, seed=7)
+    served = peer.serve(target, prompts, 12, drafter, draft_kind, sampler=sampler)
+    alone = [peer.generate(target, p, 12, temperature=1.0, seed=7) for p in prompts]
+    assert served == alone, f"served {served} != alone {alone}: row 0 {first_difference(served[0], alone[0])}"
+
+
 OPTIONS = {
     "logit_bias": lambda vocab: {"logit_bias": {vocab - 2: 20.0}},
     "repetition_penalty": lambda vocab: {"repetition_penalty": 8.0},

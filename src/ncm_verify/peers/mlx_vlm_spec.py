@@ -159,6 +159,38 @@ def generate(
     return [int(token) for token, _ in steps]
 
 
+def serve(
+    target, prompts: list[list[int]], max_tokens: int, drafter=None, draft_kind=None, sampler=None, logprobs=None
+):
+    """The tokens mlx-vlm's server engine (`BatchGenerator`, continuous batching; `SpeculativeGenerationBatch` with a
+    drafter) emits for `prompts` decoded together, per prompt, as the server feeds it (text embeddings per row).
+    `logprobs`, a list, receives per prompt the log-probability the plain engine reports for each token."""
+    import types
+
+    from mlx_vlm.generate.ar import BatchGenerator
+    from mlx_vlm.utils import StoppingCriteria
+
+    processor = types.SimpleNamespace(tokenizer=types.SimpleNamespace(stopping_criteria=StoppingCriteria([])))
+    engine = BatchGenerator(
+        target, processor, sampler=sampler, draft_model=drafter, draft_kind=draft_kind, max_tokens=max_tokens
+    )
+    embeddings = [target.get_input_embeddings(mx.array([p])).to_dict() for p in prompts]
+    uids = engine.insert(prompts, prompt_kwargs=[{k: v for k, v in e.items() if v is not None} for e in embeddings])
+    emitted: dict[int, list[int]] = {uid: [] for uid in uids}
+    reported: dict[int, list[float]] = {uid: [] for uid in uids}
+    for _ in range(len(prompts) * (max_tokens + 2) + 8):  # a bound, never reached by a sound engine
+        _, generated = engine.next()  # (prompt progress, generated tokens)
+        for response in generated:
+            if response.token is not None:
+                emitted[response.uid].append(int(response.token))
+                reported[response.uid].append(float(response.token_logprob))
+        if not engine.has_work:
+            break
+    if logprobs is not None:
+        logprobs.extend(reported[uid] for uid in uids)
+    return [emitted[uid] for uid in uids]
+
+
 def conditional(target, tokens: list[int]) -> mx.array:
     """The target's log-probabilities ``[V]`` of the token after `tokens`, from one uncached forward pass."""
     return log_softmax(target.language_model(mx.array([tokens])).logits[0, -1])
