@@ -21,6 +21,14 @@ class Decoding(tuple):
         return f"Decoding(prompt={self[-3]}, max_tokens={self[-2]})"
 
 
+def run_variant(peer, variant: str, *args, **options) -> list[int]:
+    """`peer.generate(*args, **options)` on the package's own code, or under its planted change."""
+    if variant == "planted":
+        with peer.planted():
+            return peer.generate(*args, **options)
+    return peer.generate(*args, **options)
+
+
 def first_difference(a: list[int], b: list[int]) -> str:
     index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return f"first divergent token at {index}: {a[index : index + 4]} vs {b[index : index + 4]}"

@@ -14,6 +14,7 @@ from peer_checks import (
     RecordingSampler,
     assert_each_token_is_a_sampler_output_on_its_conditional,
     first_difference,
+    run_variant,
 )
 
 from ncm_verify.peers import mlx_lm_broomva_spec as peer
@@ -39,13 +40,6 @@ def decodings(draw, kind: str):
     return Decoding(target, drafter, drafts, prompt, max_tokens, None)
 
 
-def run(variant, *args, **options):
-    if variant == "planted":
-        with peer.planted():
-            return peer.generate(*args, **options)
-    return peer.generate(*args, **options)
-
-
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kind", peer.TARGET_KINDS)
@@ -55,7 +49,7 @@ def test_greedy_mtp_decoding_emits_plain_greedy_decoding(kind, variant, data):
     sliding-window targets (a window of 4, smaller than the prompt and generation: the ring wraps)."""
     target, drafter, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
     plain = peer.generate(target, prompt, max_tokens)
-    spec = run(variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts)
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts)
     assert spec == plain, f"MTP {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
@@ -83,7 +77,7 @@ def test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditio
     min_p = data.draw(st.sampled_from([0.0, 0.05]), label="min_p")
     mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
     sampler = RecordingSampler(make_sampler(temp=temperature, top_p=top_p, top_k=top_k, min_p=min_p))
-    spec = run(variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts, sampler=sampler)
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts, sampler=sampler)
     assert_each_token_is_a_sampler_output_on_its_conditional(
         spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
     )

@@ -15,6 +15,7 @@ from peer_checks import (
     RecordingSampler,
     assert_each_token_is_a_sampler_output_on_its_conditional,
     first_difference,
+    run_variant,
 )
 
 from ncm_verify.peers import mlx_vlm_spec as peer
@@ -43,13 +44,6 @@ def decodings(draw, target_kind: str, draft_kind: str):
     return Decoding(target, drafter, prompt, max_tokens)
 
 
-def run(variant: str, *args, **options) -> list[int]:
-    if variant == "planted":
-        with peer.planted():
-            return peer.generate(*args, **options)
-    return peer.generate(*args, **options)
-
-
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("target_kind, draft_kind", CASES)
@@ -59,7 +53,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(target_kind, dr
     GatedDeltaNet target, an attention target and a sliding-window target whose ring wraps inside a verify pass."""
     target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     plain = peer.generate(target, prompt, max_tokens, temperature=0.0)
-    spec = run(variant, target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
     note(f"accepted per round: {drafter.accept_lens}")
     assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
 
@@ -80,7 +74,7 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
     top_k = data.draw(st.sampled_from([0, 3]), label="top_k")
     seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
     options = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-    spec = run(variant, target, prompt, max_tokens, drafter, draft_kind, **options)
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, draft_kind, **options)
     note(f"options {options}; emitted {spec}; accepted per round {drafter.accept_lens}")
     for position, token in enumerate(spec):
         logprobs = peer.conditional(target, prompt + spec[:position])
