@@ -246,3 +246,51 @@ def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_em
     assert np.allclose(np.array(cached), np.array(rebuilt), atol=tol.atol, rtol=tol.rtol), (
         f"after {spec} (cache offset {offsets}): cached and rebuilt log-probabilities differ by up to {worst:.3g}"
     )
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@given(data=st.data())
+def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens(
+    target_kind, draft_kind, variant, data
+):
+    """After each round's commit (`commit_speculative_round`: trim, recurrent-state rollback, ring transaction),
+    a copy of the target's cache fed one probe token gives the log-probabilities one uncached pass over the tokens
+    the cache claims (its attention offset) and the probe gives: KV, rotating ring and GatedDeltaNet state alike."""
+    import contextlib
+    import copy
+
+    from mlx_vlm.speculative import dflash, mtp
+
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
+    probe = data.draw(st.integers(0, target.config.vocab_size - 1 if hasattr(target.config, "vocab_size") else 3))
+    rounds: list[tuple[int, np.ndarray]] = []
+    planted = peer.planted_rollback() if variant == "planted" else contextlib.nullcontext()
+
+    def commit(model, caches, state, accepted, block_size):
+        result = own(model, caches, state, accepted, block_size)
+        held = max(int(c.offset) for c in caches if hasattr(c, "offset") and not isinstance(c.offset, mx.array))
+        copied = copy.deepcopy(caches)
+        logits = target.language_model(mx.array([[probe]]), cache=copied).logits[0, -1]
+        rounds.append((held, np.array(peer.log_softmax(logits))))
+        return result
+
+    with planted:
+        own = dflash.commit_speculative_round
+        dflash.commit_speculative_round = mtp.commit_speculative_round = commit
+        try:
+            spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
+        finally:
+            dflash.commit_speculative_round = mtp.commit_speculative_round = own
+    tokens = prompt + spec
+    tol = TOLERANCES[mx.float32]
+    assert rounds or len(spec) <= 1, f"{len(spec)} tokens emitted and no round committed: nothing was judged"
+    note(f"emitted {spec}; {len(rounds)} commits holding {[held for held, _ in rounds]} tokens")
+    for number, (held, cached) in enumerate(rounds):
+        assert held <= len(tokens), f"round {number}: the cache claims {held} tokens, {len(tokens)} exist"
+        rebuilt = np.array(peer.conditional(target, tokens[:held] + [probe]))
+        assert np.allclose(cached, rebuilt, atol=tol.atol, rtol=tol.rtol), (
+            f"round {number}: the committed cache (holding {tokens[:held]}) differs from one rebuilt from them "
+            f"by up to {np.abs(cached - rebuilt).max():.3g} nats after probe {probe}"
+        )

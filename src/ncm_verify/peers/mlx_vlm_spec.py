@@ -253,3 +253,20 @@ def planted() -> Iterator[None]:
     finally:
         for module, name, own in saved:
             setattr(module, name, own)
+
+
+@contextlib.contextmanager
+def planted_rollback() -> Iterator[None]:
+    """mlx-vlm's round commit told one draft more was accepted than was: one rejected draft stays in the cache."""
+    from mlx_vlm.speculative import cache_state, dflash, mtp
+
+    own = cache_state.commit_speculative_round
+
+    def keep_one_rejected(model, caches, state, accepted, block_size):
+        return own(model, caches, state, min(accepted + 1, block_size - 1), block_size)
+
+    dflash.commit_speculative_round = mtp.commit_speculative_round = keep_one_rejected
+    try:
+        yield
+    finally:
+        dflash.commit_speculative_round = mtp.commit_speculative_round = own
