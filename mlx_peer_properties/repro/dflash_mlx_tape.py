@@ -40,7 +40,7 @@ def restore(self, caches, **kwargs):
 
 
 ops.restore_after_acceptance = restore
-spec, _ = generate(target, drafter, [0], 13, "dflash")
+spec, _, _ = generate(target, drafter, [0], 13, "dflash")
 tokens = [0] + spec
 worst = 0.0
 for kwargs, caches in rounds:

@@ -56,7 +56,8 @@ def conditional(target, tokens: list[int]) -> mx.array:
 
 
 def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: str = "dflash", **options):
-    """dflash-mlx's engine on `prompt`: the emitted tokens and its token events (fallback flags, cycles)."""
+    """dflash-mlx's engine on `prompt`: the emitted tokens, its token events (fallback flags, cycles) and its
+    summary event (acceptance, prompt-lookup hits), or None."""
     from dflash_mlx.draft_backend import EagerDraftBackend
     from dflash_mlx.engine.events import TokenEvent
     from dflash_mlx.engine.target_ops import bind_draft_to_target, resolve_target_ops
@@ -70,8 +71,12 @@ def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: s
         prompt_tokens_override=prompt, max_new_tokens=max_tokens,
         runtime_context=build_offline_runtime_context(verify_mode=verify_mode), **options,
     )  # fmt: skip
+    from dflash_mlx.engine.events import SummaryEvent
+
+    events = list(events)
     tokens = [e for e in events if isinstance(e, TokenEvent)]
-    return [int(e.token_id) for e in tokens], tokens
+    summary = next((e for e in reversed(events) if isinstance(e, SummaryEvent)), None)
+    return [int(e.token_id) for e in tokens], tokens, summary
 
 
 def plain(target, prompt: list[int], max_tokens: int, **options) -> list[int]:

@@ -96,8 +96,6 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
     "[hybrid-dflash]": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,
-    # the same tape bug: this example diverges from plain decoding with or without the suppressed token
-    f"{_DFLASH}test_suppressed_tokens_act_on_the_speculative_path_as_on_plain_decoding[hybrid]": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
     f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
     f"{_BROOMVA}test_greedy_mtp_decoding_emits_plain_greedy_decoding[sliding-window-own]": BROOMVA_WRAPPED_RING,
