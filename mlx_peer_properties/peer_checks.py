@@ -35,25 +35,24 @@ def first_difference(a: list[int], b: list[int]) -> str:
 
 
 class RecordingSampler:
-    """A package's own sampler, recording each call's log-probability rows and the tokens it returned."""
+    """A package's own sampler, recording each call's rows (normalised to log-probabilities: a sampler is handed
+    logits or log-probabilities, and draws alike from either) and the tokens it returned."""
 
     def __init__(self, sampler: Callable):
         self.sampler, self.calls = sampler, []
 
-    def __call__(self, logprobs):
-        tokens = self.sampler(logprobs)
+    def __call__(self, logits):
+        tokens = self.sampler(logits)
         mx.eval(tokens)
-        self.calls.append((np.array(logprobs.astype(mx.float32)), np.array(tokens)))
+        rows = logits.astype(mx.float32)
+        rows = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+        self.calls.append((np.array(rows).reshape(-1, rows.shape[-1]), np.array(tokens).reshape(-1)))
         return tokens
 
     def rows(self) -> list[tuple[np.ndarray, int]]:
-        """Every (row, token) a call returned for a ``[N, V]`` input, in call order (3-D draft calls left out)."""
-        return [
-            (logprobs[r], int(tokens.reshape(-1)[r]))
-            for logprobs, tokens in self.calls
-            if logprobs.ndim == 2
-            for r in range(logprobs.shape[0])
-        ]
+        """Every (row, token) of every call, target's and drafter's alike, in call order: a drafter's row is not
+        the target's conditional, so it never matches one."""
+        return [(logprobs[r], int(tokens[r])) for logprobs, tokens in self.calls for r in range(logprobs.shape[0])]
 
 
 def assert_each_token_is_a_sampler_output_on_its_conditional(emitted, rows, conditional: Callable, prompt) -> None:

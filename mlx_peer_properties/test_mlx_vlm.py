@@ -261,7 +261,7 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
     import contextlib
     import copy
 
-    from mlx_vlm.speculative import dflash, mtp
+    from mlx_vlm.speculative import dflash, eagle3, mtp
 
     target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     probe = data.draw(st.integers(0, target.config.vocab_size - 1 if hasattr(target.config, "vocab_size") else 3))
@@ -278,11 +278,11 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
 
     with planted:
         own = dflash.commit_speculative_round
-        dflash.commit_speculative_round = mtp.commit_speculative_round = commit
+        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = commit
         try:
             spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
         finally:
-            dflash.commit_speculative_round = mtp.commit_speculative_round = own
+            dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own
     tokens = prompt + spec
     tol = TOLERANCES[mx.float32]
     assert rounds or len(spec) <= 1, f"{len(spec)} tokens emitted and no round committed: nothing was judged"

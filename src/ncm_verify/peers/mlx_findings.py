@@ -79,6 +79,14 @@ MLX_VLM_HYBRID_PADDING = (
     "Repro: .peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_hybrid_padding.py"
 )
 
+MLX_VLM_EAGLE3_SEED = (
+    "mlx-vlm 0.7.10 mlx_vlm/speculative/eagle3.py:177,187,203: the EAGLE-3 rounds draw the target's tokens with "
+    "sampler(logits), the positioned sampler's unkeyed __call__ on MLX's global generator, not sample_target keyed "
+    "by (seed, position) as plain decoding, DFlash and MTP do: a request's seed is ignored in silence (three calls "
+    "with seed=3 give three different outputs; served requests differ from the same request alone). Repro: "
+    ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_eagle3_seed.py"
+)
+
 _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
     # node id -> what differs, where, and the reproduction
@@ -87,9 +95,14 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
             MLX_VLM_PROCESSORS_DROPPED
         )
         for option in ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty")
-        for case in ("hybrid-dflash", "hybrid-mtp", "attention-mtp", "sliding-window-mtp")
+        for case in ("hybrid-dflash", "hybrid-mtp", "attention-mtp", "sliding-window-mtp", "attention-eagle3")
     },
     f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[hybrid-dflash]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[attention-eagle3]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_VLM}test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_conditional[attention-eagle3-own]": (
+        MLX_VLM_EAGLE3_SEED
+    ),
+    f"{_VLM}test_requests_served_together_get_what_each_gets_alone[attention-eagle3]": MLX_VLM_EAGLE3_SEED,
     f"{_VLM}test_the_server_engine_hands_each_row_its_exact_conditional[hybrid]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[dflash]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[mtp]": MLX_VLM_HYBRID_PADDING,

@@ -24,9 +24,16 @@ PACKAGE = "mlx-vlm"
 VERSION = "0.7.10"
 TARGET_KINDS = ("hybrid", "attention", "sliding-window")
 """qwen3_5_text (GatedDeltaNet layers 0, 2 between attention layers 1, 3); gemma4 all attention or sliding."""
-DRAFT_KINDS = ("dflash", "mtp")
-CASES = (("hybrid", "dflash"), ("hybrid", "mtp"), ("attention", "mtp"), ("sliding-window", "mtp"))
-"""(target kind, drafter kind) pairs mlx-vlm ships drafters for: Qwen 3.5 DFlash and MTP, Gemma 4 assistant MTP."""
+DRAFT_KINDS = ("dflash", "mtp", "eagle3")
+CASES = (
+    ("hybrid", "dflash"),
+    ("hybrid", "mtp"),
+    ("attention", "mtp"),
+    ("sliding-window", "mtp"),
+    ("attention", "eagle3"),
+)
+"""(target kind, drafter kind) pairs mlx-vlm ships drafters for: Qwen 3.5 DFlash and MTP, Gemma 4 assistant MTP,
+and its generic EAGLE-3 drafter (any target that captures hidden states; judged on the Gemma 4 attention one)."""
 VOCAB = 12
 HIDDEN = 32
 
@@ -99,6 +106,17 @@ def is_gemma4(target) -> bool:
 def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
     """mlx-vlm's own drafter of `draft_kind` for `target`, seeded; it binds the target's embeddings and head."""
     vocab = target.config.vocab_size
+    if draft_kind == "eagle3":
+        from mlx_vlm.speculative.drafters.eagle3 import Eagle3DraftModel
+        from mlx_vlm.speculative.drafters.eagle3.config import Eagle3Config
+
+        layer = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=1, num_attention_heads=2,
+                     num_key_value_heads=1, head_dim=16, vocab_size=vocab)  # fmt: skip
+        eagle = Eagle3Config.from_dict(
+            dict(transformer_layer_config=layer, draft_vocab_size=vocab, target_hidden_size=HIDDEN,
+                 capture_layer_ids=[0, 1, 3], target_layer_ids=[0, 1, 3], block_size=block_size)
+        )  # fmt: skip
+        return build(lambda: Eagle3DraftModel(eagle), seed)
     if draft_kind == "dflash" and is_gemma4(target):
         raise ValueError("draft_kind: the Gemma 4 targets are judged with the assistant MTP drafter only")
     if draft_kind == "dflash":
@@ -237,15 +255,16 @@ def _planted_deferred(own):
 @contextlib.contextmanager
 def planted() -> Iterator[None]:
     """mlx-vlm's own loop with its walks replaced by `_planted_walk` wherever the round loops call them."""
-    from mlx_vlm.speculative import dflash, mtp
+    from mlx_vlm.speculative import dflash, eagle3, mtp
 
-    names = ("_speculative_walk", "_speculative_walk_batch", "_speculative_walk_deferred_greedy")
-    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp) for n in names if hasattr(m, n)]
     replacements = {
         "_speculative_walk": lambda own: _planted_single_walk,
         "_speculative_walk_batch": lambda own: _planted_walk,
         "_speculative_walk_deferred_greedy": _planted_deferred,
+        "_eagle3_walk": lambda own: _planted_single_walk,
+        "_eagle3_walk_batch": lambda own: _planted_walk,
     }
+    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp, eagle3) for n in replacements if hasattr(m, n)]
     try:
         for module, name, own in saved:
             setattr(module, name, replacements[name](own))
@@ -258,7 +277,7 @@ def planted() -> Iterator[None]:
 @contextlib.contextmanager
 def planted_rollback() -> Iterator[None]:
     """mlx-vlm's round commit told one draft more was accepted than was: one rejected draft stays in the cache."""
-    from mlx_vlm.speculative import cache_state, dflash, mtp
+    from mlx_vlm.speculative import cache_state, dflash, eagle3, mtp
 
     own = cache_state.commit_speculative_round
 
@@ -266,7 +285,8 @@ def planted_rollback() -> Iterator[None]:
         return own(model, caches, state, min(accepted + 1, block_size - 1), block_size)
 
     dflash.commit_speculative_round = mtp.commit_speculative_round = keep_one_rejected
+    eagle3.commit_speculative_round = keep_one_rejected
     try:
         yield
     finally:
-        dflash.commit_speculative_round = mtp.commit_speculative_round = own
+        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own
