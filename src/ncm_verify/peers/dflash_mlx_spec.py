@@ -20,8 +20,9 @@ from ncm_verify.peers.mlx_tiny import HIDDEN, MLX_LM_KINDS, build, log_softmax, 
 PACKAGE = "dflash-mlx"
 VERSION = "0.1.8"
 TARGET_KINDS = MLX_LM_KINDS
-VERIFY_MODES = ("dflash", "ddtree")
-"""The engine's verify modes that speculate: a block (`dflash`) and a tree (`ddtree`); `adaptive` switches them."""
+VERIFY_MODES = ("dflash", "ddtree", "adaptive")
+"""The engine's verify modes that speculate: a block (`dflash`), a tree (`ddtree`), and `adaptive`, which starts with
+blocks and shortens them (`engine/spec_epoch._AdaptiveBlockPolicy`) as acceptance falls."""
 
 
 def make_target(kind: str, seed: int, vocab: int = 12):

@@ -106,8 +106,11 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     f"{_VLM}test_the_server_engine_hands_each_row_its_exact_conditional[hybrid]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[dflash]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[mtp]": MLX_VLM_HYBRID_PADDING,
-    f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
-    "[hybrid-dflash]": DFLASH_TAPE_ON_CPU,
+    **{
+        f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
+        f"[hybrid-{mode}]": DFLASH_TAPE_ON_CPU
+        for mode in ("dflash", "adaptive")  # adaptive starts in block mode
+    },
     f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
     f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
