@@ -26,12 +26,12 @@ VARIANTS = ("own", "planted")
 
 
 @st.composite
-def decodings(draw, target_kind: str, draft_kind: str):
+def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2):
     """A target, its drafter, a prompt and a budget: small vocabularies so that drafts are accepted as often as not."""
     vocab = draw(st.sampled_from([4, 6, peer.VOCAB]), label="vocab")
     seed = draw(st.integers(0, 2**16), label="weights seed")
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
-    max_tokens = draw(st.integers(2, 20), label="max_tokens")
+    max_tokens = draw(st.integers(min_tokens, 20), label="max_tokens")
     block = draw(st.integers(2, 5), label="block_size")
     target = peer.make_target(target_kind, seed, vocab)
     drafter = peer.make_drafter(draft_kind, target, seed + 1, block_size=block)
@@ -214,7 +214,7 @@ OPTIONS = {
 def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(option, target_kind, draft_kind, data):
     """A request option generate_step accepts (logit bias, penalties) must shape every speculative token as it
     shapes plain decoding: at temperature 0 the two emit the same tokens. Ignoring it is property 6's finding."""
-    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind, min_tokens=8))
     options = OPTIONS[option](target.config.vocab_size)
     plain = peer.generate(target, prompt, max_tokens, temperature=0.0, **options)
     spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0, **options)
