@@ -88,3 +88,21 @@ def test_the_batch_generators_are_not_driven_here(what):
         "0.31.3 (the newest its pin <0.32 admits: BatchGenerator has no _step) with a logged warning, and by its own "
         "docstring keeps recurrent state unrestored after a rejection ('minor pollution')"
     )
+
+
+def test_text_mtp_installs_on_the_mlx_lm_its_pin_admits():
+    """vllm-mlx pins mlx-lm>=0.31.3,<0.32; its text MTP (`scheduler._install_mtp`) must install on that mlx-lm's
+    BatchGenerator (it then exposes `get_mtp_stats`), or the path cannot be run, let alone judged."""
+    import mlx_lm
+    from mlx_lm.generate import BatchGenerator
+    from vllm_mlx.scheduler import _install_mtp
+
+    from ncm_verify.peers.mlx_tiny import make_mlx_lm_target
+
+    target = make_mlx_lm_target("attention", 0, 12)
+    engine = BatchGenerator(target, max_tokens=4)
+    _install_mtp(engine, target)
+    assert hasattr(engine, "get_mtp_stats"), (
+        f"on mlx-lm {mlx_lm.__version__} BatchGenerator has no _step: _install_mtp disabled itself (a logged "
+        "warning) and the server decodes without MTP"
+    )

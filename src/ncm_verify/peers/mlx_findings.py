@@ -66,6 +66,13 @@ BROOMVA_UNBOUNDED = (
     "mlx_peer_properties/repro/mlx_lm_broomva_processors.py (prints the drafter's call count too)"
 )
 
+VLLM_TEXT_MTP_DEAD = (
+    "vllm-mlx 0.6.0 vllm_mlx/scheduler.py:827-834: _install_mtp needs BatchGenerator._step, which mlx-lm 0.31.x "
+    "removed, and vllm-mlx pins mlx-lm>=0.31.3,<0.32: with every mlx-lm its metadata admits, text MTP disables "
+    "itself with a logged warning and the server decodes without it. Repro: .peers/vllm-mlx/bin/python -c "
+    "'from mlx_lm.generate import BatchGenerator; print(hasattr(BatchGenerator, \"_step\"))'"
+)
+
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
 _BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
@@ -121,6 +128,7 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
         BROOMVA_PROCESSOR_HISTORY
     ),
     f"{_BROOMVA}test_num_draft_tokens_is_honoured_for_an_unbounded_budget": BROOMVA_UNBOUNDED,
+    "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
 }
 
 FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
