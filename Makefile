@@ -113,12 +113,13 @@ endif
 # a finding; the run fails only when the planted pre-#28508 peer is not caught or a peer's run broke.
 PEERS_PROFILE ?= dev
 # PEERS=mlx-vlm,dflash-mlx,... (or all): instead, those MLX speculative decoders, each in its own environment
-# (made when missing), judged on their own code; peers-mlx.md. Never part of `make test`.
+# (made when missing), judged on their own code; peers-mlx.md. EXAMPLES=N: Hypothesis examples a property (3).
+# Never part of `make test`.
 PEERS ?=
 ## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md; PEERS=...: MLX decoders
 ifneq ($(PEERS),)
 verify-peers: install
-	$(PY) -m ncm_verify.run_mlx_peers verify $(PEERS) --reports=$(REPORTS)
+	$(PY) -m ncm_verify.run_mlx_peers verify $(PEERS) --reports=$(REPORTS) $(if $(EXAMPLES),--examples=$(EXAMPLES))
 else
 verify-peers: install-peers
 	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) --seed=$(or $(SEED),0)

@@ -1,35 +1,40 @@
 """Properties of the MLX speculative decoders, run in each package's own environment (`make verify-peers PEERS=...`).
 
-Never collected by `make verify` or `make test` (they collect properties/, selftests/ and tests/ only). Each run
-writes one JSON line per property run to ``$NCM_MLX_PEERS_RESULTS`` for `run_mlx_peers` to decide the report:
-passed, finding (a strict expected failure of `peers.mlx_findings`), planted control caught, or not applicable.
+Never collected by `make verify` or `make test` (they collect properties/, selftests/ and tests/ only). With
+``--mlx-peers-results=PATH`` each run appends one JSON line per property run to PATH for `run_mlx_peers` to decide
+the report: passed, finding (a strict expected failure of `peers.mlx_findings`), planted control caught, or not
+applicable. ``--mlx-peers-examples=N`` sets the examples per property (default 3; some properties ask for more).
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from ncm_verify.peers.mlx_findings import FINDING_RAISES, KNOWN_PEER_FINDINGS, PLANTED
 
-settings.register_profile(
-    "mlx-peers",
-    max_examples=int(os.environ.get("NCM_MLX_PEERS_EXAMPLES", "3")),
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=True,
-    phases=[Phase.explicit, Phase.generate],  # a finding's repro script is the minimal case; shrinking costs minutes
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile("mlx-peers")
+
+def pytest_addoption(parser):
+    group = parser.getgroup("mlx-peers", "the MLX speculative decoders (issue 40)")
+    group.addoption("--mlx-peers-results", default=None, help="append one JSON line per property run to this file")
+    group.addoption("--mlx-peers-examples", type=int, default=3, help="Hypothesis examples per property")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
+    settings.register_profile(
+        "mlx-peers",
+        max_examples=config.getoption("--mlx-peers-examples"),
+        derandomize=True,
+        database=None,
+        deadline=None,
+        print_blob=True,
+        phases=[Phase.explicit, Phase.generate],  # a finding's repro script is the minimal case; shrinking is minutes
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    settings.load_profile("mlx-peers")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -47,7 +52,7 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    path = os.environ.get("NCM_MLX_PEERS_RESULTS")
+    path = item.config.getoption("--mlx-peers-results")
     if not path or (report.when != "call" and not (report.when == "setup" and report.outcome != "passed")):
         return
     marker = item.get_closest_marker("peer_property")

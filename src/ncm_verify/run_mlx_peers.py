@@ -124,7 +124,7 @@ def install(peer: MlxPeer) -> None:
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
 
-def verify(peers: list[MlxPeer], reports: Path) -> int:
+def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
     """Each peer's properties in its own environment, then the report; the run's exit status."""
     reports.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -133,8 +133,9 @@ def verify(peers: list[MlxPeer], reports: Path) -> int:
             install(peer)
         results = reports / f"peers-mlx-{peer.name}.jsonl"
         results.unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NCM_MLX_PEERS_RESULTS": str(results)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
         command = [str(peer.python), "-m", "pytest", peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
+        command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
         print(f"ncm-verify: {peer.name}: {' '.join(command)}", flush=True)
         started = time.monotonic()
         status = subprocess.run(command, cwd=ROOT, env=env).returncode
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("install", "verify"))
     parser.add_argument("peers", help=f"comma-separated among {', '.join(BY_NAME)}, or 'all'")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
+    parser.add_argument("--examples", type=int, default=3, help="Hypothesis examples per property (some ask more)")
     args = parser.parse_args(argv)
     try:
         peers = select(args.peers)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer in peers:
             install(peer)
         return 0
-    return verify(peers, args.reports)
+    return verify(peers, args.reports, args.examples)
 
 
 if __name__ == "__main__":
