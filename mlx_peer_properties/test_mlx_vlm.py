@@ -58,7 +58,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(target_kind, dr
     assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
-@pytest.mark.peer_property(2)
+@pytest.mark.peer_property(2, 6)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
@@ -67,7 +67,8 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
 ):
     """Temperature > 0 with a seed: every emitted token is mlx-vlm's own positioned target draw (its rule: the
     target's draw at that position, whatever the draft) on one uncached forward pass over the prompt and the
-    tokens emitted before it; so the speculative output is plain seeded decoding's, token for token."""
+    tokens emitted before it; so the speculative output is plain seeded decoding's, token for token. (Property 6
+    too: a seed the speculative path ignored would break this.)"""
     target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
     temperature = data.draw(st.sampled_from([0.6, 1.0, 1.5]), label="temperature")
     top_p = data.draw(st.sampled_from([1.0, 0.9]), label="top_p")
