@@ -13,6 +13,8 @@ JOBS ?= 2
 SEED ?=
 # `make verify MODEL=path/to/checkpoint.safetensors`: the model-level properties' fixed checkpoint (path (b)).
 MODEL ?=
+# `make verify REQUIRE=C5,C11` (or protocol families, `REQUIRE=TreeVerification`): fail unless the module provides them.
+REQUIRE ?=
 PYTEST := $(PY) -m pytest
 # glibc's malloc hands every large freed block back to the kernel (munmap) and the next array of that size pays its
 # page faults again: about a quarter of a sampled property's CPU went to the kernel. Keep freed memory for reuse; C
@@ -48,7 +50,8 @@ install: $(VENV)/installed
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
 	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
-		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL)))
+		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL))) \
+		$(if $(REQUIRE),--require=$(REQUIRE))
 
 ## lint: ruff's format check and lint rules, the import layers (lint-imports), types (mypy); see pyproject.toml
 lint: install
@@ -57,15 +60,28 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# CI's `make test` within 300 s on 2 cores, a fresh clone: each step is printed beside its share (`make verify` prints
+# its own phases beside theirs, src/ncm_verify/run.py PHASE_BUDGETS_S); past a budget is said, never failed for.
+# Each recipe line apart: `make -n test` (tests/test_drafting_models.py) runs the lines naming $(MAKE), never the tests.
+TEST_BUDGETS := lint=20 unit-tests=40 verify=240
+STARTED := $(shell date +%s)
+budget = $(patsubst $(1)=%,%,$(filter $(1)=%,$(TEST_BUDGETS)))
+timed = ( start=$$(date +%s); $(2); status=$$?; spent=$$(( $$(date +%s) - start )); \
+	echo "ncm-verify: make test step $(1): $$spent s of its $(call budget,$(1)) s budget$$( \
+	[ $$spent -gt $(call budget,$(1)) ] && echo '  OVER')"; exit $$status )
+
 ## test: lint, the unit tests (tests/), then `make verify` (which runs the self-tests in selftests/)
-test: install lint
-	$(PYTEST) tests -q -n $(JOBS)
-	$(MAKE) verify
+test: install
+	@$(call timed,lint,$(MAKE) --no-print-directory lint)
+	@$(call timed,unit-tests,$(PYTEST) tests -q -n $(JOBS))
+	@$(call timed,verify,$(MAKE) --no-print-directory verify)
+	@echo "ncm-verify: make test: $$(( $$(date +%s) - $(STARTED) )) s of its 300 s goal, install included"
 
 ## help: list the targets and variables
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /'
-	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS); CI=true reruns the self-tests"
+	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS) REQUIRE=$(REQUIRE);" \
+		"CI=true reruns the self-tests"
 
 # C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
 # C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`
@@ -82,6 +98,7 @@ bench: install
 	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
+	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
@@ -129,7 +146,7 @@ endif
 clean:
 	rm -rf $(REPORTS) $(CACHE) .hypothesis .benchmarks
 
-# Issue 24's models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
+# The text models: the AR target, the grammar model, four drafters of equal size and level drafting's toy
 # NCM (a target, two smaller drafts), trained with MLX
 # (seeded, resumable from .train-cache/), written with their record to fixtures/drafting/. `make test` never
 # runs this; FRESH=1 drops the checkpoints first; CHECK=1 retrains from scratch and compares with the shipped

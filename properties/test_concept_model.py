@@ -1,4 +1,4 @@
-"""C1-C4 on the source's NCM (issue 23), through the model protocol (`protocol.ConceptModels`).
+"""C1-C4 on the source's NCM, through the model protocol (`protocol.ConceptModels`).
 
 Every property runs on two paths: ``drawn``, tiny instances from the implementation's own config
 strategy (`concept_configs`), and ``checkpoint``, one fixed model (`--ncm-model`, ``make verify

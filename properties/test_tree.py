@@ -306,7 +306,7 @@ BAD_INPUTS = {
         "tree_tokens",
     ),
 }
-"""Each class of bad tree structure (issue 19), and the argument its ValueError must name. The classes every
+"""Each class of bad tree structure, and the argument its ValueError must name. The classes every
 kernel meets (NaN, unnormalised rows, shapes, ids out of range, dtypes, keys, an unknown mode) are drawn
 for the tree too by test_bad_input.py, from its spec in the kernel registry."""
 

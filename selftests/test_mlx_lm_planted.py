@@ -7,6 +7,7 @@ property's own Hypothesis test under fixed settings.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import types
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mlx_lm.models import cache as mlx_lm_cache
+from rollback_planted import ROLLBACK_BUGS
 
 import ncm_verify.reference as reference
 from ncm_verify.mlx_lm_real import exact_verifier
@@ -33,6 +35,7 @@ PLANTED_SETTINGS = settings(
 )
 CONVENTIONS = "test_mlx_lm_conventions.py"
 LOOP = "test_mlx_lm_loop.py"
+ROLLBACK = "test_rollback.py"
 EXACT_LOOP = "test_every_target_sampler_call_is_handed_the_target_conditional_of_the_tokens_emitted_before_it"
 SAMPLED_LOOP = "test_sampled_first_tokens_follow_the_target_law_and_drafts_stand_at_the_rate_of_their_rule"
 
@@ -124,25 +127,40 @@ def rewind_ignoring_refusal(model_cache, draft_cache, num_draft, num_accepted):
     mlx_lm_cache.trim_prompt_cache(draft_cache, max(num_draft - num_accepted - 1, 0))
 
 
+@contextlib.contextmanager
+def swapped(module: types.ModuleType, changes: dict):
+    """`module`'s names `changes` swapped in, and the originals back on exit."""
+    saved = {name: getattr(module, name) for name in changes}
+    vars(module).update(changes)
+    try:
+        yield
+    finally:
+        vars(module).update(saved)
+
+
 def verifier_with(**changes):
     """The exact verifier's `speculative_generate_step` with its module's names `changes` swapped in while it
-    runs (its functions look each other up there)."""
+    runs (its functions look each other up there): around the call and each step, never while the generator
+    waits, so a property that fails and leaves it suspended leaves the module as it found it."""
 
     def speculative_generate_step(*args, **kwargs):
-        saved = {name: getattr(exact_verifier, name) for name in changes}
-        vars(exact_verifier).update(changes)
-        try:
-            yield from exact_verifier.speculative_generate_step(*args, **kwargs)
-        finally:
-            vars(exact_verifier).update(saved)
+        with swapped(exact_verifier, changes):
+            steps = exact_verifier.speculative_generate_step(*args, **kwargs)
+        while True:
+            with swapped(exact_verifier, changes):
+                step = next(steps, None)
+            if step is None:
+                return
+            yield step
 
     return speculative_generate_step
 
 
 speculative_ignoring_refused_trims = verifier_with(
-    rewind=rewind_ignoring_refusal, make_prompt_cache=mlx_lm_cache.make_prompt_cache
+    rewind=rewind_ignoring_refusal, make_prompt_cache=mlx_lm_cache.make_prompt_cache, rewinds_by_trim=lambda c: True
 )
-"""The exact verifier on mlx-lm's own caches (rotating for a sliding window), ignoring refused trims."""
+"""The exact verifier on mlx-lm's own caches (rotating for a sliding window), trimming them as mlx-lm's loop does
+and ignoring refused trims."""
 
 speculative_keeping_a_rejected_draft = verifier_with(rewind=rewind_one_short)
 """The target's cache keeps the first rejected draft, so the next block is scored after it."""
@@ -267,6 +285,19 @@ PLANTED = {
     ),
 }
 """Planted bug -> (property file, arguments, the property or properties aimed at it: each must fail)."""
+PLANTED.update(
+    {
+        name: (
+            ROLLBACK,
+            dict(
+                decoder_name=planted_decoder(speculative_generate_step=verifier_with(**changes), **changes),
+                family=family,
+            ),
+            aimed,
+        )
+        for name, (changes, family, aimed) in ROLLBACK_BUGS.items()
+    }
+)
 SAMPLING = {SAMPLED_LOOP}
 """Properties too costly to rerun at 30 examples here; `make verify PROFILE=thorough` runs them on the correct
 decoders (they are thorough_only: C7 rests on the exact call-by-call check)."""

@@ -24,6 +24,7 @@ MARKERS = """
 markers =
     claim: c
     statistical: s
+    experiment: e
 """
 
 
@@ -60,6 +61,29 @@ def test_an_impl_that_cannot_be_imported_stops_the_session_before_any_test(suite
     result = suite(IMPL_NAME, "--impl=ncm_verify.mutants.no_such_mutant")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "cannot import" in result.stderr.str() and "test_sees_the_module_under_test" not in result.stdout.str()
+
+
+EXPERIMENT = """
+import pytest
+
+@pytest.mark.experiment
+def test_an_experiment_on_the_suites_own_models():
+    assert False, "the data refute the hypothesis"
+
+def test_a_property_of_the_module(impl):
+    assert callable(impl.verify_chain)
+"""
+
+
+@pytest.mark.parametrize("module", ["ncm_verify.reference", "ncm_verify.mutants.ratio_inverted"])
+def test_an_experiment_runs_on_the_references_run_and_is_left_out_of_a_ports(suite, module):
+    """An experiment never calls the module: its refutation is the reference run's finding, never a port's failure
+    (a port's `pytest -x` must not stop there)."""
+    result = suite(EXPERIMENT, f"--impl={module}", "-x")
+    if module == "ncm_verify.reference":  # the suite judging itself: a refutation stops `-x` there
+        result.assert_outcomes(failed=1)
+    else:
+        result.assert_outcomes(passed=1, deselected=1)
 
 
 EVIDENCE = """
@@ -378,6 +402,47 @@ def test_an_implementation_that_does_not_import_stops_pytest_with_one_message(tm
     output = result.stdout + result.stderr
     assert output.count("cannot import implementation module") == 1
     assert "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in output
+
+
+def test_a_ports_workers_each_start_on_the_exact_properties(monkeypatch):
+    from ncm_verify.pytest_plugin import planning
+
+    planned = dict(zip("abcdefghi", [0, 60, 0, 30, 0, 120, 0, 90, 0]))
+    monkeypatch.setattr(planning, "planned_tests_of", planned.get)
+    assert "".join(planning.balanced_order(list("abcdefghi"), 2, exact_first=True)) == "aeih" + "cgfbd"
+
+
+FIRST_FAILURE = """
+import pytest
+
+def test_passes(impl):
+    impl.verify_chain
+
+def test_suite_identity_fails():
+    assert 1 == 2, "the suite's own check"
+
+@pytest.mark.claim("C5")
+def test_first(impl):
+    impl.verify_chain
+    assert 1 == 2, "the first failure of the module"
+
+@pytest.mark.claim("C5")
+def test_second(impl):
+    impl.verify_chain
+    assert 1 == 3, "the second failure"
+"""
+
+
+def test_the_first_failure_that_reaches_the_module_is_printed_as_it_is_found_with_its_rerun_line(suite, pytester):
+    result = suite(FIRST_FAILURE, f"--ncm-report-dir={pytester.path / 'reports'}", "--tb=no", "-q")
+    result.assert_outcomes(passed=1, failed=3)
+    printed = result.stdout.str()
+    assert printed.count("FIRST FAILURE") == 1, "once, for the first failure only"
+    block = printed.split("FIRST FAILURE", 1)[1]
+    assert block.startswith(": test_suite.py::test_first (C5), failed by assertion"), block[:200]
+    assert "the first failure of the module" in block and "the second failure" not in block.split("rerun:", 1)[0]
+    assert "rerun: HYPOTHESIS_PROFILE=" in block and "'test_suite.py::test_first' -p no:xdist" in block
+    assert printed.index("FIRST FAILURE") < printed.index("evidence written to"), "before the session's summary"
 
 
 def test_the_longest_properties_start_at_once_on_different_workers(monkeypatch):

@@ -26,6 +26,15 @@ def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_
     assert not (tmp_path / files.VERIFY_JSON).exists()
 
 
+def test_a_requirement_naming_no_claim_or_family_stops_the_run_listing_both(tmp_path, capsys):
+    from ncm_verify import run
+
+    assert main(["verify", "--reports", str(tmp_path), "--require", "C5,treeverification", "--require", "C55"]) == 2
+    error = capsys.readouterr().err
+    assert "require: no claim or protocol family 'C55'" in error and "families: SpeculativeKernels" in error
+    assert run.check_required(["C5", "treeverification"]) == ["C5", "TreeVerification"]
+
+
 def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, capsys):
     from ncm_verify import run
 
@@ -59,7 +68,9 @@ def fake_phases(monkeypatch, passing, ledger, tmp_path):
 
     monkeypatch.setattr(run, "run_phase", fake)
     monkeypatch.setattr(run, "suite_key", lambda: "k1")
-    monkeypatch.setattr(run, "ledger_against_run", lambda reports: [])  # the synthetic ledger is not this repository's
+    monkeypatch.setattr(
+        run, "ledger_against_run", lambda reports, selected=False: []
+    )  # the synthetic ledger is not this repository's
     monkeypatch.setattr(doc, "read_ledger", lambda path=None: (ledger, []))
     return ran
 
@@ -290,3 +301,14 @@ def test_reused_evidence_is_carried_marked_and_planned_as_in_a_full_run(tmp_path
     (tmp_path / "reuse.json").write_text(json.dumps(reuse))
     result = run_pytest(tmp_path, *workers, *arguments)
     assert result.returncode == 1 and "reused reference run planned 12" in result.stdout, result.stdout
+
+
+def test_each_phase_prints_beside_its_budget_and_the_run_beside_the_goal():
+    from ncm_verify import run
+
+    spent = {"start": 3.0, "properties": 150.0, "planted bugs": 60.0, "calibration and power": 20.0, "report": 1.0}
+    lines = run.budget_lines(spent)
+    assert sum(run.PHASE_BUDGETS_S.values()) == run.VERIFY_GOAL_S == 240, "the budgets share the goal exactly"
+    assert lines[2].split() == ["properties", "150", "s", "of", "145", "s", "OVER"]
+    assert lines[3].split() == ["planted", "bugs", "60", "s", "of", "65", "s"]
+    assert lines[-1].split() == ["total", "234", "s", "of", "240", "s"]

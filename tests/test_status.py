@@ -18,6 +18,7 @@ from synthetic import (
 
 from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
+from ncm_verify.report.markdown import render_markdown
 from ncm_verify.report.terminal import render_terminal
 
 
@@ -301,16 +302,15 @@ def hypothesis_claim(ledger: dict) -> dict:
     return claim
 
 
+def refuting_node() -> dict:
+    """C10's property failed by assertion: the data refute the hypothesis."""
+    failure = assertion_failure(None, [], "AssertionError: distillation does not beat the baseline")
+    return node("properties/test_drafters.py::test_direction", ["C10"], outcome="failed", failure=failure)
+
+
 def test_a_refuted_hypothesis_is_a_finding_and_a_correct_run_still_passes(ledger, passing, tmp_path):
     hypothesis_claim(ledger)
-    passing["properties"].append(
-        node(
-            "properties/test_drafters.py::test_direction",
-            ["C10"],
-            outcome="failed",
-            failure=assertion_failure(None, [], "AssertionError: distillation does not beat the baseline"),
-        )
-    )
+    passing["properties"].append(refuting_node())
     exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
     assert claims_by_id(report)["C10"]["status"] == claim_status.REFUTED
     assert "refute" in claims_by_id(report)["C10"]["reason"]
@@ -340,3 +340,114 @@ def test_a_thorough_only_property_is_not_required_under_ci_but_counts_when_it_ra
         node(smoke, ["C7"], outcome="failed", failure=assertion_failure(["C7"], [], "AssertionError: chi-square"))
     )
     assert claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C7"]["status"] == "failed"
+
+
+def test_a_refuted_hypothesis_prints_under_findings_and_never_as_a_failure(ledger, passing, tmp_path):
+    hypothesis_claim(ledger)
+    passing["properties"].append(refuting_node())
+    document = doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS))
+    assert [f.nodeid for f in document.findings] == ["properties/test_drafters.py::test_direction"]
+    assert not document.failures
+    printed = render_terminal(document)
+    assert "FINDING 1 of 1: properties/test_drafters.py::test_direction" in printed and "FAILURE" not in printed
+    assert "FAILURE" not in render_markdown(document) and "Findings" in render_markdown(document)
+
+
+def test_a_hypothesis_whose_experiment_a_ports_run_left_out_is_the_suites_own_check_not_a_gap(ledger, passing):
+    hypothesis_claim(ledger)
+    passing["impl"] = "my_port"
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN)
+    assert claims_by_id(report)["C10"]["status"] == claim_status.SUITE_CHECK
+    assert report["run"]["exit_status"] == 0, report["run"]["reasons"]
+
+
+@pytest.mark.parametrize("impl", ["my_port", "ncm_verify.reference"])
+def test_a_failing_suite_check_is_reported_apart_on_a_port_and_fails_only_the_references_run(impl, ledger, passing):
+    """A property that never reaches the module (no call, no name looked up) is the suite's own check: its failure
+    is the same for every module, so it fails the suite's own run and never a port's."""
+    identity = "properties/test_chain.py::test_enumeration_identity"
+    ledger_claim = claims_by_id(ledger)["C5"]
+    ledger_claim["properties"] = [*ledger_claim["properties"], identity]
+    failed = assertion_failure(None, [], "AssertionError: the oracle sums to 0.9")
+    passing["properties"].append(node(identity, ["C5"], outcome="failed", calls={}, looked_up=[], failure=failed))
+    passing["impl"] = impl
+    document = doc.build_document(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN))
+    assert (identity, "failed") in document.suite_checks
+    printed = render_terminal(document)
+    if impl == "my_port":
+        assert document.verdict.exit_status == 0, document.verdict.reasons
+        assert claims_by_id(document.data)["C5"]["status"] == "shown" and not document.failures
+        assert f"not a verdict on the module): 1 never called the module; 1 failed: {identity}" in printed
+    else:
+        assert document.verdict.reasons == (
+            "claims: claims failed: C5",
+            f"suite checks: 1 suite check failed: {identity}",
+        )
+        assert [f.nodeid for f in document.failures] == [identity] and "FAILURE 1 of 1" in printed
+
+
+def test_a_property_that_looked_up_a_name_it_never_called_is_the_modules_not_the_suites(ledger, passing):
+    passing["impl"] = "my_port"
+    passing["properties"][2].update(
+        calls={}, looked_up=["verify_chain"], outcome="failed", failure=assertion_failure(None, [], "AssertionError")
+    )
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS)
+    assert report["run"]["exit_status"] == 1 and "properties: 1 property run failed" in report["run"]["reasons"]
+
+
+def partial_port(passing: dict) -> dict:
+    """A port of the chain kernels alone: C5's sampled property judged its verify_chain, another C5 property reached
+    only the reference's residual_distribution."""
+    passing["impl"] = "my_port"
+    passing["implementation"] = {
+        "module": "my_port",
+        "defines": ["verify_chain"],
+        "inherits": ["residual_distribution (from ncm_verify.reference.speculative)"],
+        "missing": [],
+    }
+    for entry in passing["properties"]:
+        entry["calls"] = {"verify_chain": {"calls": 30, "own": True, "origin": "my_port"}}
+    passing["properties"].append(
+        node(
+            "properties/test_chain.py::test_residual",
+            ["C5"],
+            calls={"residual_distribution": {"calls": 3, "own": False, "origin": "ncm_verify.reference.speculative"}},
+        )
+    )
+    return passing
+
+
+def test_a_partial_port_passes_on_what_it_provides_and_is_never_shown_for_what_it_inherits(ledger, passing):
+    claims_by_id(ledger)["C5"]["properties"].append("properties/test_chain.py::test_residual")
+    report = doc.build_report(ledger, partial_port(passing), **PASSING_SELFTESTS, run=PASSING_RUN)
+    c5 = claims_by_id(report)["C5"]
+    assert c5["status"] == claim_status.PARTLY_PROVIDED, c5["reason"]
+    assert "judged the module's own code (verify_chain) and passed" in c5["reason"]
+    assert "residual_distribution" in c5["reason"]
+    assert report["run"]["exit_status"] == 0, report["run"]["reasons"]
+    assert report["judged"]["judged"]["verify_chain"]["failed"] == 0
+    assert report["judged"]["inherited"] == ["residual_distribution"]
+    printed = render_terminal(doc.build_document(report))
+    assert "judged, the module's own code: verify_chain" in printed and "inherited, not judged (1)" in printed
+
+
+@pytest.mark.parametrize(
+    "required, missing",
+    [
+        (["C5"], "required claim C5 is partly provided, not shown"),
+        (["SpeculativeKernels"], "required family SpeculativeKernels not provided: residual_distribution (inherited)"),
+        (["C7"], None),
+    ],
+)
+def test_a_required_claim_or_family_the_port_lacks_fails_the_run_naming_what_is_missing(
+    required, missing, ledger, passing
+):
+    claims_by_id(ledger)["C5"]["properties"].append("properties/test_chain.py::test_residual")
+    run = {**PASSING_RUN, "required": required}
+    report = doc.build_report(ledger, partial_port(passing), **PASSING_SELFTESTS, run=run)
+    reasons = report["run"]["parts"]["coverage"]["reasons"]
+    if missing is None:
+        assert reasons == [] and report["run"]["exit_status"] == 0
+    else:
+        assert len(reasons) == 1 and reasons[0].startswith(missing), reasons
+        assert report["run"]["exit_status"] == 1

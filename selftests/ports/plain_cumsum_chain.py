@@ -1,9 +1,14 @@
-"""A correct partial port: its own chain kernel draws the correction by one plain float32 cumulative sum.
+"""A correct partial port: its own chain kernels draw the correction by one plain float32 cumulative sum.
 
-Exact to float32 (`tolerances.CDF_BOUNDARY_TERMS` covers any summation order), it rounds differently
-from the reference's two-level sampler near a boundary; every other name, the tree kernel included,
-is inherited. The suite must judge it correct: a relation between its chain and the inherited tree
-may differ from bit-for-bit equality only within the boundary rule.
+It provides the kernels that read the chain's rules (``apply_chain``, ``apply_factorized``,
+``apply_latent_chain``, ``verify_chain``, ``verify_factorized``, ``verify_latent_chain``, ``draw_uniforms``);
+every other name (``residual_distribution``, ``verify_greedy``, the tree and block kernels, the models and
+caches) is the reference's, inherited. Exact to float32 (`tolerances.CDF_BOUNDARY_TERMS` covers any summation
+order), it rounds differently from the reference's two-level sampler near a boundary. The suite must judge
+it correct on what it provides: ``make verify IMPL=selftests/ports/plain_cumsum_chain.py`` passes, its chain
+claims read "partly provided" (their properties on its own kernels passed, the rest reached inherited names),
+and a relation between its chain and the inherited tree may differ from bit-for-bit equality only within the
+boundary rule.
 """
 
 import mlx.core as mx

@@ -30,8 +30,8 @@ def command_verify(args) -> int:
 
     if not (ROOT / "properties").is_dir():
         print(
-            f"ncm-verify: no properties/ in {ROOT}: run `ncm-verify verify` in a checkout of the suite, whose "
-            "properties and self-tests it runs (the installed package carries the ledger and fixtures)",
+            f"ncm-verify: no properties/ in {ROOT}: the suite is neither a checkout nor an installed wheel holding "
+            "its properties and self-tests (reinstall it: pip install ncm-verify from a wheel or git URL)",
             file=sys.stderr,
         )
         return 2
@@ -45,6 +45,9 @@ def command_verify(args) -> int:
         seed=args.seed,
         cache=args.cache,
         model=args.model,
+        required=[item.strip() for items in args.require for item in items.split(",") if item.strip()],
+        properties=args.properties or None,
+        selftests=not args.no_selftests,
     )
 
 
@@ -89,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="folder for the reference evidence and self-test results reused across runs and reports folders "
-        "(default: .ncm-verify-cache at the suite's root)",
+        "(default: .ncm-verify-cache at the checkout's root; for an installed suite, in the current folder)",
     )
     run.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default: %(default)s)")
     run.add_argument("--seed", type=int, default=None, help="redraw the profile's examples from this seed")
@@ -98,6 +101,26 @@ def parser() -> argparse.ArgumentParser:
         "--model",
         default=None,
         help="checkpoint the model-level properties judge on path (b) (default: fixtures/ncm_concept_tiny.safetensors)",
+    )
+    run.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="C5,C11,TreeVerification",
+        help="claims (shown on the module's own code) and protocol families (every name its own and judged) the "
+        "module must provide; the run fails listing what is missing",
+    )
+    run.add_argument(
+        "--properties",
+        nargs="+",
+        default=None,
+        metavar="properties/test_x.py[::test_y]",
+        help="run only these property files or node ids (a quick look: the claims left unrun fail the verdict)",
+    )
+    run.add_argument(
+        "--no-selftests",
+        action="store_true",
+        help="skip the planted bugs and calibration (a quick look: the verdict fails, the suite's teeth unproven)",
     )
     run.set_defaults(run=command_verify)
     report = commands.add_parser("report", help="write verify.json/.md/.html from the JSON of a run")

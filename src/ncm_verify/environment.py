@@ -60,12 +60,24 @@ def describe_environment() -> dict:
     }
 
 
-def suite_root() -> Path:
-    """The checkout holding this package (src layout) when it sits in one, else the cwd.
-
-    The properties and self-tests run from there: an installed package verifies from a checkout's folder.
-    """
+def checkout_root() -> Path | None:
+    """The checkout holding this package (src layout) when it sits in one."""
     checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "properties").is_dir():
         return checkout
-    return Path.cwd()
+    return None
+
+
+def installed_suite_root() -> Path | None:
+    """The package's data/ folder when the suite runs installed (a wheel, no checkout): it holds the properties,
+    self-tests, ledger, fixtures and pytest's settings laid out as a checkout holds them."""
+    data = Path(__file__).resolve().parent / "data"
+    if checkout_root() is None and (data / "properties").is_dir():
+        return data
+    return None
+
+
+def suite_root() -> Path:
+    """Where the properties and self-tests run from: the checkout holding this package, else the installed
+    package's data/ folder, else the cwd."""
+    return checkout_root() or installed_suite_root() or Path.cwd()

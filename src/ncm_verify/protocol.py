@@ -218,7 +218,7 @@ class BlockVerification(Protocol):
 
 
 class TextDrafting(Protocol):
-    """A text drafter's blocks verified by an mlx-lm target in one pass each (issue 24; reference.drafting)."""
+    """A text drafter's blocks verified by an mlx-lm target in one pass each (reference.drafting)."""
 
     def generate_drafted(
         self,
@@ -238,7 +238,7 @@ class TextDrafting(Protocol):
 
 
 class TreeDrafting(Protocol):
-    """Tree decoding over mlx-lm models (issue 28): a draft expands a tree, the target scores it in one pass under a
+    """Tree decoding over mlx-lm models: a draft expands a tree, the target scores it in one pass under a
     tree mask at per-node positions, `verify_tree` accepts a path, the caches keep it (reference.drafting.tree_loop)."""
 
     def generate_tree_drafted(
@@ -260,7 +260,7 @@ class TreeDrafting(Protocol):
 
 
 class ConceptModels(Protocol):
-    """The source's NCM (issue 23; claims C1-C4): what a checkpoint implements, without our config.
+    """The source's NCM (claims C1-C4): what a checkpoint implements, without our config.
 
     ``model`` is whatever `load_concept_model` returns; ``prefix`` ``[B, P]`` token ids (P any length
     >= 1); ``codes`` a list, level l ``[B, n_l]``; ``keys`` ``[B, 2]`` (one per row, `row_keys`);
@@ -390,6 +390,13 @@ PROTOCOLS: tuple[type, ...] = (
     TreeDrafting,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
+
+
+def family_named(name: str) -> type | None:
+    """The protocol family whose class is called `name`, in any case (`--require TreeVerification`); else None."""
+    return next((family for family in PROTOCOLS if family.__name__.lower() == name.lower()), None)
+
+
 PROTOCOL_NAMES = tuple(name for protocol in PROTOCOLS for name in protocol_members(protocol))
 
 

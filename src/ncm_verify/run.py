@@ -11,14 +11,15 @@ Phases run as subprocesses (pytest), each announced with its place in the run:
    not on the implementation, so their results are cached under a key hashed from the suite's
    sources and environment, reused while nothing changed, and always rerun when ``CI=true``;
 3. the report, whose verdict (`report.status.make_verdict`) is the exit status. What the run knew of itself
-   (phases, run id, reuse) is written to run.json first, and the report is built from the folder's files alone,
-   as `ncm-verify report` rebuilds it.
+   (phases, run id, reuse, what ``--require`` demands) is written to run.json first, and the report is built
+   from the folder's files alone, as `ncm-verify report` rebuilds it.
 
 Both caches (reference evidence, self-tests) live in a folder of their own (``--cache``, default
-``.ncm-verify-cache`` at the suite's root), not under the reports folder: a port's run with its reports elsewhere
-reuses what the reference's run left.
+``.ncm-verify-cache`` at the checkout's root, or in the current folder for an installed suite), not under the
+reports folder: a port's run with its reports elsewhere reuses what the reference's run left.
 
-A bad ``--impl`` or ``--profile`` stops the run before any phase, with one message and no report.
+A bad ``--impl``, ``--profile`` or ``--require`` stops the run before any phase, with one message and no report.
+The run ends with each phase's time beside its budget (`PHASE_BUDGETS_S`).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import runpy
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
-from ncm_verify.environment import git_commit, git_dirty, suite_root
+from ncm_verify.environment import checkout_root, git_commit, git_dirty, installed_suite_root, suite_root
 from ncm_verify.evidence import (
     CALIBRATION_FILE,
     EVIDENCE_FILE,
@@ -59,6 +61,7 @@ from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
     describe_implementation,
+    is_path,
     load_implementation,
     own_names,
 )
@@ -67,8 +70,10 @@ from ncm_verify.report.ledger import THOROUGH_PROFILE, read_ledger, repository_p
 from ncm_verify.report.output import print_report, write_reports
 
 ROOT = suite_root()
-DEFAULT_CACHE = ROOT / ".ncm-verify-cache"
-"""The cache folder unless ``--cache`` names another (`make verify CACHE=...`)."""
+DEFAULT_CACHE = (checkout_root() or Path.cwd()) / ".ncm-verify-cache"
+"""The cache folder, unless ``--cache`` names another (`make verify CACHE=...`): at the checkout's root, or in the
+current folder for an installed suite (never inside the installed package)."""
+PACKAGE = Path(__file__).resolve().parent
 SELFTEST_CACHE = "selftests"
 """Folder under the cache holding cached self-test results, one subfolder per key."""
 REFERENCE_EVIDENCE = "reference-evidence"
@@ -79,8 +84,23 @@ PLANTED_FILES = ("selftests/test_mutants.py", "selftests/test_mlx_lm_planted.py"
 QUIET_FAILURES = ("--tb=no", "-rN")
 """The properties phase prints no traceback or summary line: the closing summary gives one block per failure, read
 from the evidence, and the report keeps each failure's message and example."""
+VERIFY_GOAL_S = 240
+"""A fresh `make verify` on 2 cores within 4 minutes (`make test`'s 300 s are split in the Makefile)."""
+PHASE_BUDGETS_S = {"start": 5, "properties": 145, "planted bugs": 65, "calibration and power": 20, "report": 5}
+"""Each phase's share of `VERIFY_GOAL_S` (a fresh run: the self-tests run; reused, they take none of it). A change
+that adds a property states its cost; a phase past its budget is printed so, never failed for it."""
 PYTEST_PASSED, PYTEST_FAILED = 0, 1
 """pytest exit codes that carry a verdict; 2-5 mean interrupted, internal or usage errors, or nothing collected."""
+
+
+def budget_lines(seconds: dict[str, float]) -> list[str]:
+    """One line per phase beside its budget, then the whole run beside `VERIFY_GOAL_S`."""
+    lines = [f"ncm-verify: time by phase beside its budget (a fresh `make verify`: {VERIFY_GOAL_S} s on 2 cores):"]
+    for name, spent in [*seconds.items(), ("total", sum(seconds.values()))]:
+        budget = PHASE_BUDGETS_S.get(name, VERIFY_GOAL_S if name == "total" else 0)
+        over = "  OVER" if spent > budget else ""
+        lines.append(f"  {name:<22} {spent:>6.0f} s of {budget:>4} s{over}")
+    return lines
 
 
 class UsageError(ValueError):
@@ -110,17 +130,34 @@ def check_profile(profile: str):
             os.environ["HYPOTHESIS_PROFILE"] = saved
 
 
+def check_required(required: list[str]) -> list[str]:
+    """`--require`'s claim ids and protocol families (by class name, any case), each known; a UsageError otherwise."""
+    from ncm_verify.protocol import PROTOCOLS, family_named
+
+    claims = [claim["id"] for claim in read_ledger(ROOT / "ledger.json")[0]["claims"]]
+    families = {item: family.__name__ for item in required if (family := family_named(item)) is not None}
+    unknown = [item for item in required if item not in claims and item not in families]
+    if unknown:
+        raise UsageError(
+            f"require: no claim or protocol family {', '.join(map(repr, unknown))}; claims: {', '.join(claims)}; "
+            f"families: {', '.join(family.__name__ for family in PROTOCOLS)}"
+        )
+    return [item if item in claims else families[item] for item in required]
+
+
 def suite_key() -> str:
     """Hash of everything the self-tests' results depend on: the suite's sources and the environment."""
     from ncm_verify.environment import describe_environment
 
     digest = hashlib.sha256()
     for entry in SUITE_SOURCES:
-        path = ROOT / entry
+        # an installed suite has no src/: its package is hashed in its place (its data/ is hashed as ROOT's)
+        base, path = (PACKAGE.parents[1], PACKAGE) if entry == "src/ncm_verify" else (ROOT, ROOT / entry)
         files = sorted(path.rglob("*.py")) + sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for file in files:
-            if "__pycache__" not in file.parts and file.is_file():
-                digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
+            skipped = "__pycache__" in file.parts or (path == PACKAGE and "data" in file.relative_to(PACKAGE).parts)
+            if not skipped and file.is_file():
+                digest.update(str(file.relative_to(base)).encode() + b"\0" + file.read_bytes() + b"\0")
     environment = {k: v for k, v in describe_environment().items() if k not in ("commit",)}
     digest.update(json.dumps(environment, sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -295,9 +332,10 @@ def clear_previous_report(reports: Path) -> None:
         (reports / name).unlink(missing_ok=True)
 
 
-def ledger_against_run(reports: Path) -> list[str]:
+def ledger_against_run(reports: Path, *, selected: bool = False) -> list[str]:
     """The ledger checked against the properties this run collected: a property listed nowhere, or whose
-    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`."""
+    markers disagree with its ledger entry, fails the run as it fails `ncm-verify ledger check`. A `selected` run
+    (``--properties``) collects only some: what it did not collect is no disagreement."""
     evidence = Evidence.from_json(read_json(reports / EVIDENCE_FILE))
     if evidence is None:
         return []
@@ -306,7 +344,24 @@ def ledger_against_run(reports: Path) -> list[str]:
     if evidence.profile != THOROUGH_PROFILE:  # deselected under every other profile, so not collected
         for claim in claims_ledger["claims"]:
             claim.pop("thorough_properties", None)
-    return repository_problems(claims_ledger, ROOT, [record.to_json() for record in evidence.properties])
+    return repository_problems(
+        claims_ledger,
+        ROOT,
+        [record.to_json() for record in evidence.properties],
+        installed=installed_suite_root() is not None,
+        selected=selected,
+    )
+
+
+def subprocess_environment(profile: str) -> dict:
+    """The phases' environment: this run's profile, and a module named by ``--impl`` found from the current folder
+    first, as ``python -m`` finds it; an installed suite keeps Hypothesis's files there too, not in the package."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
+    env.update(HYPOTHESIS_PROFILE=profile)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *filter(None, [env.get("PYTHONPATH")])])
+    if installed_suite_root() is not None:
+        env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path.cwd() / ".hypothesis"))
+    return env
 
 
 def verify(
@@ -319,11 +374,22 @@ def verify(
     seed: int | None = None,
     cache: Path | None = None,
     model: str | None = None,
+    required: list[str] | None = None,
+    properties: list[str] | None = None,
+    selftests: bool = True,
 ) -> int:
     """The whole run; returns the exit status (0 passed, 1 failed, 2 could not start). `cache`: where the reference
-    evidence and self-test results are kept (default `DEFAULT_CACHE`)."""
+    evidence and self-test results are kept (default `DEFAULT_CACHE`); `required`: claim ids and protocol families
+    the module must provide itself and show (`coverage` part of the verdict); `properties`: property files or node
+    ids to run instead of all (a quick look: claims left unrun fail the verdict); `selftests` False skips the
+    planted bugs and calibration (the verdict then fails: the suite's teeth are unproven in this run)."""
+    if os.getcwd() not in sys.path:  # a module in the current folder is found as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
+    if is_path(impl):  # the phases run in the suite's folder: a relative path is the caller's
+        impl = str(Path(impl).expanduser().resolve())
     try:
         profile_settings = check_profile(profile)
+        required = check_required(list(required or ()))
         module = load_implementation(impl)
         implementation = describe_implementation(module, impl)
     except (UsageError, ImplementationError) as error:
@@ -332,14 +398,15 @@ def verify(
             clear_previous_report(reports)
         print("ncm-verify: stopped before any phase; no report was written", file=sys.stderr)
         return 2
+    started = time.monotonic()
     reports = reports.resolve()
     reports.mkdir(parents=True, exist_ok=True)
     cache = Path(cache or DEFAULT_CACHE).resolve()
     clear_previous_report(reports)
     run_id = uuid.uuid4().hex[:12]
     say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NCM_VERIFY_")}
-    env.update(HYPOTHESIS_PROFILE=profile)
+    say(f"suite: properties and self-tests from {ROOT}; reports to {reports}; cache {cache}")
+    env = subprocess_environment(profile)
     rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
@@ -351,7 +418,7 @@ def verify(
     reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
-        "properties",
+        *(properties or ["properties"]),
         "-q",
         *QUIET_FAILURES,
         f"--impl={impl}",
@@ -363,6 +430,7 @@ def verify(
         jobs=jobs,
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start_s = time.monotonic() - started
     phases = [run_phase("properties", "1/4", properties, env)]
     if phases[0].problem:  # no evidence tells why: say how to see the tracebacks this phase did not print
         traced = f"HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist --impl={impl}"
@@ -372,10 +440,15 @@ def verify(
         keep_reference_evidence(reports, kept_path, run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
-    selftests, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
-    phases += selftests
-    copy_selftest_results(reports, selftest_cache)
+    selftest_cache: dict = {"key": key, "ran": None, "reused": False}
+    if selftests:
+        selftest_phases, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
+        phases += selftest_phases
+        copy_selftest_results(reports, selftest_cache)
+    else:
+        say("[2-3/4] self-tests: skipped (--no-selftests): the verdict fails, the suite's teeth unproven here")
     say("[4/4] report")
+    report_started = time.monotonic()
     facts = RunRecord(
         run_id=run_id,
         phases=phases,
@@ -383,9 +456,15 @@ def verify(
         suite_dirty=git_dirty(ROOT),
         selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
         reuse={k: v for k, v in reuse.items() if k != "file"},
-        ledger_problems=ledger_against_run(reports),
+        ledger_problems=ledger_against_run(reports, selected=bool(properties)),
+        required=required,
+        installed=None if installed_suite_root() is None else {"root": str(ROOT), "python": sys.executable},
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
     print_report(document, reports)
+    spent = {"start": start_s, **{p.name: p.seconds or 0.0 for p in phases}}
+    if not selftest_cache["ran"] or selftest_cache.get("reused"):  # reused or skipped: no time spent on them
+        spent.update({"planted bugs": 0.0, "calibration and power": 0.0})
+    print("\n".join(budget_lines({**spent, "report": time.monotonic() - report_started})), flush=True)
     return document.verdict.exit_status

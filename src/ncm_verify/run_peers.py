@@ -60,7 +60,7 @@ class Peer:
 
 
 def tree_peer(name: str) -> Peer:
-    """A published tree rule written here (issue 19), judged by the tree's properties in every mode."""
+    """A published tree rule written here, judged by the tree's properties in every mode."""
     return Peer(name, f"ncm_verify.peers.{name}", files=TREE_PROPERTY_FILES, selection=TREE_SELECTION, edge_cases=False)
 
 

@@ -274,6 +274,10 @@ class RunRecord:
     reuse: dict[str, Any] | None = None
     """how many properties were carried from the reference's evidence, and why"""
     ledger_problems: list[str] = dataclasses.field(default_factory=list)
+    required: list[str] = dataclasses.field(default_factory=list)
+    """claim ids and protocol families the run demands the module provide itself (``--require``)"""
+    installed: dict[str, str] | None = None
+    """{"root", "python"} of a suite run installed (no checkout): where a rerun line must run pytest from"""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -293,4 +297,6 @@ class RunRecord:
             selftests=data.get("selftests"),
             reuse=data.get("reuse"),
             ledger_problems=list(data.get("ledger_problems") or []),
+            required=list(data.get("required") or []),
+            installed=data.get("installed"),
         )

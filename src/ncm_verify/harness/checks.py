@@ -10,7 +10,7 @@ from hypothesis import note, reject
 
 from ncm_verify.evidence.chi_square import WORST_BINS, worst_bin_parts
 from ncm_verify.harness import evidence, stats
-from ncm_verify.tolerances import EXACT_IDENTITY, tolerance_for
+from ncm_verify.tolerances import EXACT_IDENTITY, Tolerance, tolerance_for
 
 
 def as_numpy(array) -> np.ndarray:
@@ -39,9 +39,9 @@ def assert_equal(actual, expected, *, label: str, call: str = "") -> None:
         )
 
 
-def assert_close(actual, expected, *, dtype, label: str, call: str = "") -> None:
-    """Agreement within the tolerance table's entry for `dtype`."""
-    tolerance = tolerance_for(dtype)
+def assert_close(actual, expected, *, dtype, label: str, call: str = "", tolerance: Tolerance | None = None) -> None:
+    """Agreement within the tolerance table's entry for `dtype`, or a named override `tolerance`."""
+    tolerance = tolerance_for(dtype) if tolerance is None else tolerance
     actual, expected = as_numpy(actual).astype(np.float64), as_numpy(expected).astype(np.float64)
     if actual.shape != expected.shape:
         raise AssertionError(f"{label}: shape {actual.shape}, expected {expected.shape}\n  call: {call}")

@@ -439,6 +439,43 @@ def tiny_specs(spec_type, kind: str):
     )
 
 
+@st.composite
+def hybrid_specs(draw, spec_type, kinds: dict[str, tuple[str, str, tuple[str, ...] | None]], *, keep: bool = False):
+    """`spec_type(kind, layers, vocab_size, seed, window, keep)`: a tiny mlx-lm model mixing attention (A),
+    recurrent (R) and sliding-window (S) layers.
+
+    `kinds` maps a kind to (its letters, the letters every pattern holds, its
+    only patterns or None): one to three layers. Windows of 1-4 entries are
+    smaller than a generation, so a ring wraps, often inside one verify pass.
+    With `keep`, a llama whose last layer is sliding may keep a prefix.
+    """
+    kind = draw(st.sampled_from(sorted(kinds)), label="model kind")
+    letters, required, patterns = kinds[kind]
+    if patterns is not None:
+        layers = draw(st.sampled_from(patterns), label="layers")
+    else:
+        extra = draw(st.lists(st.sampled_from(letters), max_size=3 - len(required)), label="extra layers")
+        layers = "".join(draw(st.permutations(list(required) + extra), label="layers"))
+    window = draw(st.integers(1, 4), label="window")
+    prefix = 0
+    if keep and kind == "llama" and layers.endswith("S") and window > 1:
+        prefix = draw(st.integers(0, window - 1), label="keep prefix")
+    return spec_type(
+        kind=kind,
+        layers=layers,
+        vocab_size=draw(st.sampled_from([8, 16, 32]), label="vocab_size"),
+        seed=draw(st.integers(0, 2**16), label="seed"),
+        window=window,
+        keep=prefix,
+    )
+
+
+rollback_draft_lengths = st.integers(1, 8)
+"""Drafts per speculative round over hybrid models: up to 8, so a verify pass outgrows every window drawn."""
+rollback_batches = st.integers(1, 3)
+"""Rows of a batched rollback: one, and more whose prompts differ."""
+
+
 def token_lists(vocab_size: int, min_size: int, max_size: int):
     """Token id lists in [0, vocab_size)."""
     return st.lists(st.integers(0, vocab_size - 1), min_size=min_size, max_size=max_size)

@@ -12,21 +12,29 @@ reads. `attended_view` reads that once per cache class:
   layout in mamba2, qwen3_next, lfm2 ...), and `left_padding`, `lengths` when set;
 - `CacheList`: its caches' views, fields prefixed by their index.
 
-`rebuilt_caches` feeds tokens to fresh caches of the same classes and
-settings, in one pass; `cache_differences` labels every field that differs
-by layer. Every rollback property (the reference loop's, mlx-lm's, a
+`rebuilt_caches` feeds tokens to fresh caches (the model's own, or a
+layout the caller makes) in one pass; `cache_differences` labels every field
+that differs by layer and batch row. Every rollback property (the reference loop's, mlx-lm's, a
 peer's) reads caches through this one module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, QuantizedKVCache, RotatingKVCache
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
 
+from ncm_verify.harness.evidence import record_difference
 from ncm_verify.tolerances import Tolerance, tolerance_for
 
 __all__ = [
@@ -36,7 +44,7 @@ __all__ = [
     "assert_caches_equal_rebuilt",
     "attended_view",
     "cache_differences",
-    "empty_like",
+    "largest_difference",
     "rebuilt_caches",
     "ring_positions",
 ]
@@ -160,24 +168,11 @@ def attended_view(cache) -> CacheView:
     return CacheView(kind, fields)
 
 
-def empty_like(cache):
-    """A fresh cache of `cache`'s class and settings (window, keep prefix, slots, quantisation)."""
-    if isinstance(cache, RotatingKVCache):
-        return RotatingKVCache(max_size=cache.max_size, keep=cache.keep)
-    if isinstance(cache, QuantizedKVCache):
-        return QuantizedKVCache(group_size=cache.group_size, bits=cache.bits)
-    if isinstance(cache, KVCache):
-        return KVCache()
-    if isinstance(cache, ArraysCache):
-        return ArraysCache(len(cache.cache))
-    if isinstance(cache, CacheList):
-        return CacheList(*(empty_like(child) for child in cache.caches))
-    raise ValueError(f"cache: cannot rebuild a {type(cache).__name__}; the suite reads {_KNOWN}")
-
-
-def rebuilt_caches(model, caches: Sequence, tokens) -> list:
-    """Caches like `caches`, fed `tokens` (``[B, T]`` ids; T may be 0) in one pass of `model`."""
-    fresh = [empty_like(cache) for cache in caches]
+def rebuilt_caches(model, tokens, make_cache: Callable[[], list] | None = None) -> list:
+    """Fresh caches (`make_cache()`, default mlx-lm's `make_prompt_cache(model)`) fed `tokens` ``[B, T]`` in one
+    pass of `model`; T may be 0. Fresh, never copied from the caches under test: a rollback that changes a
+    ring's window or keep prefix must show as a difference."""
+    fresh = make_prompt_cache(model) if make_cache is None else make_cache()
     tokens = mx.array(np.asarray(tokens, dtype=np.int64).reshape(np.shape(tokens)), dtype=mx.uint32)
     if tokens.ndim != 2:
         raise ValueError(f"tokens: expected [B, T] token ids, got shape {tuple(tokens.shape)}")
@@ -221,6 +216,18 @@ def view_differences(got: CacheView, want: CacheView, tolerance: Tolerance, laye
     return found
 
 
+def largest_difference(got: Sequence, want: Sequence) -> float:
+    """The largest absolute difference between any floating field of `got` and `want` as attended (same shapes)."""
+    worst = 0.0
+    for mine, theirs in zip(got, want, strict=False):
+        fields, rebuilt = attended_view(mine).fields, attended_view(theirs).fields
+        for name, value in fields.items():
+            other = rebuilt.get(name)
+            if other is not None and other.shape == value.shape and np.issubdtype(other.dtype, np.floating):
+                worst = max(worst, float(np.abs(value.astype(np.float64) - other).max(initial=0.0)))
+    return worst
+
+
 def cache_differences(got: Sequence, want: Sequence, *, dtype=mx.float32) -> list[Difference]:
     """Per layer and field, how `got` as attended differs from `want` (within the tolerance for `dtype`)."""
     if len(got) != len(want):
@@ -233,9 +240,18 @@ def cache_differences(got: Sequence, want: Sequence, *, dtype=mx.float32) -> lis
     ]
 
 
-def assert_caches_equal_rebuilt(model, caches: Sequence, tokens, *, label: str, call: str = "", dtype=mx.float32):
-    """Every layer of `caches`, as attended, equals caches of its classes fed `tokens` ``[B, T]`` alone."""
-    found = cache_differences(caches, rebuilt_caches(model, caches, tokens), dtype=dtype)
+def assert_caches_equal_rebuilt(
+    model, caches: Sequence, tokens, *, label: str, call: str = "", make_cache=None, dtype=mx.float32
+):
+    """Every layer of `caches`, as attended, equals fresh caches (`rebuilt_caches`) fed `tokens` ``[B, T]`` alone."""
+    rebuilt = rebuilt_caches(model, tokens, make_cache)
+    found = cache_differences(caches, rebuilt, dtype=dtype)
+    # the report shows the largest difference seen beside the tolerance
+    record_difference(
+        "caches as attended vs rebuilt from the accepted tokens",
+        largest_difference(caches, rebuilt),
+        tolerance_for(dtype).atol,
+    )
     if found:
         shown = "\n    ".join(str(d) for d in found[:6])
         more = f"\n    ... and {len(found) - 6} more" if len(found) > 6 else ""

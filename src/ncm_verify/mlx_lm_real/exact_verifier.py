@@ -15,9 +15,11 @@ from types import ModuleType
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step  # noqa: F401  (the plain loop of this decoder is mlx-lm's)
-from mlx_lm.models.cache import KVCache, can_trim_prompt_cache, trim_prompt_cache
+from mlx_lm.models import cache as mlx_lm_cache
+from mlx_lm.models.cache import KVCache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_top_k, apply_top_p
 
+from ncm_verify.mlx_lm_real.rollback import rewinds_by_trim, roll_back, snapshot_caches
 from ncm_verify.reference import speculative
 from ncm_verify.reference.ncm.kv_cache import check_count
 
@@ -74,13 +76,19 @@ def make_sampler(temp: float = 0.0, top_p: float = 0.0, top_k: int = 0) -> Distr
     return DistributionSampler(temp, top_p, top_k)
 
 
-def make_prompt_cache(model) -> list[KVCache]:
-    """A `KVCache` for every layer, sliding-window layers too, so that every rewind is exact.
+def make_prompt_cache(model) -> list:
+    """A `KVCache` for every attention layer, sliding-window layers too, so that a trim rewinds exactly.
 
     mlx-lm's model builds the window from the cache's offset (its sliding-window
-    mask), so a full cache attends to the same positions as a rotating one.
+    mask), so a full cache attends to the same positions as a rotating one. A
+    model with recurrent layers keeps its own caches (`ArraysCache`), which the
+    loop rolls back by snapshot and replay.
     """
-    return [KVCache() for _ in model.layers]
+    # names of this module are the decoder's API: mlx-lm's ring class is not one (the properties look it up)
+    own = mlx_lm_cache.make_prompt_cache(model)
+    if all(isinstance(cache, (KVCache, mlx_lm_cache.RotatingKVCache)) for cache in own):
+        return [KVCache() for _ in model.layers]
+    return own
 
 
 def check_budget(max_tokens) -> int:
@@ -120,6 +128,13 @@ def draft_tokens(draft_model, cache, inputs, count, sampler, processors, history
     return mx.concatenate(tokens), mx.concatenate(probs)
 
 
+def draft_and_snapshot(draft_model, cache, inputs, count, sampler, processors, history, by_trim: bool):
+    """`draft_tokens`, and the draft's caches as they were before it (None when a trim will rewind them)."""
+    saved = None if by_trim else snapshot_caches(cache)
+    drafts, q = draft_tokens(draft_model, cache, inputs, count, sampler, processors, history)
+    return drafts, q, saved
+
+
 def target_logprobs(model, cache, inputs, processors, history):
     """The target's log-probabilities ``[len(inputs), V]``, row i after `history` and ``inputs[1:i+1]``."""
     logits = model(inputs[None], cache=cache)[0]
@@ -153,6 +168,17 @@ def rewind(model_cache, draft_cache, num_draft: int, num_accepted: int) -> None:
             raise ValueError(f"{name}: trimmed {trimmed} of {count} rejected positions; the cache is not trimmable")
 
 
+def replay_accepted(model, draft_model, target, draft, y, draft_y, drafts, num_accepted: int) -> None:
+    """Undo a round's rejected tokens by snapshot and replay: `target` and `draft` are (caches, snapshot taken
+    before the round's pass). The target ran `y` and every draft; the draft ran `draft_y` and all drafts but
+    the last, so it replays only when a draft it ran was rejected."""
+    (model_cache, saved), (draft_cache, saved_draft) = target, draft
+    if num_accepted < drafts.size:
+        roll_back(model, model_cache, saved, mx.concatenate([y, drafts[:num_accepted]])[None])
+    if num_accepted < drafts.size - 1:
+        roll_back(draft_model, draft_cache, saved_draft, mx.concatenate([draft_y, drafts[:num_accepted]])[None])
+
+
 def speculative_generate_step(
     prompt: mx.array,
     model,
@@ -175,7 +201,8 @@ def speculative_generate_step(
         max_tokens: tokens to yield; 0 yields none, -1 is unbounded.
         sampler: a `DistributionSampler` (`make_sampler`); None is greedy.
         logits_processors: mlx-lm logits processors, applied to the draft's and the target's rows alike.
-        prompt_cache: the target's layers' caches followed by the draft's, updated in place; trimmable.
+        prompt_cache: the target's layers' caches followed by the draft's, updated in place. `KVCache`s are
+            rewound by trimming; any other cache (a ring, a recurrent layer's state) by snapshot and replay.
         prefill_step_size: prompt tokens per prefill chunk.
         kernels: the implementation providing ``verify_chain`` and ``verify_greedy``.
     """
@@ -191,8 +218,6 @@ def speculative_generate_step(
         model_cache, draft_cache = make_prompt_cache(model), make_prompt_cache(draft_model)
     else:
         model_cache, draft_cache = prompt_cache[: len(model.layers)], prompt_cache[len(model.layers) :]
-    if not (can_trim_prompt_cache(model_cache) and can_trim_prompt_cache(draft_cache)):
-        raise ValueError("prompt_cache: speculative decoding needs trimmable caches")
     return _generate(
         prompt,
         model,
@@ -225,14 +250,23 @@ def _generate(
     draft_y = prefill(draft_model, draft_cache, prompt, prefill_step_size)
     y = prefill(model, model_cache, prompt, prefill_step_size)
     history, emitted = prompt, 0
+    by_trim = rewinds_by_trim(model_cache) and rewinds_by_trim(draft_cache)
     while max_tokens < 0 or emitted < max_tokens:
         count = num_draft_tokens if max_tokens < 0 else min(num_draft_tokens, max_tokens - emitted)
-        drafts, q = draft_tokens(draft_model, draft_cache, draft_y, count, sampler, processors, history)
+        drafts, q, saved_draft = draft_and_snapshot(
+            draft_model, draft_cache, draft_y, count, sampler, processors, history, by_trim
+        )
+        saved = None if by_trim else snapshot_caches(model_cache)
         logprobs = target_logprobs(model, model_cache, mx.concatenate([y, drafts]), processors, history)
         accepted, tokens = verify(kernels, sampler, logprobs, q, drafts)
         kept = tokens if max_tokens < 0 else tokens[: max_tokens - emitted]
-        # rewind before yielding: a consumer that stops here leaves caches holding exactly the output
-        rewind(model_cache, draft_cache, count, accepted)
+        # undo before yielding: a consumer that stops here leaves caches holding exactly the output
+        if by_trim:
+            rewind(model_cache, draft_cache, count, accepted)
+        else:
+            replay_accepted(
+                model, draft_model, (model_cache, saved), (draft_cache, saved_draft), y, draft_y, drafts, accepted
+            )
         for i, token in enumerate(kept):
             emitted += 1
             yield token, logprobs[i], i < accepted

@@ -4,7 +4,8 @@ A `HybridSpec` names an mlx-lm architecture and a layer pattern, one letter a
 layer: ``A`` full attention (`KVCache`), ``R`` recurrent (`ArraysCache`:
 convolution state, and for qwen3_next and mamba2 a recurrent state too),
 ``S`` sliding-window attention (`RotatingKVCache` of `window` entries, which
-wraps once more tokens than that have passed). Weights come from the seed
+wraps once more tokens than that have passed), ``H`` a falcon_h1 layer
+(mamba and attention side by side: `CacheList(ArraysCache, KVCache)`). Weights come from the seed
 alone, so a failing example reproduces from its printed spec. The caches are
 the model's own (`mlx_lm.models.cache.make_prompt_cache`).
 """
@@ -14,21 +15,29 @@ from __future__ import annotations
 import dataclasses
 
 import mlx.nn as nn
-from mlx_lm.models import gemma4_text, lfm2, llama, mamba2, qwen3_next
+from mlx_lm.models import falcon_h1, gemma4_text, lfm2, llama, mamba2, qwen3_next
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 from ncm_verify.mlx_lm_real.models import apply_seeded_weights
 
 PATTERNS = {
-    "qwen3_next": ("RA", "RRA", "A", "RARA"),
+    "qwen3_next": ("RA", "RRA", "RARA"),
     "lfm2": None,
     "mamba2": None,
     "gemma4_text": None,
     "llama": None,
+    "falcon_h1": None,
 }
 """Architecture -> the layer patterns it can express (None: any string over its letters)."""
-LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS"}
-"""Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S)."""
+LETTERS = {"qwen3_next": "RA", "lfm2": "RA", "mamba2": "R", "gemma4_text": "AS", "llama": "AS", "falcon_h1": "H"}
+"""Architecture -> the layer kinds it has: recurrent (R), full attention (A), sliding window (S), both (H)."""
 HYBRID_KINDS = tuple(LETTERS)
+NEEDS = {"qwen3_next": "A", "lfm2": "A", "mamba2": "", "gemma4_text": "", "llama": "A", "falcon_h1": ""}
+"""Architecture -> the layers mlx-lm's model cannot do without (it takes its attention mask from the first A)."""
+REQUIRED = {kind: "".join(sorted(set(NEEDS[kind]) | {LETTERS[kind].strip("A")[0]})) for kind in LETTERS}
+"""Architecture -> the letters every drawn pattern holds: a recurrent or sliding layer, and what mlx-lm needs."""
+DRAWN = {kind: (LETTERS[kind], REQUIRED[kind], PATTERNS[kind]) for kind in HYBRID_KINDS}
+"""What `strategies.hybrid_specs` draws from: kind -> (letters, required letters, fixed patterns or None)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +49,7 @@ class HybridSpec:
     vocab_size: int = 16
     seed: int = 0
     window: int = 3
+    keep: int = 0
     hidden_size: int = 16
     logit_scale: float = 3.0
 
@@ -54,14 +64,20 @@ class HybridSpec:
             raise ValueError(f"vocab_size: expected an integer in [8, 32], got {self.vocab_size!r}")
         if self.window < 1:
             raise ValueError(f"window: expected a positive integer, got {self.window!r}")
+        if set(NEEDS[self.kind]) - set(self.layers):
+            raise ValueError(f"layers: mlx-lm's {self.kind} needs layers {NEEDS[self.kind]!r}, got {self.layers!r}")
+        if self.keep and not (self.kind == "llama" and self.layers.endswith("S") and 0 < self.keep < self.window):
+            raise ValueError(
+                f"keep: a keep prefix (0 < keep < window) is for a llama whose last layer is sliding, got {self!r}"
+            )
 
     def with_seed(self, seed: int) -> HybridSpec:
         return dataclasses.replace(self, seed=seed)
 
 
 def _qwen3_next(spec: HybridSpec) -> nn.Module:
-    # is_linear = (i + 1) % interval != 0: "RA" and "RARA" are interval 2, "RRA" 3, "A" 1
-    interval = {"RA": 2, "RARA": 2, "RRA": 3, "A": 1}[spec.layers]
+    # is_linear = (i + 1) % interval != 0: "RA" and "RARA" are interval 2, "RRA" 3
+    interval = {"RA": 2, "RARA": 2, "RRA": 3}[spec.layers]
     return qwen3_next.Model(
         qwen3_next.ModelArgs(
             model_type="qwen3_next",
@@ -176,7 +192,47 @@ def _llama(spec: HybridSpec) -> nn.Module:
     )
 
 
-BUILDERS = {"qwen3_next": _qwen3_next, "lfm2": _lfm2, "mamba2": _mamba2, "gemma4_text": _gemma4_text, "llama": _llama}
+def _falcon_h1(spec: HybridSpec) -> nn.Module:
+    return falcon_h1.Model(
+        falcon_h1.ModelArgs(
+            head_dim=8,
+            hidden_size=spec.hidden_size,
+            intermediate_size=2 * spec.hidden_size,
+            mamba_d_conv=3,
+            mamba_d_head=8,
+            mamba_d_ssm=spec.hidden_size,
+            mamba_d_state=4,
+            mamba_n_heads=spec.hidden_size // 8,
+            mamba_chunk_size=4,
+            num_attention_heads=2,
+            num_hidden_layers=len(spec.layers),
+            num_key_value_heads=1,
+            vocab_size=spec.vocab_size,
+        )
+    )
+
+
+BUILDERS = {
+    "qwen3_next": _qwen3_next,
+    "lfm2": _lfm2,
+    "mamba2": _mamba2,
+    "gemma4_text": _gemma4_text,
+    "llama": _llama,
+    "falcon_h1": _falcon_h1,
+}
+
+
+def make_hybrid_cache(model: nn.Module, spec: HybridSpec) -> list:
+    """mlx-lm's own caches for `model`; with `spec.keep`, the last layer's ring keeps that prefix.
+
+    Only the last layer: mlx-lm's multi-token mask over a keep ring lets no query
+    but the first see the keep prefix, so a keep ring's outputs depend on how
+    the tokens were chunked, and a layer after it would too (docs/rollback.md).
+    """
+    caches = make_prompt_cache(model)
+    if spec.keep:
+        caches[-1] = RotatingKVCache(max_size=spec.window, keep=spec.keep)
+    return caches
 
 
 def make_hybrid_model(spec: HybridSpec) -> nn.Module:

@@ -20,6 +20,7 @@ from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.exact_verifier import DistributionSampler
 from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
 from ncm_verify.reference import speculative
+from ncm_verify.tolerances import Tolerance
 
 
 @dataclasses.dataclass
@@ -166,7 +167,16 @@ def replay(log: CallLog, rule, vocab: int) -> list[tuple[SamplerCall, int, list[
 
 
 def check_sampler_calls(
-    log: CallLog, steps: list[tuple], target, prompt: list[int], rule, *, lookahead: int, label: str, call: str
+    log: CallLog,
+    steps: list[tuple],
+    target,
+    prompt: list[int],
+    rule,
+    *,
+    lookahead: int,
+    label: str,
+    call: str,
+    tolerance: Tolerance | None = None,
 ) -> list[tuple[SamplerCall, int, list[int]]]:
     """Every emitted token is the rule's output on the target's exact conditional; returns the rounds.
 
@@ -175,7 +185,7 @@ def check_sampler_calls(
     must match an uncached forward pass of `target` over the prompt and the tokens
     emitted before them; the emitted tokens and flags must be the replayed ones.
     `lookahead` target blocks may follow the last emitted token (mlx-lm's
-    `generate_step` samples one step ahead).
+    `generate_step` samples one step ahead). `tolerance`: a named override of the float32 entry.
     """
     vocab = target.args.vocab_size
     rounds = replay(log, rule, vocab)
@@ -214,6 +224,7 @@ def check_sampler_calls(
             handed,
             exact[position : position + accepted + 1],
             dtype=mx.float32,
+            tolerance=tolerance,
             label=f"{label}: rows handed to the target sampler vs the target's uncached conditional of what precedes",
             call=f"{call}  # target sampler call {number}, rows 0..{accepted}, after {position} emitted tokens",
         )
@@ -223,6 +234,7 @@ def check_sampler_calls(
             mx.stack([mx.array(step[1]).reshape(-1) for step in steps]),
             exact[: len(emitted)],
             dtype=mx.float32,
+            tolerance=tolerance,
             label=f"{label}: yielded log-probabilities vs the target's uncached conditionals",
             call=call,
         )

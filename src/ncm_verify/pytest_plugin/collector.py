@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ncm_verify.environment import installed_suite_root
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
     NOT_APPLICABLE,
@@ -29,6 +32,7 @@ from ncm_verify.harness.run_state import run_state
 from ncm_verify.pytest_plugin import failures, timing
 from ncm_verify.pytest_plugin.implementation import RecordingImplementation, implementation_facts
 from ncm_verify.pytest_plugin.planning import claims_of, read_reuse, reused_entries
+from ncm_verify.report.status import never_reaches_implementation
 
 EVIDENCE_PROPERTY = "ncm_verify_evidence"
 """Key of the JSON string each call report carries in its ``user_properties``."""
@@ -158,6 +162,8 @@ class EvidenceCollector:
         self.seen_policy: dict | None = None
         self.budget: Budget | None = None
         self.worker_timings: list[dict] = []
+        self.first_failure_shown = False
+        self.started = time.monotonic()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
@@ -202,6 +208,52 @@ class EvidenceCollector:
                 (found.failure_claims, found.failure_kernels, found.failure_group) if found else (None, [], None)
             )
             entry.failure = failures.report_failure(report, kind, claims, kernels, group)
+            if not self.first_failure_shown and not never_reaches_implementation(entry):  # the suite's own: apart
+                self.first_failure_shown = True
+                self.show_first_failure(entry)
+
+    def show_first_failure(self, entry: PropertyRecord) -> None:
+        """Print the first failure that reached the module at once, labelled and with the line that reruns it; the
+        run goes on, and its closing summary and report give every failure."""
+        from ncm_verify.report.model import Failure
+        from ncm_verify.report.status import reproduce_command
+        from ncm_verify.report.terminal import failure_block
+
+        failure = entry.failure
+        assert failure is not None
+        # the workers' plan (the controller of an xdist run collects nothing, so plans nothing itself)
+        planned = self.policy()["planned_tests"]
+        run = {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "planned_tests": planned}
+        run["impl"] = self.config.getoption("--impl")
+        if installed_suite_root() is not None:
+            run["installed"] = {"root": str(self.config.rootpath), "python": sys.executable}
+        block = failure_block(
+            Failure(
+                nodeid=entry.nodeid,
+                claims=tuple(failure.claims or entry.claims),
+                outcome=entry.outcome.value,
+                kind=failure.kind,
+                kernels=tuple(failure.kernels or ()),
+                message=failure.message or "",
+                falsifying_example=failure.falsifying_example,
+                reproduce_failure=failure.reproduce_failure,
+                seed=failure.seed,
+                command=reproduce_command(entry, run),
+                shrink_stopped=False,
+                plot=None,
+            ),
+            None,
+            None,
+            "FIRST FAILURE",
+        )
+        seconds = time.monotonic() - self.started
+        heading = f"ncm-verify: first failure, {seconds:.0f} s into the properties (the run goes on to its report):"
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.write("\n")  # after the progress characters, which the reporter does not end
+            for line in (heading, *block):
+                terminal.write_line(line)
+            terminal.flush()
 
     def policy(self) -> dict:
         if self.seen_policy is None and self.reused:  # nothing ran here: the reused run's policy is this run's

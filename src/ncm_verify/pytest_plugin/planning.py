@@ -15,6 +15,7 @@ from ncm_verify.harness.hypothesis_internals import explicit_examples, settings_
 from ncm_verify.report.ledger import THOROUGH_PROFILE
 
 THOROUGH_ONLY = "thorough_only"
+EXPERIMENT = "experiment"
 """Properties marked so run under `THOROUGH_PROFILE` alone (the ledger's `thorough_properties`)."""
 
 _REUSE = pytest.StashKey[dict]()
@@ -61,12 +62,14 @@ def named_first(items: list, named: list[str]) -> list:
     return sorted(items, key=rank)
 
 
-def balanced_order(items: list, workers: int) -> list:
+def balanced_order(items: list, workers: int, *, exact_first: bool = False) -> list:
     """Statistical properties (the long ones: each example samples 10-100k outcomes) first, largest plan first,
     dealt in turn to the `workers` contiguous blocks xdist's work stealing first hands out (the first worker gets
     n // workers of the pending list, the next n // (workers - 1) of the rest, ...), so that the longest start at
-    once on different workers instead of queueing behind one another."""
-    ranked = sorted(items, key=lambda item: -planned_tests_of(item))  # stable: the rest keep collection order
+    once on different workers instead of queueing behind one another. With `exact_first` (a port's run, where the
+    first failure matters more than the last second) every worker starts on the exact properties instead."""
+    # stable: the rest keep collection order
+    ranked = sorted(items, key=lambda item: (exact_first and planned_tests_of(item) > 0, -planned_tests_of(item)))
     sizes, left = [], len(items)
     for remaining in range(workers, 0, -1):
         sizes.append(left // remaining)
@@ -91,6 +94,11 @@ def thorough_only(items: list) -> list:
     if os.environ.get("HYPOTHESIS_PROFILE", "dev") == THOROUGH_PROFILE:
         return []
     return [item for item in items if item.get_closest_marker(THOROUGH_ONLY)]
+
+
+def experiments(items: list) -> list:
+    """The items marked `EXPERIMENT`: research on the suite's own models, which no module under test can change."""
+    return [item for item in items if item.get_closest_marker(EXPERIMENT)]
 
 
 def read_reuse(config) -> dict:

@@ -140,10 +140,16 @@ def pytest_collection_modifyitems(session, config, items):
     reused = planning.reused_entries(config)
     # after the policy is planned over every property, so alpha and n are those of a full run
     planning.deselect(config, items, [item for item in items if item.nodeid in reused])
+    # a port's run shows its first failure early: exact properties (seconds each) before sampled ones
+    port = config.getoption("--impl") != DEFAULT_IMPLEMENTATION
+    if port:  # an experiment never calls the module: its finding is the reference run's, never a port's failure
+        planning.deselect(config, items, planning.experiments(items))
     if config.getoption("--ncm-stop-when-caught"):
         items[:] = planning.named_first(planning.exact_first(items), config.getoption("--ncm-first"))
+    elif port:
+        items[:] = planning.exact_first(items)
     if _is_worker(config) and getattr(config.option, "dist", None) == "worksteal":  # every worker orders alike
-        items[:] = planning.balanced_order(items, int(config.workerinput["workercount"]))
+        items[:] = planning.balanced_order(items, int(config.workerinput["workercount"]), exact_first=port)
 
 
 @pytest.fixture(scope="session")

@@ -208,6 +208,8 @@ def build_report(
         ledger_claims,
         phases=record.phases,
         run_id=facts.get("run_id") if run else None,
+        run=facts,
+        required=record.required,
     )
     return {
         "schema": REPORT_SCHEMA,
@@ -220,6 +222,8 @@ def build_report(
         "policy": evidence.policy if evidence else None,
         "budget": evidence.budget.to_json() if evidence and evidence.budget else None,
         "claims": claims,
+        "judged": claim_status.what_was_judged(claims, nodes, facts.get("implementation")),
+        "required": record.required,
         "unclaimed": sorted(n.nodeid for n in nodes if n.nodeid not in claimed),
         "mutants": mutant_table,
         "mlx_lm": mlx_lm_section.summarize(nodes, evidence.environment if evidence else None),
@@ -431,6 +435,9 @@ def build_document(report: dict) -> Document:
     implementation, environment = facts.get("implementation") or {}, report["environment"] or {}
     policy, budget, mutants = report["policy"], report["budget"], report["mutants"]
     statistical = tables.statistical_rows(report)
+    failed = tables.property_runs(report, "failure")
+    # on a port's run the suite's own checks are reported apart: a failure of one is not the module's
+    apart = lambda p: p.get("suite_check") and not claim_status.judges_reference(facts)
     return Document(
         impl=report["impl"],
         implementation_path=implementation.get("path") or None,
@@ -444,7 +451,13 @@ def build_document(report: dict) -> Document:
             parts=tables.verdict_table(report),
         ),
         claims=tuple(claim(c) for c in report["claims"]),
-        failures=tuple(failure(p) for p in tables.property_runs(report, "failure")),
+        failures=tuple(failure(p) for p in failed if not p.get("finding") and not apart(p)),
+        findings=tuple(failure(p) for p in failed if p.get("finding")),
+        suite_checks=tuple(
+            (p["nodeid"], p["outcome"]) for p in tables.property_runs(report, "suite_check") if not p.get("finding")
+        ),
+        suite_checks_count=claim_status.judges_reference(facts),
+        judged=report.get("judged"),
         statistical=tuple(
             StatisticalRun(
                 nodeid=p["nodeid"],
@@ -470,6 +483,7 @@ def build_document(report: dict) -> Document:
         calibration=calibration(report["calibration"]),
         tables=Tables(
             claims=tables.claims_table(report),
+            judged=tables.judged_table(report),
             policy=tables.policy_table(report),
             statistical=tables.statistical_table(report),
             mlx_lm=tables.mlx_lm_table(report),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from html import escape
 
 from ncm_verify.evidence import BENCH_FILE
-from ncm_verify.report.model import Document, Plot, Table, number
+from ncm_verify.report.model import FINDINGS_TITLE, Document, Plot, Table, number
 
 CSS = """
 *,*::before,*::after{box-sizing:border-box}
@@ -58,8 +58,11 @@ LABELLED_BINS = 12
 SECTIONS = (
     ("verdict", "Verdict"),
     ("not-checked", "What was not checked here"),
+    ("judged", "What this run judged"),
     ("claims", "Claims"),
     ("failures", "Failures"),
+    ("findings", "Findings"),
+    ("suite-checks", "The suite's own checks"),
     ("policy", "Statistical policy"),
     ("statistical", "Statistical properties"),
     ("mlx-lm", "mlx-lm under test"),
@@ -315,9 +318,10 @@ def calibration_figure(document: Document) -> str:
 # --- sections ---
 
 
-def failures_html(document: Document) -> str:
+def failures_html(document: Document, findings: bool = False) -> str:
+    """The failures, or with `findings` the refuted hypotheses (results of the run, not failures)."""
     parts = []
-    for f in document.failures:
+    for f in document.findings if findings else document.failures:
         items = [f"<pre>{escape(f.message.strip())}</pre>"]
         for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
             if value:
@@ -327,7 +331,24 @@ def failures_html(document: Document) -> str:
         parts.append(f"<h3>{link(f.nodeid, property_anchor(f.nodeid))} ({claims})</h3>" + "".join(items))
     if not parts:
         return ""
+    if findings:
+        return f'<h2 id="findings">{escape(FINDINGS_TITLE)}</h2>\n' + "\n".join(parts)
     return '<h2 id="failures">Failures and how to reproduce them</h2>\n' + "\n".join(parts)
+
+
+def suite_checks_html(document: Document) -> str:
+    """The properties that never call the module, apart from the verdict on it."""
+    if not document.suite_checks:
+        return ""
+    rows = "".join(
+        f"<li><code>{breakable(nodeid)}</code>: {status_span(outcome)}</li>"
+        for nodeid, outcome in document.suite_checks
+    )
+    return (
+        f'<h2 id="suite-checks">The suite\'s own checks</h2><p>{escape(document.suite_checks_note)}</p>'
+        f"<details><summary>{len(document.suite_checks)} properties</summary><ul>{rows}</ul>"
+        "</details>"
+    )
 
 
 def claim_details(document: Document) -> str:
@@ -403,8 +424,11 @@ def body_sections(document: Document) -> list[str]:
         # a report rebuilt from older JSON may carry no parts
         render_table(verdict.parts, section="verdict-parts") if verdict.has_parts else "",
         unchecked_html(document),
+        render_table(tables.judged, section="judged") if tables.judged is not None and tables.judged.rows else "",
         render_table(tables.claims, section="claims", anchors={"claim": claim_anchor}),
         failures_html(document),
+        failures_html(document, findings=True),
+        suite_checks_html(document),
         render_table(tables.policy, section="policy") if tables.policy is not None else "",
         render_table(tables.statistical, section="statistical", anchors=property_links)
         if tables.statistical.rows

@@ -244,13 +244,30 @@ def collect_properties(root: Path, properties_dir: str = PROPERTIES_DIR) -> list
         return json.loads(inventory.read_text(encoding="utf-8"))
 
 
-def repository_problems(ledger: dict, root: Path, inventory: list[dict] | None) -> list[str]:
-    """Disagreements between the ledger and the repository (as pytest collects it, unless None)."""
+SHIPPED = ("src/", "properties/", "selftests/", "fixtures/", "ledger.json")
+"""What an installed suite holds of the checkout: its package (for src/), and its data/ folder for the rest."""
+
+
+def path_exists(root: Path, path: str, installed: bool) -> bool:
+    """Whether a ledger path exists: under the checkout `root`, or for an `installed` suite in what it ships (the
+    package for src/; the checkout's Makefile, tests and benchmarks are not shipped, so not asked for)."""
+    if not installed:
+        return (root / path).exists()
+    if path.startswith("src/"):
+        return (Path(__file__).resolve().parents[2] / path.removeprefix("src/")).exists()
+    return not path.startswith(SHIPPED) or (root / path).exists()
+
+
+def repository_problems(
+    ledger: dict, root: Path, inventory: list[dict] | None, *, installed: bool = False, selected: bool = False
+) -> list[str]:
+    """Disagreements between the ledger and the repository (as pytest collects it, unless None); a `selected`
+    inventory (some properties chosen to run) is not asked to hold every listed one."""
     problems = [
         f"claim {claim['id']}: path {path} does not exist"
         for claim in ledger["claims"]
         for path in claim["paths"]
-        if not (root / path).exists()
+        if not path_exists(root, path, installed)
     ]
     if inventory is None:
         return problems
@@ -258,7 +275,7 @@ def repository_problems(ledger: dict, root: Path, inventory: list[dict] | None) 
     collected: dict[str, set[str]] = {}
     for test in inventory:
         collected.setdefault(test["property"], set()).update(test["claims"])
-    for node in sorted(set(listed) - set(collected)):
+    for node in sorted(set(listed) - set(collected)) if not selected else ():
         problems.append(f"{node}: listed under {', '.join(listed[node])} but pytest does not collect it")
     for node in sorted(set(collected) - set(listed)):
         problems.append(f"{node}: collected but listed under no claim")

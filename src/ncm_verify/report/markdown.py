@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ncm_verify.report.model import Document, Table
+from ncm_verify.report.model import FINDINGS_TITLE, Document, Table
 
 
 def cell(text: str) -> str:
@@ -21,11 +21,23 @@ def render_table(table: Table, level: str = "##") -> str:
     return "\n".join(lines)
 
 
-def render_failures(document: Document) -> str:
-    if not document.failures:
+def render_suite_checks(document: Document) -> str:
+    """The properties that never call the module, apart from the verdict on it (counted only on the reference)."""
+    if not document.suite_checks:
         return ""
-    lines = ["## Failures and how to reproduce them", ""]
-    for f in document.failures:
+    lines = ["## The suite's own checks", "", document.suite_checks_note, ""]
+    lines += [f"- `{nodeid}`: {outcome}" for nodeid, outcome in document.suite_checks]
+    return "\n".join(lines) + "\n"
+
+
+def render_failures(document: Document, findings: bool = False) -> str:
+    """The failures, or with `findings` the refuted hypotheses (results, not failures), each with its rerun."""
+    shown = document.findings if findings else document.failures
+    if not shown:
+        return ""
+    title = FINDINGS_TITLE if findings else "Failures and how to reproduce them"
+    lines = [f"## {title}", ""]
+    for f in shown:
         lines += [f"### {f.nodeid} ({', '.join(f.claims)})", "", "```", f.message.strip(), "```", ""]
         for value, label in ((f.falsifying_example, "example"), (f.reproduce_failure, "decorator"), (f.seed, "seed")):
             if value:
@@ -44,8 +56,11 @@ def render_markdown(document: Document) -> str:
         + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""),
         "",
         render_table(verdict.parts),
+        render_table(tables.judged) if tables.judged is not None and tables.judged.rows else "",
         render_table(tables.claims),
         render_failures(document),
+        render_failures(document, findings=True),
+        render_suite_checks(document),
     ]
     for table in (tables.policy, tables.statistical, tables.mlx_lm, tables.mutants, tables.calibration):
         if table is not None:

@@ -154,6 +154,7 @@ class Calibration:
 @dataclasses.dataclass(frozen=True)
 class Tables:
     claims: Table
+    judged: Table | None
     policy: Table | None
     statistical: Table
     mlx_lm: Table | None
@@ -175,6 +176,15 @@ class Document:
     verdict: Verdict
     claims: tuple[Claim, ...]
     failures: tuple[Failure, ...]
+    """Failures counted against the module (and, on the reference's run, the suite's own checks)."""
+    findings: tuple[Failure, ...]
+    """Refuted research hypotheses: results of the run, printed apart, never failures."""
+    suite_checks: tuple[tuple[str, str], ...]
+    """(node id, outcome) of every property that never reached the module: the suite's own checks."""
+    suite_checks_count: bool
+    """Whether they count in the verdict: only when the module under test is the reference (the suite itself)."""
+    judged: dict | None
+    """`status.what_was_judged`: the module's own names judged, those inherited or missing, claims by status."""
     statistical: tuple[StatisticalRun, ...]
     plots: tuple[Plot, ...]
     """One per statistical property run, failed ones first."""
@@ -191,3 +201,17 @@ class Document:
     def to_json(self) -> dict:
         """verify.json: the report this document was built from."""
         return self.data
+
+    @property
+    def suite_checks_note(self) -> str:
+        """What the suite's own checks are, and whether they count in this run's verdict."""
+        counted = (
+            "They count in this run's verdict: the module under test is the reference, the suite itself."
+            if self.suite_checks_count
+            else "They are not a verdict on the module under test: their outcome is the same for every module."
+        )
+        return f"Properties that never call the module under test. {counted}"
+
+
+FINDINGS_TITLE = "Findings: research hypotheses the data refute (not failures)"
+"""The heading of refuted hypotheses in every writer: results of the run, never failures."""

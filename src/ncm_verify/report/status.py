@@ -33,6 +33,7 @@ from ncm_verify.evidence import (
 )
 from ncm_verify.evidence.chi_square import LAW_DECIMALS, power_case_names
 from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
+from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, family_named, protocol_members
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
@@ -49,14 +50,63 @@ REFUTED = "failed: hypothesis refuted"
 """A research hypothesis (a ledger claim with `"hypothesis": true`, e.g. C10) whose properties failed by
 assertion: the data refute it. A finding of the run, reported with its numbers, not a failure of the
 implementation; an error in such a property still fails the run."""
-STATUSES = (SHOWN, NOT_SHOWN, FAILED, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED, NOT_RUN)
-ACCEPTABLE_CLAIM_STATUSES = (SHOWN, NOT_CHECKABLE, NOT_PROVIDED, KNOWN_UPSTREAM_BUGS, REFUTED)
+PARTLY_PROVIDED = "partly provided"
+"""A claim some of whose properties judged the module's own code, all passing, while the rest reached only names it
+inherits: a verdict on what the module provides, never 'shown' for what it does not."""
+SUITE_CHECK = "suite's own check"
+"""On a port's run, a claim whose every property never reaches the module: the suite's own checks, reported
+apart from the verdict on the module (on the reference's run they count as any property does)."""
+STATUSES = (
+    SHOWN,
+    PARTLY_PROVIDED,
+    NOT_SHOWN,
+    FAILED,
+    NOT_CHECKABLE,
+    NOT_PROVIDED,
+    KNOWN_UPSTREAM_BUGS,
+    REFUTED,
+    SUITE_CHECK,
+    NOT_RUN,
+)
+ACCEPTABLE_CLAIM_STATUSES = (
+    SHOWN,
+    PARTLY_PROVIDED,
+    NOT_CHECKABLE,
+    NOT_PROVIDED,
+    KNOWN_UPSTREAM_BUGS,
+    REFUTED,
+    SUITE_CHECK,
+)
 """Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
 
 PASSED, RUN_FAILED = "passed", "failed"
 
 
-PARTS = ("phases", "properties", "claims", "planted bugs", "calibration", "budget", "ledger")
+PARTS = (
+    "phases",
+    "properties",
+    "claims",
+    "coverage",
+    "suite checks",
+    "planted bugs",
+    "calibration",
+    "budget",
+    "ledger",
+)
+
+
+def never_reaches_implementation(node: PropertyRecord) -> bool:
+    """A property that neither called nor looked up any name of the module: the suite's own check (an identity of
+    its oracle, an experiment on its fixtures, third-party code), whose outcome says nothing of the module.
+
+    A property that never reached its call phase (`calls` None) is not one: it may have failed on the module."""
+    return node.calls == {} and not node.looked_up
+
+
+def judges_reference(run: dict) -> bool:
+    """Whether the module under test is the suite's reference: a run on it is the suite judging itself, so its own
+    checks count in the verdict."""
+    return run.get("impl") == DEFAULT_IMPLEMENTATION
 
 
 def count(number: int, noun: str, plural: str | None = None) -> str:
@@ -69,8 +119,10 @@ def reproduce_command(node: PropertyRecord, run: dict) -> str:
     planned = run.get("planned_tests")
     planned_option = f" --ncm-planned-tests={planned}" if planned else ""
     impl = run.get("impl_path") or run.get("impl")
+    installed = run.get("installed")  # pytest runs where the installed suite's properties are
+    python = f"cd {installed['root']} && {installed['python']}" if installed else ".venv/bin/python"
     return (
-        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} .venv/bin/python -m pytest '{node.nodeid}' "
+        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
         f"-p no:xdist --impl={impl}{planned_option}"
     )
 
@@ -221,8 +273,11 @@ def property_evidence(node: PropertyRecord) -> list[str]:
     return reasons
 
 
-def property_summary(node: PropertyRecord, run: dict, claim_id: str | None = None) -> dict:
-    """One property run as the report shows it, with what it is evidence of (for `claim_id`)."""
+def property_summary(
+    node: PropertyRecord, run: dict, claim_id: str | None = None, hypotheses: frozenset[str] = frozenset()
+) -> dict:
+    """One property run as the report shows it, with what it is evidence of (for `claim_id`); a failure that
+    refutes one of `hypotheses` is a finding."""
     hypothesis = node.hypothesis or HypothesisSummary()
     use, use_reason = implementation_use(node, run.get("impl"), claim_id)
     summary = {
@@ -241,6 +296,8 @@ def property_summary(node: PropertyRecord, run: dict, claim_id: str | None = Non
         "calls": node.calls,
         "implementation_use": use,
         "implementation_use_reason": use_reason,
+        "suite_check": never_reaches_implementation(node),
+        "finding": refutes_a_hypothesis(node, hypotheses),
         "reused": reused_note(node),
         "insufficient": property_evidence(node) if node.outcome == Outcome.PASSED else [],
         "failure": None,
@@ -259,16 +316,34 @@ def claim_nodes(claim: dict, nodes: list[PropertyRecord]) -> list[PropertyRecord
     return [n for n in nodes if n.property in listed or claim["id"] in n.claims]
 
 
-def fails_claim(summary: dict, claim_id: str) -> bool:
-    """A failure counts against the claims of the kernels its failing example exercised, when known."""
-    if summary["outcome"] not in FAILING_OUTCOMES:
+def fails_claim(summary: dict, claim_id: str, counts_suite_checks: bool = True) -> bool:
+    """A failure counts against the claims of the kernels its failing example exercised, when known; a suite's own
+    check counts only when `counts_suite_checks` (the run judges the reference)."""
+    if summary["outcome"] not in FAILING_OUTCOMES or (summary.get("suite_check") and not counts_suite_checks):
         return False
     attributed = (summary["failure"] or {}).get("claims")
     return not attributed or claim_id in attributed
 
 
-def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
-    """(status, one-line reason) of a claim given the property summaries behind it."""
+def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool = True) -> tuple[str, str]:
+    """(status, one-line reason) of a claim given the property summaries behind it; on a port's run
+    (`counts_suite_checks` false) the suite's own checks are reported apart and never fail it."""
+    apart: set[str] = set()  # the suite's own checks, on a port's run: neither required nor counted
+    if not counts_suite_checks and claim.get("hypothesis") and not summaries:
+        return (
+            SUITE_CHECK,
+            "an experiment on the suite's own models, left out of a port's run: `make verify` decides it",
+        )
+    if not counts_suite_checks:
+        own = [s for s in summaries if not s.get("suite_check")]
+        refuted = claim.get("hypothesis") and any(s["outcome"] == Outcome.FAILED for s in summaries)
+        if summaries and not own and not refuted:
+            return SUITE_CHECK, "its properties never call the module: the suite's own checks, reported apart"
+        if not own:  # a hypothesis judged on the suite's experiment alone: its finding stands on any run
+            counts_suite_checks = True
+        else:
+            apart = {s["property"] for s in summaries if s.get("suite_check")} - {s["property"] for s in own}
+            summaries = own
     if claim.get("not_checkable"):
         return NOT_CHECKABLE, claim["not_checkable"]
     if not claim["properties"] and not summaries:
@@ -276,7 +351,7 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
     if not summaries:
         return NOT_RUN, f"no evidence: none of its {len(claim['properties'])} properties ran"
     runs = count(len(summaries), "property run")
-    failing = [s["nodeid"] for s in summaries if fails_claim(s, claim["id"])]
+    failing = [s["nodeid"] for s in summaries if fails_claim(s, claim["id"], counts_suite_checks)]
     if (
         failing
         and claim.get("hypothesis")
@@ -301,7 +376,7 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         if s["outcome"] in (Outcome.NOT_PROVIDED, Outcome.NOT_APPLICABLE) or s["implementation_use"] == "inherited"
     ]
     ran = {s["property"] for s in summaries if s["outcome"] == Outcome.PASSED}
-    missing = [p for p in claim["properties"] if p not in ran | {s["property"] for s in not_provided}]
+    missing = [p for p in claim["properties"] if p not in ran | apart | {s["property"] for s in not_provided}]
     xfailed = {s["property"] for s in summaries if s["outcome"] == Outcome.XFAILED}
     known = [p for p in missing if p in xfailed]
     if known and len(known) == len(missing):  # an xfail is a known upstream bug: neither a pass nor a failure
@@ -325,6 +400,14 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
         why = "; ".join(f"{reason} [{count_by_file(nodes)}]" for reason, nodes in by_reason.items())
         applicable = all(s["outcome"] != Outcome.NOT_APPLICABLE for s in not_provided)
         said = "not provided by the module" if applicable else "not provided by the module or not applicable to it"
+        own = [s for s in summaries if s not in not_provided and s["implementation_use"] == "implementation"]
+        if own:
+            judged = ", ".join(sorted({n for s in own for n, r in (s["calls"] or {}).items() if r.get("own")}))
+            return (
+                PARTLY_PROVIDED,
+                f"{len(own)} of {runs} judged the module's own code ({judged}) and passed; "
+                f"{len(not_provided)} {said}: {why}",
+            )
         return NOT_PROVIDED, f"{len(not_provided)} of {runs} {said}: {why}"
     if all(s["implementation_use"] == "suite" for s in summaries):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
@@ -339,9 +422,10 @@ def derive_status(claim: dict, summaries: list[dict]) -> tuple[str, str]:
 def make_claims(ledger_claims: list[dict], nodes: list[PropertyRecord], run: dict) -> list[dict]:
     """Every ledger claim with its derived status and the property summaries behind it."""
     claims = []
+    hypotheses = frozenset(c["id"] for c in ledger_claims if c.get("hypothesis"))
     for claim in ledger_claims:
-        summaries = [property_summary(node, run, claim["id"]) for node in claim_nodes(claim, nodes)]
-        status, reason = derive_status(claim, summaries)
+        summaries = [property_summary(node, run, claim["id"], hypotheses) for node in claim_nodes(claim, nodes)]
+        status, reason = derive_status(claim, summaries, judges_reference(run))
         claims.append(
             {
                 "id": claim["id"],
@@ -379,14 +463,32 @@ def outcome_counts(nodes) -> dict[str, int]:
 
 
 def properties_part(evidence: Evidence | None, hypotheses: frozenset[str] = frozenset()) -> list[str]:
+    """The properties that reached the module; the suite's own checks are `suite_checks_part`'s."""
     if evidence is None:
         return ["no evidence: the properties were not run"]
-    outcomes = outcome_counts(node for node in evidence.properties if not refutes_a_hypothesis(node, hypotheses))
+    outcomes = outcome_counts(
+        node
+        for node in evidence.properties
+        if not refutes_a_hypothesis(node, hypotheses) and not never_reaches_implementation(node)
+    )
     failing = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
     reasons = [f"{count(outcomes[o.value], 'property run')} {o.value}" for o in failing if outcomes.get(o.value)]
     if not evidence.properties:
         reasons.append("no property ran")
     return reasons
+
+
+def suite_checks_part(evidence: Evidence | None, hypotheses: frozenset[str], counts: bool) -> list[str]:
+    """The suite's own checks that failed (refuted hypotheses are findings): the run's failure only when it judges
+    the reference, the suite itself; a port's run reports them apart from its verdict on the module."""
+    if evidence is None or not counts:
+        return []
+    failed = [
+        node.nodeid
+        for node in evidence.properties
+        if never_reaches_implementation(node) and node.failing and not refutes_a_hypothesis(node, hypotheses)
+    ]
+    return [f"{count(len(failed), 'suite check')} failed: {', '.join(failed)}"] if failed else []
 
 
 def claims_part(claims: list[dict]) -> list[str]:
@@ -395,11 +497,65 @@ def claims_part(claims: list[dict]) -> list[str]:
         for c in claims
         if c["status"] not in ACCEPTABLE_CLAIM_STATUSES and c["status"] != FAILED
     ]
-    if claims and not any(c["status"] == SHOWN for c in claims):
-        reasons.append("no claim was shown")
+    if claims and not any(c["status"] in (SHOWN, PARTLY_PROVIDED) for c in claims):
+        reasons.append("no claim was shown: no property judged code the module provides and passed")
     failed = [c["id"] for c in claims if c["status"] == FAILED]
     if failed:
         reasons.insert(0, f"claims failed: {', '.join(failed)}")
+    return reasons
+
+
+def judged_names(nodes: list[PropertyRecord]) -> dict[str, dict[str, int]]:
+    """Each name of the module's own code a property called -> {"runs": property runs, "failed": of them failing}."""
+    judged: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        for name, record in (node.calls or {}).items():
+            if record.get("own"):
+                entry = judged.setdefault(name, {"runs": 0, "failed": 0})
+                entry["runs"] += 1
+                entry["failed"] += node.failing
+    return dict(sorted(judged.items()))
+
+
+def what_was_judged(claims: list[dict], nodes: list[PropertyRecord], implementation: dict | None) -> dict:
+    """The run as a verdict on what the module provides: its own names the properties judged (runs, failures),
+    those they never reached, the names it inherits or lacks, and the claims by how much of them it provides."""
+    implementation = implementation or {}
+    judged = judged_names(nodes)
+    by_status: dict[str, list[str]] = {}
+    for claim in claims:
+        by_status.setdefault(claim["status"], []).append(claim["id"])
+    return {
+        "judged": judged,
+        "not_judged": sorted(set(implementation.get("defines") or ()) - set(judged)),
+        "inherited": [entry.split(" ")[0] for entry in implementation.get("inherits") or ()],
+        "missing": list(implementation.get("missing") or ()),
+        "claims": by_status,
+    }
+
+
+def coverage_part(required: list[str], claims: list[dict], judged: dict) -> list[str]:
+    """What `required` (claim ids, or protocol families by name) asks of the module and it does not give: a claim
+    not shown on its own code, a family name it does not provide itself or no property judged."""
+    statuses = {claim["id"]: claim for claim in claims}
+    reasons = []
+    for wanted in required:
+        family = family_named(wanted)
+        if family is not None:
+            lacking = [
+                f"{name} ({'inherited' if name in judged['inherited'] else 'missing'})"
+                for name in protocol_members(family)
+                if name in judged["inherited"] or name in judged["missing"]
+            ]
+            unjudged = [name for name in protocol_members(family) if name in judged["not_judged"]]
+            lacking += [f"{name} (no property called it)" for name in unjudged]
+            if lacking:
+                reasons.append(f"required family {family.__name__} not provided: {', '.join(lacking)}")
+        elif wanted not in statuses:
+            reasons.append(f"required {wanted}: no such claim or protocol family")
+        elif statuses[wanted]["status"] != SHOWN:
+            claim = statuses[wanted]
+            reasons.append(f"required claim {wanted} is {claim['status']}, not shown: {claim['reason']}")
     return reasons
 
 
@@ -489,13 +645,21 @@ def make_verdict(
     ledger_claims: list[dict],
     phases: list[Phase] | None = None,
     run_id: str | None = None,
+    run: dict | None = None,
+    required: list[str] | None = None,
 ) -> dict:
     """The run's verdict: passed only when every part passed. Exit status 0 exactly when passed."""
     nodes = evidence.properties if evidence else []
+    hypotheses = frozenset(c["id"] for c in ledger_claims if c.get("hypothesis"))
+    counts_suite_checks = judges_reference(run or {"impl": evidence.impl if evidence else None})
     parts = {
         "phases": phases_part(phases, evidence, run_id),
-        "properties": properties_part(evidence, frozenset(c["id"] for c in ledger_claims if c.get("hypothesis"))),
+        "properties": properties_part(evidence, hypotheses),
         "claims": claims_part(claims),
+        "coverage": coverage_part(
+            list(required or ()), claims, what_was_judged(claims, nodes, evidence.implementation if evidence else None)
+        ),
+        "suite checks": suite_checks_part(evidence, hypotheses, counts_suite_checks),
         "planted bugs": mutants_part(mutants),
         "calibration": calibration_part(calibration),
         "budget": budget_part(evidence),

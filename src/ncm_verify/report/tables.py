@@ -64,6 +64,30 @@ def claims_table(report: dict) -> Table:
     return Table("Claims", ("claim", "status", "properties", "distinct examples", "statement", "why"), rows, note)
 
 
+def judged_table(report: dict) -> Table | None:
+    """Each protocol name the module has: judged as its own code (property runs, failures), its own but reached by
+    no property, inherited, or missing; None for a report without the implementation's facts."""
+    judged = report.get("judged")
+    if not judged:
+        return None
+    rows = [
+        (name, "own code, judged", f"{entry['runs']} property runs, {entry['failed']} failed")
+        for name, entry in judged["judged"].items()
+    ]
+    rows += [(name, "own code, not judged", "no property called it") for name in judged["not_judged"]]
+    rows += [(name, "inherited", "not judged: the reference's code") for name in judged["inherited"]]
+    claims = judged["claims"]
+    note = (
+        f"claims shown: {', '.join(claims.get('shown', [])) or '-'}; partly provided (every property on its own "
+        f"code passed, the rest reached inherited names): {', '.join(claims.get('partly provided', [])) or '-'}; "
+        f"not provided: {', '.join(claims.get('not provided', [])) or '-'}; missing names: "
+        f"{len(judged['missing'])}"
+    )
+    if report.get("required"):
+        note += f"; required by this run: {', '.join(report['required'])}"
+    return Table("What this run judged", ("name", "whose code", "evidence"), rows, note)
+
+
 def properties_table(claim: dict) -> Table:
     rows = []
     for p in claim["properties"]:

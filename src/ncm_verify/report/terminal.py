@@ -14,13 +14,13 @@ def clipped(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def failure_block(f: Failure, index: int, total: int) -> list[str]:
-    """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it."""
+def failure_block(f: Failure, index: int | None, total: int | None, label: str = "FAILURE") -> list[str]:
+    """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it.
+    `label` heads it: FAILURE, or FINDING for a refuted hypothesis (a result, not a failure); no `total`: no count."""
     kernels = f" on {', '.join(f.kernels)}" if f.kernels else ""
     kind = "by assertion" if f.kind == "assertion" else f"with {f.kind}"
-    lines = [
-        f"  FAILURE {index} of {total}: {f.nodeid} ({', '.join(f.claims) or 'no claim'}), {f.outcome} {kind}{kernels}"
-    ]
+    counted = f" {index} of {total}" if total else ""
+    lines = [f"  {label}{counted}: {f.nodeid} ({', '.join(f.claims) or 'no claim'}), {f.outcome} {kind}{kernels}"]
     message = [line for line in f.message.strip().splitlines() if line.strip()]
     if f.plot is not None:  # a chi-square rejection: its headline, then its worst bins
         # a group's first line only counts its failures ("Hypothesis found 2 distinct failures."): keep the next too
@@ -59,6 +59,7 @@ def render_terminal(document: Document) -> str:
         )
     if document.reuse is not None:
         lines.append(f"  properties reused: {document.reuse}")
+    lines += judged_lines(document)
     lines.append("  claims:")
     for claim in document.claims:
         lines.append(
@@ -91,6 +92,45 @@ def render_terminal(document: Document) -> str:
         f"KS p={number(calibration.ks_uniform_p_value)}; "
         f"{calibration.power_cases} power cases"
     )
+    lines += suite_checks_lines(document)
+    if document.findings:
+        lines.append("  findings (research hypotheses the data refute: results of the run, not failures):")
+    for index, f in enumerate(document.findings, 1):
+        lines += failure_block(f, index, len(document.findings), "FINDING")
     for index, f in enumerate(document.failures, 1):
         lines += failure_block(f, index, len(document.failures))
     return "\n".join(lines)
+
+
+def judged_lines(document: Document) -> list[str]:
+    """What the run judged of a module that provides only some names: its own names with their property runs,
+    the names it inherits (not judged), and the claims by how much of them it provides."""
+    judged = document.judged
+    if not judged or not (judged["inherited"] or judged["missing"]):
+        return []  # the module provides every name: the claims say it all
+    own = [f"{name} ({entry['runs']} runs, {entry['failed']} failed)" for name, entry in judged["judged"].items()]
+    claims = judged["claims"]
+    lines = [
+        f"  judged, the module's own code: {', '.join(own) or 'nothing'}",
+        f"  inherited, not judged ({len(judged['inherited'])}): {clipped(', '.join(judged['inherited']))}",
+        f"  claims shown: {', '.join(claims.get('shown', [])) or '-'}; partly provided (its own code passed, the rest "
+        f"inherited): {', '.join(claims.get('partly provided', [])) or '-'}; not provided: "
+        f"{', '.join(claims.get('not provided', [])) or '-'}",
+    ]
+    if judged["not_judged"]:
+        lines.insert(1, f"  its own, but no property called it: {', '.join(judged['not_judged'])}")
+    return lines
+
+
+def suite_checks_lines(document: Document) -> list[str]:
+    """The suite's own checks in one line, apart from the verdict on the module (its failures listed)."""
+    if not document.suite_checks:
+        return []
+    failed = [nodeid for nodeid, outcome in document.suite_checks if outcome in ("failed", "error")]
+    counted = (
+        "counted in this run's verdict: the module is the reference"
+        if document.suite_checks_count
+        else ("not a verdict on the module")
+    )
+    line = f"  the suite's own checks ({counted}): {len(document.suite_checks)} never called the module"
+    return [line + (f"; {len(failed)} failed: {', '.join(failed)}" if failed else ", none failed")]
