@@ -139,17 +139,33 @@ bench-compare: install
 
 # PyPI's Linux torch wheel pulls CUDA packages (GBs): torch's CPU build 2.13.0 first (where pip finds it
 # locally), so that the extra's torch==2.13.0 is already met and pip pulls no other.
-## install-peers: add torch (CPU) and transformers, the peers of `make verify-peers` and `make bench` (optional)
+# PEER=mlx-vlm (or dflash-mlx, mtplx, mlx-lm-broomva, vllm-mlx; comma-separated, or all): instead, that MLX
+# speculative decoder in an environment of its own, .peers/<name>/, at its pinned version (issue 40, docs/peers-mlx.md).
+PEER ?=
+## install-peers: add torch (CPU) and transformers, the peers of `make verify-peers` and `make bench` (optional); PEER=name: .peers/name
 install-peers: install
+ifneq ($(PEER),)
+	$(PY) -m ncm_verify.run_mlx_peers install $(PEER)
+else
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[peers]'
+endif
 
 # Not part of `make test`: transformers' step runs one sequence at a time (minutes). A finding in a peer is
 # a finding; the run fails only when the planted pre-#28508 peer is not caught or a peer's run broke.
 PEERS_PROFILE ?= dev
-## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md
+# PEERS=mlx-vlm,dflash-mlx,... (or all): instead, those MLX speculative decoders, each in its own environment
+# (made when missing), judged on their own code; peers-mlx.md. EXAMPLES=N: Hypothesis examples a property (3).
+# Never part of `make test`.
+PEERS ?=
+## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md; PEERS=...: MLX decoders
+ifneq ($(PEERS),)
+verify-peers: install
+	$(PY) -m ncm_verify.run_mlx_peers verify $(PEERS) --reports=$(REPORTS) $(if $(EXAMPLES),--examples=$(EXAMPLES))
+else
 verify-peers: install-peers
 	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) --seed=$(or $(SEED),0)
+endif
 
 ## clean: remove reports, the cache (reference evidence, self-tests) and Hypothesis state
 clean:

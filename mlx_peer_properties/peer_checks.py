@@ -1,0 +1,73 @@
+"""Checks the MLX peers' properties share: the first divergent token, a recording sampler, and the call-by-call
+check that every emitted token is a target-sampler call's output on its exact (uncached) conditional."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.tolerances import TOLERANCES
+
+
+class Decoding(tuple):
+    """A drawn decoding case (models first), printed by Hypothesis as its prompt and budget, not as models."""
+
+    def __new__(cls, *fields):
+        return super().__new__(cls, fields)
+
+    def __repr__(self):
+        return f"Decoding(prompt={self[-3]}, max_tokens={self[-2]})"
+
+
+def run_variant(peer, variant: str, *args, **options) -> list[int]:
+    """`peer.generate(*args, **options)` on the package's own code, or under its planted change."""
+    if variant == "planted":
+        with peer.planted():
+            return peer.generate(*args, **options)
+    return peer.generate(*args, **options)
+
+
+def first_difference(a: list[int], b: list[int]) -> str:
+    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first divergent token at {index}: {a[index : index + 4]} vs {b[index : index + 4]}"
+
+
+class RecordingSampler:
+    """A package's own sampler, recording each call's rows (normalised to log-probabilities: a sampler is handed
+    logits or log-probabilities, and draws alike from either) and the tokens it returned."""
+
+    def __init__(self, sampler: Callable):
+        self.sampler, self.calls = sampler, []
+
+    def __call__(self, logits):
+        tokens = self.sampler(logits)
+        mx.eval(tokens)
+        rows = logits.astype(mx.float32)
+        rows = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+        self.calls.append((np.array(rows).reshape(-1, rows.shape[-1]), np.array(tokens).reshape(-1)))
+        return tokens
+
+    def rows(self) -> list[tuple[np.ndarray, int]]:
+        """Every (row, token) of every call, target's and drafter's alike, in call order: a drafter's row is not
+        the target's conditional, so it never matches one."""
+        return [(logprobs[r], int(tokens[r])) for logprobs, tokens in self.calls for r in range(logprobs.shape[0])]
+
+
+def assert_each_token_is_a_sampler_output_on_its_conditional(emitted, rows, conditional: Callable, prompt) -> None:
+    """Each emitted token, in order, is the output of a later sampler row handed exactly (float32 tolerance) the
+    target's uncached conditional of the prompt and the tokens emitted before it."""
+    tol = TOLERANCES[mx.float32]
+    cursor = 0
+    for position, token in enumerate(emitted):
+        want = np.array(conditional(prompt + emitted[:position]))
+        while cursor < len(rows) and not (
+            rows[cursor][1] == token and np.allclose(rows[cursor][0], want, atol=tol.atol, rtol=tol.rtol)
+        ):
+            cursor += 1
+        assert cursor < len(rows), (
+            f"emitted {emitted}: token {position} ({token}) is no later target call's output on its conditional; "
+            f"target calls' outputs {[t for _, t in rows]}"
+        )
+        cursor += 1

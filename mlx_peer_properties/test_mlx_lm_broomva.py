@@ -1,0 +1,172 @@
+"""mlx-lm-broomva 0.31.3 judged on its own `mtp_speculative_generate_step` and `gemma4_assistant` drafter.
+
+make install-peers PEER=mlx-lm-broomva && make verify-peers PEERS=mlx-lm-broomva
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from peer_checks import (
+    Decoding,
+    RecordingSampler,
+    assert_each_token_is_a_sampler_output_on_its_conditional,
+    first_difference,
+    run_variant,
+)
+
+from ncm_verify.peers import mlx_lm_broomva_spec as peer
+
+VARIANTS = ("own", "planted")
+MORE = settings(max_examples=8)
+"""A planted rollback shows only after a round rejects with drafts left to trim (7 draws in 10): 8 examples."""
+
+
+@st.composite
+def decodings(draw, kind: str):
+    """A target of `kind`, its MTP drafter, a prompt and a budget; small vocabularies so that drafts are accepted."""
+    vocab = draw(st.sampled_from([4, 6, 12]), label="vocab")
+    seed = draw(st.integers(0, 2**16), label="weights seed")
+    prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
+    max_tokens = draw(st.integers(6, 20), label="max_tokens")  # long enough for a rejection to matter
+    drafts = draw(st.integers(1, 4), label="num_draft_tokens")
+    target = peer.make_target(kind, seed, vocab)
+    drafter = peer.make_drafter(kind, seed + 1, vocab)
+    note(
+        f"from ncm_verify.peers.mlx_lm_broomva_spec import *; target = make_target({kind!r}, {seed}, {vocab}); "
+        f"drafter = make_drafter({kind!r}, {seed + 1}, {vocab}); "
+        f"generate(target, {prompt}, {max_tokens}, drafter, num_draft_tokens={drafts}, ...)"
+    )
+    return Decoding(target, drafter, drafts, prompt, max_tokens, None)
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@MORE
+@given(data=st.data())
+def test_greedy_mtp_decoding_emits_plain_greedy_decoding(kind, variant, data):
+    """Temperature 0: the MTP loop emits the fork's own `generate_step` tokens, token for token, on attention and
+    sliding-window targets (a window of 4, smaller than the prompt and generation: the ring wraps)."""
+    target, drafter, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
+    plain = peer.generate(target, prompt, max_tokens)
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts)
+    assert spec == plain, f"MTP {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(1)
+def test_a_hybrid_target_is_refused_with_a_clear_error():
+    pytest.skip(
+        "not applicable: mtp_speculative_generate_step needs a target emitting shared K/V (gemma4 only) and "
+        "refuses untrimmable caches with a ValueError before any forward (generate.py:725-729)"
+    )
+
+
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@MORE
+@given(data=st.data())
+def test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional(kind, variant, data):
+    """Temperature > 0 (the fork's `make_sampler`: temperature, top-p, top-k, min-p): every emitted token is, in
+    order, the output of a target-sampler row handed the uncached conditional of the tokens before it."""
+    from mlx_lm.sample_utils import make_sampler
+
+    target, drafter, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
+    temperature = data.draw(st.sampled_from([0.6, 1.0, 1.5]), label="temp")
+    top_p = data.draw(st.sampled_from([1.0, 0.9]), label="top_p")
+    top_k = data.draw(st.sampled_from([0, 3]), label="top_k")
+    min_p = data.draw(st.sampled_from([0.0, 0.05]), label="min_p")
+    mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
+    sampler = RecordingSampler(make_sampler(temp=temperature, top_p=top_p, top_k=top_k, min_p=min_p))
+    spec = run_variant(peer, variant, target, prompt, max_tokens, drafter, num_draft_tokens=drafts, sampler=sampler)
+    assert_each_token_is_a_sampler_output_on_its_conditional(
+        spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
+    )
+
+
+@pytest.mark.peer_property(2)
+def test_drafts_are_drawn_from_the_q_the_rule_uses():
+    pytest.skip(
+        "not applicable: the drafter drafts by argmax whatever the sampler (generate.py:786), and the rule "
+        "(keep a draft iff it equals the target's own draw) is exact for any draft; there is no q to match"
+    )
+
+
+@pytest.mark.peer_property(3)
+def test_batch_equals_rows():
+    pytest.skip("not applicable: mtp_speculative_generate_step decodes one sequence (last_token.reshape(1, 1))")
+
+
+PROCESSORS = {
+    "logit_bias": lambda vocab: {"logit_bias": {vocab - 2: 20.0}},
+    "repetition_penalty": lambda vocab: {"repetition_penalty": 8.0},
+}
+
+
+@pytest.mark.peer_property(4, 6)
+@pytest.mark.parametrize("option", sorted(PROCESSORS))
+@given(data=st.data())
+def test_logits_processors_act_on_the_mtp_path_as_on_plain_decoding(option, data):
+    """The fork's `make_logits_processors` (logit bias, repetition penalty) handed to both loops: at temperature 0
+    the MTP loop emits plain decoding's tokens."""
+    from mlx_lm.sample_utils import make_logits_processors
+
+    target, drafter, drafts, prompt, max_tokens, _ = data.draw(decodings("attention"))
+    options = PROCESSORS[option](int(peer.conditional(target, prompt).shape[-1]))
+    plain = peer.generate(target, prompt, max_tokens, logits_processors=make_logits_processors(**options))
+    spec = peer.generate(
+        target,
+        prompt,
+        max_tokens,
+        drafter,
+        num_draft_tokens=drafts,
+        logits_processors=make_logits_processors(**options),
+    )
+    assert spec == plain, f"with {options}: MTP {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@given(data=st.data())
+def test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims(kind, data):
+    """A caller's prompt cache, after the loop (its rollbacks, and the final trim of unconsumed drafts), as the
+    model attends to it (KV, rotating ring) equals caches rebuilt from the prompt and the emitted tokens it holds."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from ncm_verify.mlx_lm_real.cache_views import assert_caches_equal_rebuilt
+
+    target, drafter, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
+    cache = make_prompt_cache(target)
+    spec = peer.generate(target, prompt, max_tokens, drafter, num_draft_tokens=drafts, prompt_cache=cache)
+    held = max(int(c.offset) for c in cache)
+    tokens = (prompt + spec)[:held]
+    assert held in (len(prompt) + len(spec) - 1, len(prompt) + len(spec)), f"cache offset {held} for {prompt + spec}"
+    assert_caches_equal_rebuilt(target, cache, [tokens], label=f"{kind} after {spec}")
+
+
+@pytest.mark.peer_property(6)
+@given(data=st.data())
+def test_num_draft_tokens_is_honoured_for_an_unbounded_budget(data):
+    """max_tokens=-1 is documented as infinite; num_draft_tokens must still draft (the drafter is called)."""
+    import itertools
+
+    from mlx_lm.generate import mtp_speculative_generate_step
+
+    target, drafter, drafts, prompt, _, _ = data.draw(decodings("attention"))
+    calls = []
+    own = type(drafter).__call__
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return own(self, *args, **kwargs)
+
+    type(drafter).__call__ = counted
+    try:
+        steps = mtp_speculative_generate_step(mx.array(prompt), target, drafter, num_draft_tokens=drafts, max_tokens=-1)
+        emitted = [int(step[0]) for step in itertools.islice(steps, 12)]
+    finally:
+        type(drafter).__call__ = own
+    assert calls, f"12 tokens {emitted} with max_tokens=-1, num_draft_tokens={drafts}: the drafter never ran"

@@ -1,0 +1,138 @@
+"""Findings in the MLX speculative decoders (`make verify-peers PEERS=...`): strict expected failures by node id.
+
+As `mlx_lm_real.known_bugs` does for mlx-lm: a property that fails on a package's own code is a finding, listed
+here with what differs and a reproduction that runs in seconds; `mlx_peer_properties/conftest.py` marks each node a
+strict expected failure, so a release that fixes it turns the run red until its row goes. A planted control (a
+node whose id holds ``planted``) is expected to fail the same way: it is how we know the property has teeth there.
+"""
+
+from __future__ import annotations
+
+PLANTED = "planted control: the package's own loop with one known-biased change; the property must catch it"
+
+MLX_VLM_PROCESSORS_DROPPED = (
+    "mlx-vlm 0.7.10 mlx_vlm/generate/ar.py:318-328,525-538: generate_step builds logits processors (logit_bias, "
+    "repetition/presence/frequency penalties) and applies them in _step, but run_speculative_rounds is handed only "
+    "the sampler: every token after the first ignores them, silently. Repro: "
+    ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_processors.py"
+)
+
+MLX_VLM_BATCH_DFLASH_CRASH = (
+    "mlx-vlm 0.7.10 mlx_vlm/speculative/utils.py:428 (eagle3: :379): generate_step with a batch of prompts and a "
+    "DFlash drafter raises ValueError ('Cannot squeeze axis -1 with size 2'): run_speculative_rounds squeezes the "
+    "first token [B] as if it were [B, 1] (its MTP branch reshapes instead). Repro: "
+    ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_batch_dflash.py"
+)
+
+DFLASH_TAPE_ON_CPU = (
+    "dflash-mlx 0.1.8 dflash_mlx/engine/target_qwen_gdn.py:629-640 (the GatedDeltaNet hook off Metal): the "
+    "innovation tape is computed from the block's initial state (state_in) at every step, not the state after the "
+    "previous step, so RecurrentRollbackCache.rollback's tape replay restores a wrong recurrent state whenever a "
+    "round accepts 1 draft or more (exact when it accepts 0); the next token's log-probabilities are off by "
+    "~0.04 nats and the error carries into later rounds. On Metal, gated_delta_kernel_with_tape is used instead "
+    "(not judged: no Metal here). Repro: .peers/dflash-mlx/bin/python mlx_peer_properties/repro/dflash_mlx_tape.py"
+)
+DFLASH_SERVER_IMPORT = (
+    "dflash-mlx 0.1.8 declares mlx-lm>=0.31.0, but dflash_mlx/serve.py imports mlx_lm.generate.SequenceStateMachine, "
+    "which mlx-lm 0.32.x removed (0.31.3 has it): `pip install dflash-mlx` resolves mlx-lm 0.32.2 and its server "
+    "does not start. Repro: .peers/dflash-mlx/bin/python -c 'import dflash_mlx.serve'"
+)
+DFLASH_SAMPLING_DROPPED = (
+    "dflash-mlx 0.1.8 serve.py:312-330 reads temperature, top_p, top_k, min_p, the penalties, logit_bias and seed "
+    "from a request; server/runtime.py:157-172 calls stream_dflash_generate with none of them (it has no such "
+    "parameters and decodes greedily): a request for temperature 0.9 gets greedy tokens, no error. Repro: "
+    "grep -n 'temperature\\|logit_bias' .peers/dflash-mlx/lib/python3.11/site-packages/dflash_mlx/serve.py "
+    "and inspect.signature(dflash_mlx.runtime.stream_dflash_generate)"
+)
+
+BROOMVA_WRAPPED_RING = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:881 (and :892): mtp_speculative_generate_step rolls back with "
+    "cache.trim_prompt_cache(model_cache, num_draft - n) and ignores its result; once a sliding-window layer's "
+    "RotatingKVCache has wrapped, trim_prompt_cache refuses (returns 0) and trims no layer at all, so rejected "
+    "drafts stay attended in every layer (mlx-lm #1423's bug, carried into the MTP loop; the check at :725 "
+    "passes while the ring is still empty). Repro: .peers/mlx-lm-broomva/bin/python "
+    "mlx_peer_properties/repro/mlx_lm_broomva_ring.py"
+)
+BROOMVA_PROCESSOR_HISTORY = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:808 and :852: the MTP loop hands every logits processor None for the "
+    "token history (plain generate_step hands the prompt and generated tokens), so make_logits_processors' "
+    "repetition penalty raises TypeError (len(None)), and a history-dependent processor cannot act per verify "
+    "position. Repro: .peers/mlx-lm-broomva/bin/python mlx_peer_properties/repro/mlx_lm_broomva_processors.py"
+)
+BROOMVA_UNBOUNDED = (
+    "mlx-lm-broomva 0.31.3 mlx_lm/generate.py:826: with max_tokens=-1 (documented: infinite) num_draft = "
+    "min(num_draft_tokens, max(-1 - ntoks, 0)) = 0 every round: the drafter never runs and num_draft_tokens is "
+    "ignored in silence (decoding stays correct, with no speed-up). Repro: .peers/mlx-lm-broomva/bin/python "
+    "mlx_peer_properties/repro/mlx_lm_broomva_processors.py (prints the drafter's call count too)"
+)
+
+VLLM_TEXT_MTP_DEAD = (
+    "vllm-mlx 0.6.0 vllm_mlx/scheduler.py:827-834: _install_mtp needs BatchGenerator._step, which mlx-lm 0.31.x "
+    "removed, and vllm-mlx pins mlx-lm>=0.31.3,<0.32: with every mlx-lm its metadata admits, text MTP disables "
+    "itself with a logged warning and the server decodes without it. Repro: .peers/vllm-mlx/bin/python -c "
+    "'from mlx_lm.generate import BatchGenerator; print(hasattr(BatchGenerator, \"_step\"))'"
+)
+
+_BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
+_BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
+_BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
+_DFLASH = "mlx_peer_properties/test_dflash_mlx.py::"
+MLX_VLM_HYBRID_PADDING = (
+    "mlx-vlm 0.7.10, its server engine (mlx_vlm/generate/ar.py BatchGenerator, left-padded prefill "
+    "_merge_prefill_prompt_kwargs :802) on a qwen3_5 (GatedDeltaNet hybrid) target: a request batched beside a "
+    "longer one gets the wrong conditional from its first token (reported log-probabilities off by 0.05-1.7 nats; "
+    "exact for equal lengths and for the Gemma 4 attention targets), so its tokens differ from the same request "
+    "alone, with or without a drafter (SpeculativeGenerationBatch inherits it). The line at fault is not pinned. "
+    "Repro: .peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_hybrid_padding.py"
+)
+
+MLX_VLM_EAGLE3_SEED = (
+    "mlx-vlm 0.7.10 mlx_vlm/speculative/eagle3.py:177,187,203: the EAGLE-3 rounds draw the target's tokens with "
+    "sampler(logits), the positioned sampler's unkeyed __call__ on MLX's global generator, not sample_target keyed "
+    "by (seed, position) as plain decoding, DFlash and MTP do: a request's seed is ignored in silence (three calls "
+    "with seed=3 give three different outputs; served requests differ from the same request alone). Repro: "
+    ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_eagle3_seed.py"
+)
+
+_VLM = "mlx_peer_properties/test_mlx_vlm.py::"
+KNOWN_PEER_FINDINGS: dict[str, str] = {
+    # node id -> what differs, where, and the reproduction
+    **{
+        f"{_VLM}test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding[{option}-{case}]": (
+            MLX_VLM_PROCESSORS_DROPPED
+        )
+        for option in ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty")
+        for case in ("hybrid-dflash", "hybrid-mtp", "attention-mtp", "sliding-window-mtp", "attention-eagle3")
+    },
+    f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[hybrid-dflash]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_VLM}test_a_batch_of_greedy_requests_gets_what_each_gets_alone[attention-eagle3]": MLX_VLM_BATCH_DFLASH_CRASH,
+    f"{_VLM}test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_conditional[attention-eagle3-own]": (
+        MLX_VLM_EAGLE3_SEED
+    ),
+    f"{_VLM}test_requests_served_together_get_what_each_gets_alone[attention-eagle3]": MLX_VLM_EAGLE3_SEED,
+    f"{_VLM}test_the_server_engine_hands_each_row_its_exact_conditional[hybrid]": MLX_VLM_HYBRID_PADDING,
+    f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[dflash]": MLX_VLM_HYBRID_PADDING,
+    f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[mtp]": MLX_VLM_HYBRID_PADDING,
+    **{
+        f"{_DFLASH}test_after_every_round_the_rolled_back_caches_equal_caches_rebuilt_from_the_accepted_tokens"
+        f"[hybrid-{mode}]": DFLASH_TAPE_ON_CPU
+        for mode in ("dflash", "adaptive")  # adaptive starts in block mode
+    },
+    f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,
+    f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
+    f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
+    f"{_BROOMVA}test_greedy_mtp_decoding_emits_plain_greedy_decoding[sliding-window-own]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}{_BROOMVA_SAMPLED}[sliding-window-own]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}{_BROOMVA_CACHE}[sliding-window]": BROOMVA_WRAPPED_RING,
+    f"{_BROOMVA}test_logits_processors_act_on_the_mtp_path_as_on_plain_decoding[repetition_penalty]": (
+        BROOMVA_PROCESSOR_HISTORY
+    ),
+    f"{_BROOMVA}test_num_draft_tokens_is_honoured_for_an_unbounded_budget": BROOMVA_UNBOUNDED,
+    "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
+}
+
+FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
+    MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,),
+    BROOMVA_PROCESSOR_HISTORY: (TypeError, AssertionError),
+}
+"""What a finding fails with when not an assertion: the package's own error."""

@@ -1,0 +1,128 @@
+"""mtplx 2.12.2's rule and cache modules, driven directly: its loop (`generation.py`) does not import on Linux.
+
+`mtplx/generation.py` loads ``/usr/lib/libSystem.B.dylib`` at import (macOS), so the loop, its server and its
+batched engine cannot run here. What runs: its rule (`sampling.verify_one_token`: accept with min(1, p/q), else
+draw from norm(max(p - q, 0)); `acceptance_probability`, `residual_distribution`, `sample_from_distribution`), the
+target distribution it builds (`sampling.distribution_from_logits` on the host, `fast_sampling.
+sparse_distribution_from_mlx_logits` on the device) and its rollback helpers (`cache_state.
+snapshot_untrimmable_cache`, `rollback_after_verify`) on mlx-lm 0.31's own caches, in the order `generation.py`
+calls them (snapshot, verify pass, rollback, re-forward of the accepted tokens). `planted()` replaces the
+residual by p.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.peers.mlx_tiny import MLX_LM_KINDS, make_mlx_lm_target
+
+PACKAGE = "mtplx"
+VERSION = "2.12.2"
+TARGET_KINDS = MLX_LM_KINDS
+
+
+class ScriptedRng:
+    """A stand-in for `numpy.random.Generator` that returns a set uniform and records each `choice`'s law.
+
+    `verify_one_token` draws ``rng.random()`` for acceptance and, on rejection, ``rng.choice(ids, p=law)``
+    (`sample_from_distribution`); scripting the first and reading the second gives its exact output law.
+    """
+
+    def __init__(self, uniform: float):
+        self.uniform = uniform
+        self.choices: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def random(self) -> float:
+        return self.uniform
+
+    def choice(self, ids, p):
+        self.choices.append((np.asarray(ids), np.asarray(p, dtype=np.float64)))
+        return int(np.asarray(ids)[int(np.argmax(p))])
+
+
+def dense(distribution, vocab: int) -> np.ndarray:
+    """A mtplx distribution (dense array or `SparseDistribution`) as a dense float64 vector."""
+    if hasattr(distribution, "to_dense"):
+        return np.asarray(distribution.to_dense(), dtype=np.float64)
+    return np.asarray(distribution, dtype=np.float64).reshape(vocab)
+
+
+def rule_law(p, q, vocab: int) -> tuple[np.ndarray, list[str]]:
+    """The exact law of the token mtplx's `verify_one_token(p, q, x, rng)` emits when x is drawn from q.
+
+    Per draft x with q(x) > 0: the acceptance probability a the call reports, checked against its branch (a
+    uniform of a accepts x, the next float above rejects), and the law it hands `rng.choice` on rejection.
+    Returns the law and what contradicted the rule's own report (empty when consistent).
+    """
+    from mtplx.sampling import verify_one_token
+
+    law, problems = np.zeros(vocab), []
+    for x in np.flatnonzero(dense(q, vocab) > 0):
+        accept = verify_one_token(p, q, int(x), ScriptedRng(0.0)).accept_probability
+        at = verify_one_token(p, q, int(x), ScriptedRng(accept))
+        if accept > 0 and not (at.accepted and at.token_id == x):
+            problems.append(f"draft {x}: a uniform of {accept} (its acceptance probability) did not accept it")
+        residual = np.zeros(vocab)
+        if accept < 1:
+            rng = ScriptedRng(float(np.nextafter(accept, 2.0)))
+            above = verify_one_token(p, q, int(x), rng)
+            if above.accepted or len(rng.choices) != 1:
+                problems.append(f"draft {x}: a uniform above {accept} accepted or drew no correction")
+                continue
+            ids, probs = rng.choices[0]
+            np.add.at(residual, ids.astype(np.int64), probs / probs.sum())
+        law += dense(q, vocab)[x] * (min(accept, 1.0) * np.eye(vocab)[x] + (1 - min(accept, 1.0)) * residual)
+    return law, problems
+
+
+def distributions(logits: np.ndarray, temperature: float, top_p: float, top_k: int, counts=None, presence=0.0,
+                  frequency=0.0):  # fmt: skip
+    """mtplx's target distribution for `logits` ``[V]``: (host `distribution_from_logits`, device sparse one or
+    None where mtplx falls back to the host)."""
+    from mtplx.fast_sampling import sparse_distribution_from_mlx_logits
+    from mtplx.sampling import SamplerConfig, distribution_from_logits
+
+    config = SamplerConfig(
+        temperature=temperature, top_p=top_p, top_k=top_k, presence_penalty=presence, frequency_penalty=frequency
+    )
+    host = distribution_from_logits(np.asarray(logits, dtype=np.float64), config, token_counts=counts)
+    device = sparse_distribution_from_mlx_logits(mx.array(logits, dtype=mx.float32), config, token_counts=counts)
+    return host, device
+
+
+def make_target(kind: str, seed: int, vocab: int = 12):
+    return make_mlx_lm_target(kind, seed, vocab)
+
+
+def verify_then_rollback(target, prompt: list[int], verified: list[int], accepted: int):
+    """mlx-lm caches after mtplx's verify-and-reject sequence: prompt, `snapshot_untrimmable_cache`, a verify pass
+    over `verified`, `rollback_after_verify(cache, snapshot, len(verified))`, a forward of the first `accepted`."""
+    from mlx_lm.models.cache import make_prompt_cache
+    from mtplx.cache_state import rollback_after_verify, snapshot_untrimmable_cache
+
+    cache = make_prompt_cache(target)
+    target(mx.array([prompt]), cache=cache)
+    snapshot = snapshot_untrimmable_cache(cache)
+    target(mx.array([verified]), cache=cache)
+    rollback_after_verify(cache, snapshot, verified_tokens=len(verified))
+    if accepted:
+        target(mx.array([verified[:accepted]]), cache=cache)
+    mx.eval([c.state for c in cache])
+    return cache
+
+
+@contextlib.contextmanager
+def planted() -> Iterator[None]:
+    """mtplx's rule with its residual replaced by p: a rejected draft is corrected from the target itself."""
+    from mtplx import sampling
+
+    own = sampling.residual_distribution
+    sampling.residual_distribution = lambda target_p, draft_q: target_p
+    try:
+        yield
+    finally:
+        sampling.residual_distribution = own

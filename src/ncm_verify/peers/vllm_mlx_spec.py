@@ -1,0 +1,107 @@
+"""vllm-mlx 0.6.0's speculative rule for image/text MTP (`mllm_batch_generator.py`), driven directly.
+
+`install_mtp_mllm`'s sampled branch (mllm_batch_generator.py:3171-3270): the draft x is drawn from q =
+`_sampling_logprobs(draft logits, request)`, accepted by `_accept_sampled_draft(log p(x), log q(x), u)` with u
+uniform, and on a rejection the correction is drawn from `_residual_logprobs(p, q)`, where p is
+`_sampling_logprobs` of the verify logits. These functions are judged as that branch composes them; plain
+decoding's law is mlx-lm's own `make_sampler` (read from the `categorical_sampling` call it ends in). The
+batch generator itself (continuous batching over an mlx-vlm model) and the text path (`scheduler._install_mtp`,
+which disables itself on the mlx-lm 0.31.3 its pin admits) are not driven here. `planted()` replaces the residual
+by p.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+
+import mlx.core as mx
+import numpy as np
+
+PACKAGE = "vllm-mlx"
+VERSION = "0.6.0"
+
+
+def request(temperature: float, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0):
+    """The request fields `_sampling_logprobs` reads (an `MLLMBatchRequest` carries them)."""
+    return types.SimpleNamespace(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
+
+
+def sampling_logprobs(logits: np.ndarray, req) -> np.ndarray:
+    """vllm-mlx's log-probabilities for `logits` ``[V]`` under `req` (`_sampling_logprobs`), in float32."""
+    from vllm_mlx.mllm_batch_generator import _sampling_logprobs
+
+    return np.array(_sampling_logprobs(mx.array(logits[None], dtype=mx.float32), req)[0])
+
+
+def plain_law(logits: np.ndarray, req) -> np.ndarray:
+    """The law mlx-lm's own `make_sampler` draws from for `logits` ``[V]``: its filters, then the logits and
+    temperature it hands `categorical_sampling`, read from that call."""
+    from mlx_lm import sample_utils
+
+    seen = []
+    own = sample_utils.categorical_sampling
+
+    def record(logprobs, temp):
+        seen.append((np.array(logprobs, dtype=np.float64), float(temp)))
+        return own(logprobs, temp)
+
+    sample_utils.categorical_sampling = record
+    try:
+        sampler = sample_utils.make_sampler(temp=req.temperature, top_p=req.top_p, min_p=req.min_p, top_k=req.top_k)
+        row = mx.array(logits[None], dtype=mx.float32)
+        sampler(row - mx.logsumexp(row, axis=-1, keepdims=True))
+    finally:
+        sample_utils.categorical_sampling = own
+    (logprobs, temp), *_ = seen
+    scaled = logprobs[0] / temp
+    law = np.exp(scaled - scaled[np.isfinite(scaled)].max())
+    return law / law.sum()
+
+
+def acceptance_threshold(log_p: float, log_q: float) -> float:
+    """The u below which `_accept_sampled_draft(log_p, log_q, u)` accepts, found by bisection on its own answers;
+    also checks that it accepts below and rejects above (a threshold rule, as min(1, p/q) is)."""
+    from vllm_mlx.mllm_batch_generator import _accept_sampled_draft
+
+    if _accept_sampled_draft(log_p, log_q, float(np.nextafter(1.0, 0.0))):
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(64):
+        middle = (low + high) / 2
+        if _accept_sampled_draft(log_p, log_q, middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def rule_law(p_log: np.ndarray, q_log: np.ndarray) -> np.ndarray:
+    """The exact law of the token the sampled MTP branch emits after a draft x ~ exp(q_log): x with probability
+    its acceptance threshold, else a draw from `_residual_logprobs(p, q)`."""
+    from vllm_mlx.mllm_batch_generator import _residual_logprobs
+
+    q = np.exp(q_log.astype(np.float64))
+    residual = np.exp(
+        np.array(_residual_logprobs(mx.array(p_log[None], mx.float32), mx.array(q_log[None], mx.float32))[0])
+    ).astype(np.float64)
+    law = np.zeros_like(q)
+    for x in np.flatnonzero(q > 0):
+        accept = acceptance_threshold(float(p_log[x]), float(q_log[x]))
+        law[x] += q[x] * accept
+        law += q[x] * (1 - accept) * residual
+    return law
+
+
+@contextlib.contextmanager
+def planted() -> Iterator[None]:
+    """The sampled MTP branch with its residual replaced by p: a rejected draft is corrected from p itself."""
+    from vllm_mlx import mllm_batch_generator
+
+    own = mllm_batch_generator._residual_logprobs
+    mllm_batch_generator._residual_logprobs = lambda target_logprobs, draft_logprobs: target_logprobs
+    try:
+        yield
+    finally:
+        mllm_batch_generator._residual_logprobs = own
