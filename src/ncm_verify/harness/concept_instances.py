@@ -1,0 +1,48 @@
+"""Test-only builders for the source NCM's drawn instances (issue 44): away from initialisation, in a drawn dtype.
+
+A model fresh from `make_concept_model` has every RMSNorm and QK-norm gain at 1 and every bias at 0, so a port that
+skips a gain or a bias on one path only changes nothing there. `perturb_parameters` moves every floating parameter
+(gains, biases, weights alike: the names are the port's own, so none is singled out), reproducibly from a seed.
+
+Public API: `perturb_parameters(model, seed, scale)`, `in_dtype(config, dtype)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+__all__ = ["perturb_parameters", "in_dtype"]
+
+
+def perturb_parameters(model, seed: int, scale: float) -> str:
+    """Every floating parameter ``x`` of `model` becomes ``x (1 + scale n1) + scale s n2`` in place (``n1, n2``
+    standard normal from `seed`; ``s`` the root mean square of ``x``, or 1 where ``x`` is constant: a gain or a
+    bias). Returns how the model was changed (for a failure message); a model without MLX's ``parameters`` and
+    ``update`` is left alone and says so."""
+    if not (callable(getattr(model, "parameters", None)) and callable(getattr(model, "update", None))):
+        return "not perturbed (the model has no parameters()/update())"
+    rng = np.random.default_rng(seed)
+    moved = []
+    for name, value in sorted(tree_flatten(model.parameters()), key=lambda item: item[0]):
+        if not isinstance(value, mx.array) or not mx.issubdtype(value.dtype, mx.floating):
+            continue
+        x = np.asarray(value.astype(mx.float32), dtype=np.float64)
+        constant = x.size == 0 or bool(np.all(x == x.flat[0]))
+        size = 1.0 if constant else float(np.sqrt(np.mean(x * x)))
+        y = x * (1 + scale * rng.standard_normal(x.shape)) + scale * size * rng.standard_normal(x.shape)
+        moved.append((name, mx.array(y.astype(np.float32)).astype(value.dtype)))
+    model.update(tree_unflatten(moved))
+    mx.eval(model.parameters())
+    return f"perturb_parameters(model, seed={seed}, scale={scale})"
+
+
+def in_dtype(config, dtype: str):
+    """`config` with its ``dtype`` field set to `dtype`, where its type is a dataclass with one; else unchanged."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        if "dtype" in {field.name for field in dataclasses.fields(config)}:
+            return dataclasses.replace(config, dtype=dtype)
+    return config
