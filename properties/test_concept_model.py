@@ -23,7 +23,12 @@ from hypothesis import strategies as st
 from ncm_verify.harness import strategies
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.harness.concept_checkpoint import checkpoint_paths
-from ncm_verify.harness.concept_instances import in_dtype, perturb_parameters
+from ncm_verify.harness.concept_instances import (
+    assert_concept_generations_agree,
+    draw_concept_instance,
+    model_dtype,
+    perturb_parameters,
+)
 from ncm_verify.oracles.concept_sampling import sampling_law64
 from ncm_verify.protocol import CONCEPT_CODEC_NAMES, CONCEPT_LEVEL_CACHE_NAMES, concept_api
 
@@ -43,38 +48,13 @@ class Case:
     def __init__(self, api, model, rebuild: str, any_length: bool):
         self.api, self.model, self.rebuild, self.any_length = api, model, rebuild, any_length
         self.layout = api.concept_layout(model)
-        params = getattr(model, "parameters", None)
-        leaves = [v for v in _leaves(params()) if isinstance(v, mx.array)] if callable(params) else []
-        self.dtype = leaves[0].dtype if leaves else mx.float32
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    elif isinstance(tree, (list, tuple)):
-        for value in tree:
-            yield from _leaves(value)
-    else:
-        yield tree
-
-
-def draw_instance(data, api):
-    """A drawn instance: the implementation's config in a drawn dtype, perhaps moved from initialisation; returns
-    (config, model, how to rebuild it, the perturbation or None)."""
-    config = in_dtype(data.draw(api.concept_configs(), label="config"), data.draw(strategies.concept_dtypes))
-    model = api.make_concept_model(config)
-    moved = data.draw(strategies.concept_perturbations, label="perturbation")
-    how = f"make_concept_model({config})"
-    if moved is not None:
-        how += "; " + perturb_parameters(model, *moved)
-    return config, model, how, moved
+        self.dtype = model_dtype(model)
 
 
 def draw_case(data, impl, source: str, request) -> Case:
     api = concept_api(impl)
     if source == "drawn":
-        _, model, how, _ = draw_instance(data, api)
+        _, model, how, _ = draw_concept_instance(data, api)
         return Case(api, model, how, any_length=True)
     paths = checkpoint_paths(request.config.getoption("--ncm-model"))
     path = data.draw(st.sampled_from(paths), label="checkpoint") if len(paths) > 1 else paths[0]
@@ -104,14 +84,7 @@ def _reproduce(case: Case, text: str) -> str:
 
 
 def assert_generations_agree(case: Case, actual, expected, label: str, call: str) -> None:
-    for level, (a, e) in enumerate(zip(actual.codes, expected.codes)):
-        assert_equal(a, e, label=f"{label}: level {level} codes", call=call)
-    for level, (a, e) in enumerate(zip(actual.logits, expected.logits)):
-        assert_close(a, e, dtype=case.dtype, label=f"{label}: level {level} logits", call=call)
-    assert_close(
-        actual.token_logits, expected.token_logits, dtype=case.dtype, label=f"{label}: token logits", call=call
-    )
-    assert_equal(actual.tokens, expected.tokens, label=f"{label}: tokens", call=call)
+    assert_concept_generations_agree(actual, expected, dtype=case.dtype, label=label, call=call)
 
 
 def assert_sampled_within_law(case: Case, generation, temperature, top_k, label: str, call: str) -> None:
@@ -236,7 +209,7 @@ def test_the_cache_serves_an_entry_only_on_its_exact_key_over_a_run_of_requests(
     """Stateful, against a model of the cache: a dict of exact keys. Requests come from a small pool
     of prefixes, starts, namespaces and two models that share the generator but not the codec."""
     api = concept_api(impl)
-    config, model, how, moved = draw_instance(data, api)
+    config, model, how, moved = draw_concept_instance(data, api)
     codec_seed = getattr(config, "codec_seed", None)
     models = [model]
     if codec_seed is not None:  # same generator, another codec (perturbed alike: the codec's names sort first)

@@ -4,7 +4,8 @@ A model fresh from `make_concept_model` has every RMSNorm and QK-norm gain at 1 
 skips a gain or a bias on one path only changes nothing there. `perturb_parameters` moves every floating parameter
 (gains, biases, weights alike: the names are the port's own, so none is singled out), reproducibly from a seed.
 
-Public API: `perturb_parameters(model, seed, scale)`, `in_dtype(config, dtype)`.
+Public API: `perturb_parameters(model, seed, scale)`, `in_dtype(config, dtype)`, `draw_concept_instance(data,
+api)`, `model_dtype(model)`, `assert_concept_generations_agree(actual, expected, *, dtype, label, call)`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-__all__ = ["perturb_parameters", "in_dtype"]
+from ncm_verify.harness import strategies
+from ncm_verify.harness.checks import assert_close, assert_equal
+
+__all__ = ["perturb_parameters", "in_dtype", "draw_concept_instance", "model_dtype", "assert_concept_generations_agree"]
 
 
 def perturb_parameters(model, seed: int, scale: float) -> str:
@@ -46,3 +50,32 @@ def in_dtype(config, dtype: str):
         if "dtype" in {field.name for field in dataclasses.fields(config)}:
             return dataclasses.replace(config, dtype=dtype)
     return config
+
+
+def draw_concept_instance(data, api):
+    """A drawn instance: the implementation's config (`api.concept_configs`) in a drawn dtype, in most examples
+    moved from initialisation; returns (config, model, how to rebuild it, the perturbation or None)."""
+    config = in_dtype(data.draw(api.concept_configs(), label="config"), data.draw(strategies.concept_dtypes, label="dtype"))
+    model = api.make_concept_model(config)
+    moved = data.draw(strategies.concept_perturbations, label="perturbation")
+    how = f"make_concept_model({config})"
+    if moved is not None:
+        how += "; " + perturb_parameters(model, *moved)
+    return config, model, how, moved
+
+
+def model_dtype(model) -> mx.Dtype:
+    """The dtype of `model`'s first parameter (float32 for a model without MLX's ``parameters``)."""
+    params = getattr(model, "parameters", None)
+    leaves = [v for _, v in tree_flatten(params()) if isinstance(v, mx.array)] if callable(params) else []
+    return leaves[0].dtype if leaves else mx.float32
+
+
+def assert_concept_generations_agree(actual, expected, *, dtype, label: str, call: str) -> None:
+    """Two generations of the source NCM agree: codes and tokens exactly, logits within `dtype`'s tolerance."""
+    for level, (a, e) in enumerate(zip(actual.codes, expected.codes)):
+        assert_equal(a, e, label=f"{label}: level {level} codes", call=call)
+    for level, (a, e) in enumerate(zip(actual.logits, expected.logits)):
+        assert_close(a, e, dtype=dtype, label=f"{label}: level {level} logits", call=call)
+    assert_close(actual.token_logits, expected.token_logits, dtype=dtype, label=f"{label}: token logits", call=call)
+    assert_equal(actual.tokens, expected.tokens, label=f"{label}: tokens", call=call)
