@@ -209,13 +209,16 @@ class ConceptCacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.entries)
     @rule(data=st.data())
     def fill_until_an_eviction_then_ask_for_the_evicted(self, data):
-        """New prefixes until the least recently used entry goes (at most 6 requests), then that prefix again: a
-        cache that evicts must recompute it, never serve what took its place."""
+        """New prefixes of its length (fixed-size prompts: where a cache reuses slots) until the least recently used
+        entry goes (at most 6 requests), then that prefix again: a cache that evicts must recompute it, never serve
+        what took its place."""
         oldest = next(iter(self.model.entries))
+        tokens = st.integers(0, self.layout.vocab_size - 1)
         for _ in range(6):
             if oldest not in self.model.entries:
                 break
-            fresh = tuple(data.draw(self.new_prefixes(), label="filler"))
+            length = len(oldest.tokens)
+            fresh = tuple(data.draw(st.lists(tokens, min_size=length, max_size=length), label="filler"))
             self.pool.append(fresh)
             self.send(data, [fresh], oldest.model, oldest.start, oldest.namespace)
         self.send(data, [oldest.tokens], oldest.model, oldest.start, oldest.namespace)

@@ -450,16 +450,17 @@ def test_the_cache_misses_every_head_and_extension_of_a_stored_prefix_and_heads_
     keys = api.row_keys(0, 1)
     api.generate_cached_concepts(model, prefix, keys, start=start, cache=cache)
     row = prefix.tolist()[0]
-    near = [row[:-1], row + [row[0]], row[:-1] + [(row[-1] + 1) % case.layout.vocab_size]]
+    # the one-token change first: of the stored length, a cache that aliases it serves an entry of the right shape
+    near = [row[:-1] + [(row[-1] + 1) % case.layout.vocab_size], row[:-1], row + [row[0]]]
     near = [n for n in near if n and (case.any_length or len(n) == len(row))]
     for other in [*near, row]:  # each near miss is stored beside the prefix, which is asked for again last
         call = _reproduce(case, f"stored {row}, then generate_cached_concepts(model, [{other}], start={start})")
         hits, request_ = cache.hits, mx.array([other], dtype=mx.int32)
         served = api.generate_cached_concepts(model, request_, keys, start=start, cache=cache)
-        hit = int(other is row)
-        assert_equal(cache.hits - hits, hit, label="hits on a near miss (0) or the stored prefix (1)", call=call)
         expected = api.generate_uncached_concepts(model, request_, keys, start=start)
         assert_generations_agree(case, served, expected, "served vs uncached", call)
+        hit = int(other is row)
+        assert_equal(cache.hits - hits, hit, label="hits on a near miss (0) or the stored prefix (1)", call=call)
     layers = len(api.prefix_kv(model, prefix, start))
     if len(row) >= 2 and layers >= 2:  # layer 0's keys see one token each; deeper ones see the whole prefix
         tail = row[:-1] + [(row[-1] + 1) % case.layout.vocab_size]

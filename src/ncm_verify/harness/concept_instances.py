@@ -55,7 +55,9 @@ def in_dtype(config, dtype: str):
 def draw_concept_instance(data, api):
     """A drawn instance: the implementation's config (`api.concept_configs`) in a drawn dtype, in most examples
     moved from initialisation; returns (config, model, how to rebuild it, the perturbation or None)."""
-    config = in_dtype(data.draw(api.concept_configs(), label="config"), data.draw(strategies.concept_dtypes, label="dtype"))
+    config = in_dtype(
+        data.draw(api.concept_configs(), label="config"), data.draw(strategies.concept_dtypes, label="dtype")
+    )
     model = api.make_concept_model(config)
     moved = data.draw(strategies.concept_perturbations, label="perturbation")
     how = f"make_concept_model({config})"
