@@ -24,6 +24,7 @@ from ncm_verify.reference.ncm import concept_fixture
 from ncm_verify.reference.ncm.concept_config import ConceptConfig, cache_schedule, kv_bytes_per_position
 from ncm_verify.reference.ncm.concept_generate import generate_cached_concepts, row_keys, sample_codes
 from ncm_verify.reference.ncm.concept_model import load_concept_model, make_concept_model
+from ncm_verify.train.concept_checkpoint import write_trained_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,7 +83,7 @@ def test_the_fixture_checkpoint_is_what_its_seeds_make(tmp_path):
 
 
 def test_the_trained_checkpoint_is_the_trained_drafters_ncm_and_sits_away_from_initialisation(tmp_path):
-    written = concept_fixture.write_trained_fixture(tmp_path / "again.safetensors")
+    written = write_trained_fixture(tmp_path / "again.safetensors")
     assert written.read_bytes() == TRAINED_CHECKPOINT.read_bytes()
     assert checkpoint_paths(None) == (DEFAULT_CHECKPOINT.resolve(), TRAINED_CHECKPOINT.resolve())
     assert checkpoint_paths(str(TRAINED_CHECKPOINT)) == (TRAINED_CHECKPOINT.resolve(),)

@@ -11,6 +11,7 @@ api)`, `model_dtype(model)`, `assert_concept_generations_agree(actual, expected,
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -69,7 +70,8 @@ def draw_concept_instance(data, api):
 def model_dtype(model) -> mx.Dtype:
     """The dtype of `model`'s first parameter (float32 for a model without MLX's ``parameters``)."""
     params = getattr(model, "parameters", None)
-    leaves = [v for _, v in tree_flatten(params()) if isinstance(v, mx.array)] if callable(params) else []
+    flat = cast(list[tuple[str, Any]], tree_flatten(params())) if callable(params) else []
+    leaves = [value for _, value in flat if isinstance(value, mx.array)]
     return leaves[0].dtype if leaves else mx.float32
 
 

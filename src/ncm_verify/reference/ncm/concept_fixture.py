@@ -1,12 +1,12 @@
 """The fixed checkpoints default `make verify` judges on path (b): the seeded one,
 ``python -m ncm_verify.reference.ncm.concept_fixture [PATH]`` (default
 ``fixtures/ncm_concept_tiny.safetensors``), whose weights follow from `FIXTURE_CONFIG`'s seeds alone, and the
-trained one (issue 44), ``python -m ncm_verify.reference.ncm.concept_fixture --trained [PATH]`` (default
-``fixtures/ncm_concept_trained.safetensors``): the source NCM that `make train` trained as the text drafter
-``ncm_data`` (fixtures/drafting, checked against its record's sha256), in this format. Its norm gains and biases
-sit far from initialisation, so a port that drops or misplaces one on a single path changes its outputs.
+trained one (issue 44), `TRAINED_PATH`, written by ``python -m ncm_verify.train.concept_checkpoint``: the
+source NCM that `make train` trained as the text drafter ``ncm_data`` (fixtures/drafting), in this format.
+Its norm gains and biases sit far from initialisation, so a port that drops or misplaces one on a single
+path changes its outputs.
 
-The config is chosen to expose every planted bug of issue 23: ``block_diagonal_upto`` (earlier
+The seeded config is chosen to expose every planted bug of issue 23: ``block_diagonal_upto`` (earlier
 levels' K/V exist, so the extension differs from PC-1), dropout 0.1 (active only in training
 mode), tied codes (exactly equal logits, as a dead code reseeded onto another gives: top-k's
 tie rule matters), two layers (a bidirectional prefix's head depends on its tail), and codebooks
@@ -22,7 +22,7 @@ from ncm_verify.reference.ncm.concept_config import ConceptConfig
 from ncm_verify.reference.ncm.concept_model import make_concept_model, save_concept_model
 from ncm_verify.reference.ncm.config import FIXTURES
 
-__all__ = ["FIXTURE_CONFIG", "FIXTURE_PATH", "TRAINED_PATH", "TRAINED_SOURCE", "write_fixture", "write_trained_fixture"]
+__all__ = ["FIXTURE_CONFIG", "FIXTURE_PATH", "TRAINED_PATH", "write_fixture"]
 
 FIXTURE_CONFIG = ConceptConfig(
     vocab_size=12,
@@ -43,8 +43,6 @@ FIXTURE_CONFIG = ConceptConfig(
 )
 FIXTURE_PATH = FIXTURES / "ncm_concept_tiny.safetensors"
 TRAINED_PATH = FIXTURES / "ncm_concept_trained.safetensors"
-TRAINED_SOURCE = "ncm_data"
-"""The record entry (fixtures/drafting/record.json) whose NCM the trained checkpoint holds."""
 
 
 def write_fixture(path: str | Path = FIXTURE_PATH) -> Path:
@@ -52,16 +50,5 @@ def write_fixture(path: str | Path = FIXTURE_PATH) -> Path:
     return Path(path)
 
 
-def write_trained_fixture(path: str | Path = TRAINED_PATH) -> Path:
-    """The trained drafter `TRAINED_SOURCE`'s NCM (both stages) saved as a concept checkpoint."""
-    from ncm_verify.reference.drafting.trained import load_trained  # the drafting package imports this one's
-
-    save_concept_model(load_trained(TRAINED_SOURCE).ncm, path)
-    return Path(path)
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--trained"]:
-        print(write_trained_fixture(*sys.argv[2:3]))
-    else:
-        print(write_fixture(*sys.argv[1:2]))
+    print(write_fixture(*sys.argv[1:2]))
