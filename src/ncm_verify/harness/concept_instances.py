@@ -76,10 +76,23 @@ def model_dtype(model) -> mx.Dtype:
 
 
 def assert_concept_generations_agree(actual, expected, *, dtype, label: str, call: str) -> None:
-    """Two generations of the source NCM agree: codes and tokens exactly, logits within `dtype`'s tolerance."""
-    for level, (a, e) in enumerate(zip(actual.codes, expected.codes)):
-        assert_equal(a, e, label=f"{label}: level {level} codes", call=call)
-    for level, (a, e) in enumerate(zip(actual.logits, expected.logits)):
-        assert_close(a, e, dtype=dtype, label=f"{label}: level {level} logits", call=call)
-    assert_close(actual.token_logits, expected.token_logits, dtype=dtype, label=f"{label}: token logits", call=call)
-    assert_equal(actual.tokens, expected.tokens, label=f"{label}: tokens", call=call)
+    """Two generations of the source NCM agree: logits within `dtype`'s tolerance, level by level; codes and tokens
+    exactly wherever the logits they were drawn from are identical (same logits, same keys: the same draw).
+
+    Where two computations of different shapes (cached and uncached) give logits that differ within the tolerance,
+    a differing code is a near tie, not a bug the tolerance can judge: the later levels, drawn given other codes,
+    are not compared (Hypothesis notes it). On MLX's CPU backend the two were bit-identical in every dtype measured.
+    """
+    from hypothesis import note
+
+    pairs = [*zip(actual.codes, expected.codes, actual.logits, expected.logits)]
+    pairs.append((actual.tokens, expected.tokens, actual.token_logits, expected.token_logits))
+    for level, (a, e, logits_a, logits_e) in enumerate(pairs):
+        name = "tokens" if level == len(pairs) - 1 else f"level {level} codes"
+        what = "token logits" if level == len(pairs) - 1 else f"level {level} logits"
+        assert_close(logits_a, logits_e, dtype=dtype, label=f"{label}: {what}", call=call)
+        same_logits = np.array_equal(np.asarray(logits_a.astype(mx.float32)), np.asarray(logits_e.astype(mx.float32)))
+        if not same_logits and not np.array_equal(np.asarray(a), np.asarray(e)):
+            note(f"{label}: {name} differ where {what} differ within tolerance (a near tie); later ones not compared")
+            return
+        assert_equal(a, e, label=f"{label}: {name}", call=call)
