@@ -281,6 +281,13 @@ def test_cached_generation_equals_uncached_generation_cold_and_warm(impl, source
     warm = api.generate_cached_concepts(model, prefix, keys, cache=cache, **options)
     assert_equal(cache.hits, prefix.shape[0], label="warm requests' hits", call=call)
     assert_generations_agree(case, warm, uncached, "warm cache vs uncached", call)
+    # the same request again runs the same shapes on the same entries: identical, bit for bit, in every dtype
+    again = api.generate_cached_concepts(model, prefix, keys, cache=cache, **options)
+    for name in ("codes", "logits"):
+        for level, (a, e) in enumerate(zip(getattr(again, name), getattr(warm, name))):
+            assert_equal(a, e, label=f"warm request repeated: level {level} {name}, bit for bit", call=call)
+    assert_equal(again.token_logits, warm.token_logits, label="warm request repeated: token logits", call=call)
+    assert_equal(again.tokens, warm.tokens, label="warm request repeated: tokens", call=call)
     no_cache = api.generate_cached_concepts(model, prefix, keys, **options)
     assert_generations_agree(case, no_cache, uncached, "PC-1 within one generation vs uncached", call)
 
