@@ -18,7 +18,6 @@ and its claim marker, and the evidence plugin counts its runs as examples.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import tempfile
 from pathlib import Path
@@ -38,6 +37,7 @@ from hypothesis.stateful import (
 )
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ncm_verify.harness.cache_model import LRUModel
 from ncm_verify.harness.checks import assert_equal
 from ncm_verify.protocol import ncm_api
 from ncm_verify.reference.ncm.config import DTYPES, fixture_fields
@@ -92,42 +92,6 @@ class Payload:
     @property
     def nbytes(self) -> int:
         return 2 * self.layers * self.heads * self.length * HEAD_DIM * DTYPES[self.dtype].size
-
-
-class LRUModel:
-    """A correct byte-bounded LRU cache in plain Python: the behaviour the implementation must show.
-
-    An entry larger than the whole budget is not stored and changes nothing; storing
-    under a held key replaces its payload and makes it the most recently used; a hit
-    makes it the most recently used; the least recently used go first.
-    """
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.entries: collections.OrderedDict[Slot, Payload] = collections.OrderedDict()
-        self.hits = self.misses = self.evictions = 0
-
-    @property
-    def nbytes(self) -> int:
-        return sum(payload.nbytes for payload in self.entries.values())
-
-    def store(self, slot: Slot, payload: Payload) -> None:
-        if payload.nbytes > self.max_bytes:
-            return
-        self.entries.pop(slot, None)
-        self.entries[slot] = payload
-        while self.nbytes > self.max_bytes:
-            self.entries.popitem(last=False)
-            self.evictions += 1
-
-    def lookup(self, slot: Slot) -> Payload | None:
-        payload = self.entries.get(slot)
-        if payload is None:
-            self.misses += 1
-            return None
-        self.entries.move_to_end(slot)
-        self.hits += 1
-        return payload
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from hypothesis import find, given, note, settings
 from hypothesis import strategies as st
 
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import assert_equal
+from ncm_verify.harness.checks import assert_equal, assert_generations_equal
 from ncm_verify.protocol import ncm_api
 from ncm_verify.reference.ncm.config import fixture_fields
 from ncm_verify.reference.ncm.masks import is_partial_prefix_isolated, make_mask
@@ -58,6 +58,10 @@ def test_bidirectional_prefix_states_of_a_shared_head_depend_on_the_rest_and_the
     served = api.generate_cached(model, mx.array([other], dtype=mx.int32), mx.random.key(0), cache)
     assert_equal(served.cache_hits, 0, label="rows served for a prefix sharing only a head")
     assert_equal(cache.hits, 0, label="cache hits")
+    # the output, not only the counter: a cache that serves a head's states unannounced is wrong too
+    expected = api.generate_uncached(model, mx.array([other], dtype=mx.int32), mx.random.key(0))
+    call = f"generate_cached({other}) after {prefix} was stored"
+    assert_generations_equal(served, expected, dtype=mx.float32, label="shared head's request vs uncached", call=call)
 
 
 @pytest.mark.claim("C15")
@@ -86,6 +90,9 @@ def test_the_cache_misses_every_near_miss_of_a_stored_prefix_and_hits_the_prefix
     assert_equal(cache.misses, 1 + len(near_misses) + 1, label="misses for near misses", call=call)
     served = api.generate_cached(model, mx.array(changed, dtype=mx.int32), mx.random.key(0), cache)
     assert_equal(served.cache_hits, 0, label="rows served for one-token changes", call=call)
+    expected = api.generate_uncached(model, mx.array(changed, dtype=mx.int32), mx.random.key(0))
+    dtype = getattr(mx, config.dtype)
+    assert_generations_equal(served, expected, dtype=dtype, label="one-token changes vs uncached", call=call)
     (exact,) = cache.keys_for(model, [prefix])
     assert cache.lookup(exact) is not None, f"cache missed the stored prefix {prefix}\n  call: {call}"
     assert_equal(cache.hits, 1, label="hits for the exact prefix", call=call)

@@ -11,12 +11,20 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
+from mlx.utils import tree_flatten
 
-from ncm_verify.harness.concept_checkpoint import DEFAULT_CHECKPOINT, describe_checkpoint
+from ncm_verify.harness.concept_checkpoint import (
+    DEFAULT_CHECKPOINT,
+    TRAINED_CHECKPOINT,
+    checkpoint_paths,
+    describe_checkpoint,
+)
+from ncm_verify.harness.concept_instances import perturb_parameters
 from ncm_verify.reference.ncm import concept_fixture
 from ncm_verify.reference.ncm.concept_config import ConceptConfig, cache_schedule, kv_bytes_per_position
 from ncm_verify.reference.ncm.concept_generate import generate_cached_concepts, row_keys, sample_codes
 from ncm_verify.reference.ncm.concept_model import load_concept_model, make_concept_model
+from ncm_verify.train.concept_checkpoint import write_trained_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,6 +80,31 @@ def test_the_fixture_checkpoint_is_what_its_seeds_make(tmp_path):
     written = concept_fixture.write_fixture(tmp_path / "again.safetensors")
     assert hashlib.sha256(written.read_bytes()).hexdigest() == describe_checkpoint(None)["sha256"]
     assert DEFAULT_CHECKPOINT.stat().st_size < 2**20
+
+
+def test_the_trained_checkpoint_is_the_trained_drafters_ncm_and_sits_away_from_initialisation(tmp_path):
+    written = write_trained_fixture(tmp_path / "again.safetensors")
+    assert written.read_bytes() == TRAINED_CHECKPOINT.read_bytes()
+    assert checkpoint_paths(None) == (DEFAULT_CHECKPOINT.resolve(), TRAINED_CHECKPOINT.resolve())
+    assert checkpoint_paths(str(TRAINED_CHECKPOINT)) == (TRAINED_CHECKPOINT.resolve(),)
+    layer = load_concept_model(TRAINED_CHECKPOINT).generator.layers[0]
+    assert float(mx.abs(layer.key_norm.weight - 1).max()) > 0.1
+    assert float(mx.abs(layer.up.bias).max()) > 0.05
+
+
+def test_a_perturbed_model_moves_every_gain_bias_and_weight_reproducibly():
+    first, second = make_concept_model(ConceptConfig()), make_concept_model(ConceptConfig())
+    before = dict(tree_flatten(first.parameters()))
+    assert (
+        perturb_parameters(first, 7, 0.1)
+        == perturb_parameters(second, 7, 0.1)
+        == ("perturb_parameters(model, seed=7, scale=0.1)")
+    )
+    after, again = dict(tree_flatten(first.parameters())), dict(tree_flatten(second.parameters()))
+    for name, value in before.items():
+        assert not mx.array_equal(after[name], value).item(), name
+        assert mx.array_equal(after[name], again[name]).item(), name
+    assert perturb_parameters(object(), 7, 0.1).startswith("not perturbed")
 
 
 def test_the_fixture_declares_its_schedule_and_kv_bytes():

@@ -103,6 +103,16 @@ MUTANTS = {
     ),
     "concept_decoder_reads_previous_codebook": "source NCM: the decode reads level l with level l-1's codebook",
     "concept_cache_key_without_codec": "source NCM: PC-1's cross-request key omits the codec's fingerprint",
+    # issue 44: bugs only non-initial weights, wide inputs or a stressed cache show
+    "concept_prefix_key_norm_without_gain": "source NCM: PC-1 normalises cached prefix keys without QK-norm's gain",
+    "concept_prefix_embedding_without_bias": "source NCM: PC-1 projects the prefix without the projection's bias",
+    "concept_prefix_rope_table_wraps": "source NCM: PC-1 rotates the prefix by positions wrapped modulo 4096",
+    "concept_prefix_rows_chunked": "source NCM: PC-1's prefix K/V computed in chunks of 3 rows, joined last first",
+    "concept_prefix_rope_in_model_dtype": "source NCM: PC-1's prefix rotary angles in the model's (half) dtype",
+    "concept_cache_key_first_16_tokens": "source NCM: PC-1's cross-request key holds only the first 16 tokens",
+    "concept_cache_eviction_serves_stale": (
+        "source NCM cache: an evicted key still points at its slot; a same-length newcomer's K/V served for it"
+    ),
     "tree_loop_mask_sees_siblings": "tree decoding: the tree mask lets a node attend to its earlier siblings",
     "tree_loop_positions_by_index": "tree decoding: nodes roped at the context length plus their index, not depth",
     "tree_loop_cache_keeps_rejected_branch": (

@@ -1,14 +1,16 @@
-"""The fixed checkpoint of the model-level properties' path (b): which file, named by path and sha256."""
+"""The fixed checkpoints of the model-level properties' path (b): which files, named by path and sha256."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-__all__ = ["DEFAULT_CHECKPOINT", "checkpoint_path", "describe_checkpoint"]
+__all__ = ["DEFAULT_CHECKPOINT", "TRAINED_CHECKPOINT", "checkpoint_path", "checkpoint_paths", "describe_checkpoint"]
 
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "data" / "fixtures" / "ncm_concept_tiny.safetensors"
 """The seeded checkpoint `make verify` judges by default (`reference.ncm.concept_fixture` writes it)."""
+TRAINED_CHECKPOINT = DEFAULT_CHECKPOINT.with_name("ncm_concept_trained.safetensors")
+"""The trained one judged beside it (issue 44: gains and biases away from initialisation; fixtures/README.md)."""
 
 
 def checkpoint_path(option: str | None) -> Path:
@@ -17,6 +19,13 @@ def checkpoint_path(option: str | None) -> Path:
     if not path.is_file():
         raise ValueError(f"--ncm-model: no checkpoint file at {path}")
     return path
+
+
+def checkpoint_paths(option: str | None) -> tuple[Path, ...]:
+    """The checkpoints path (b) draws from: the one `--ncm-model` names, else the seeded and the trained ones."""
+    if option:
+        return (checkpoint_path(option),)
+    return tuple(checkpoint_path(str(path)) for path in (DEFAULT_CHECKPOINT, TRAINED_CHECKPOINT))
 
 
 def describe_checkpoint(option: str | None) -> dict:

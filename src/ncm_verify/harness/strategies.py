@@ -836,16 +836,30 @@ def greedy_steps(draw):
 
 # --- the source's NCM (issue 23): what path (a) and path (b) draw besides a config ---
 
-concept_starts = st.one_of(st.just(0), st.integers(1, 40))
-"""Where the prefix's first position sits: 0, or elsewhere (a rotation offset a cache must keep)."""
+concept_starts = st.one_of(st.just(0), st.integers(1, 64), st.integers(65, 2**16))
+"""Where the prefix's first position sits: 0, near it, or across the rotary range (base 10 000's longest
+wavelength is 2 pi 10^4, about 62 832 positions): an offset a cache must keep and a port must not wrap or round."""
+
+concept_batches = st.one_of(st.integers(1, 3), st.integers(4, 8))
+"""Rows of a request: as many of 4-8 as of 1-3 (a bug that shows only past a few rows)."""
+
+concept_prefix_lengths = st.one_of(st.integers(1, 8), st.integers(9, 64))
+"""Prefix lengths of drawn instances (any length is theirs): short, or long (a checkpoint's context is 6-32)."""
+
+concept_dtypes = st.sampled_from(("float32", "bfloat16", "float16"))
+"""The dtype a drawn instance is built in (a config field of that name, where its config type has one)."""
+
+concept_perturbations = st.one_of(st.none(), st.tuples(seeds, st.sampled_from((0.1, 0.5))))
+"""How far a drawn instance moves from initialisation: not at all, or (seed, scale) for
+`concept_instances.perturb_parameters` (every gain, bias and weight)."""
 
 
 @st.composite
 def concept_prefixes(draw, layout, *, batch=None, any_length=False):
     """``[B, P]`` token ids: P the layout's prefix length, or (for the reference's drawn instances,
-    whose prefixes may be any length) 1-8; B 1-3 unless given."""
-    length = draw(st.integers(1, 8)) if any_length else layout.prefix_length
-    rows = batch if batch is not None else draw(st.integers(1, 3))
+    whose prefixes may be any length) `concept_prefix_lengths`; B `concept_batches` unless given."""
+    length = draw(concept_prefix_lengths) if any_length else layout.prefix_length
+    rows = batch if batch is not None else draw(concept_batches)
     row = st.lists(st.integers(0, layout.vocab_size - 1), min_size=length, max_size=length)
     return draw(st.lists(row, min_size=rows, max_size=rows))
 

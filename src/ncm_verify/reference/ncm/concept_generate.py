@@ -154,7 +154,7 @@ def concept_cache_keys(model: ConceptModel, prefix, namespace: str = "", start: 
     identity = generator_fingerprint(model)
     if model._seams.cache_key_with_codec:
         identity += "+" + codec_fingerprint(model)
-    rows = [tuple(row) for row in np.asarray(prefix).tolist()]
+    rows = [tuple(row)[: model._seams.cache_key_max_tokens] for row in np.asarray(prefix).tolist()]
     return [CacheKey(row, identity, f"{config.mask}|start={start}", config.dtype, namespace) for row in rows]
 
 

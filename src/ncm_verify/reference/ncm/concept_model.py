@@ -50,6 +50,12 @@ class _Seams:
     cached_top_k_after_temperature: bool = False
     codebook_shift: int = 0
     cache_key_with_codec: bool = True
+    prefix_key_norm_gain: bool = True
+    prefix_embed_bias: bool = True
+    prefix_rope_table: int | None = None
+    prefix_rope_in_model_dtype: bool = False
+    prefix_chunk_rows: int | None = None
+    cache_key_max_tokens: int | None = None
 
 
 class ConceptModel(nn.Module):

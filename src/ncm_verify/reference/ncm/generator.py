@@ -86,11 +86,11 @@ class Generator(nn.Module):
         self.heads = [nn.Linear(width, size) for size in config.codebook_sizes]
 
 
-def apply_rope(x: mx.array, positions: mx.array, base: float) -> mx.array:
+def apply_rope(x: mx.array, positions: mx.array, base: float, *, _angles_dtype=mx.float32) -> mx.array:
     """Rotate ``[B, H, T, D]`` by `positions` ``[T]`` (half-split pairs), computed in float32."""
     half = x.shape[-1] // 2
-    frequencies = base ** (-mx.arange(half, dtype=mx.float32) / half)
-    angles = positions.astype(mx.float32)[:, None] * frequencies[None, :]
+    frequencies = (base ** (-mx.arange(half, dtype=mx.float32) / half)).astype(_angles_dtype)
+    angles = positions.astype(_angles_dtype)[:, None] * frequencies[None, :]
     cos, sin = mx.cos(angles), mx.sin(angles)
     x32 = x.astype(mx.float32)
     first, second = x32[..., :half], x32[..., half:]
@@ -105,15 +105,21 @@ def _dropout(x: mx.array, rate: float, train: bool) -> mx.array:
     return mx.where(keep, x / (1.0 - rate), mx.zeros_like(x))
 
 
-def _apply_layer(model, layer: GeneratorLayer, x, positions, mask, past: KV | None, train: bool, stage: str):
-    """One layer over rows `x`; returns the output and the rows' own K/V, K at `stage`."""
+def _apply_layer(
+    model, layer: GeneratorLayer, x, positions, mask, past: KV | None, train: bool, stage: str, prefix: bool = False
+):
+    """One layer over rows `x`; returns the output and the rows' own K/V, K at `stage`. `prefix`: the rows are
+    PC-1's prefix pass, where the planted bugs' private seams act."""
     layer.positions_processed += x.shape[0] * x.shape[1]
+    seams = model._seams
     hidden = layer.norm1(x)
     q, k_raw, v = layer.heads(layer.query(hidden)), layer.heads(layer.key(hidden)), layer.heads(layer.value(hidden))
     base = model.config.rope_base
-    q = apply_rope(layer.query_norm(q), positions, base)
-    k_normed = layer.key_norm(k_raw)
-    k = apply_rope(k_normed, positions, base)
+    angles = x.dtype if prefix and seams.prefix_rope_in_model_dtype else mx.float32
+    q = apply_rope(layer.query_norm(q), positions, base, _angles_dtype=angles)
+    gain = not prefix or seams.prefix_key_norm_gain
+    k_normed = layer.key_norm(k_raw) if gain else mx.fast.rms_norm(k_raw, None, layer.key_norm.eps)
+    k = apply_rope(k_normed, positions, base, _angles_dtype=angles)
     keys, values = (k, v) if past is None else (mx.concatenate([past[0], k], 2), mx.concatenate([past[1], v], 2))
     scores = (q @ keys.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(q.shape[-1]))
     scores = mx.where(mask, scores, mx.array(-mx.inf, dtype=scores.dtype))
@@ -125,13 +131,14 @@ def _apply_layer(model, layer: GeneratorLayer, x, positions, mask, past: KV | No
     return x, (cached_k, v)
 
 
-def _apply_rows(model, x, positions, mask, past=None, train=False, stage="rotated"):
+def _apply_rows(model, x, positions, mask, past=None, train=False, stage="rotated", prefix=False):
     """Every layer over rows `x` after `past` (per layer K/V of earlier columns)."""
     x = _dropout(x, model.config.dropout, train)
     mask = mx.array(mask)
     kvs = []
     for index, layer in enumerate(model.generator.layers):
-        x, kv = _apply_layer(model, layer, x, positions, mask, None if past is None else past[index], train, stage)
+        layer_past = None if past is None else past[index]
+        x, kv = _apply_layer(model, layer, x, positions, mask, layer_past, train, stage, prefix)
         kvs.append(kv)
     return model.generator.norm(x), kvs
 
@@ -151,8 +158,10 @@ def _check_start(start) -> None:
         raise ValueError(f"start: expected an integer >= 0, got {start!r}")
 
 
-def _embed_prefix(model, prefix: mx.array) -> mx.array:
-    return model.generator.prefix_in(model.codec.embed(prefix))
+def _embed_prefix(model, prefix: mx.array, bias: bool = True) -> mx.array:
+    projection = model.generator.prefix_in
+    embedded = model.codec.embed(prefix)
+    return projection(embedded) if bias else embedded @ projection.weight.T
 
 
 def _level_inputs(model, codes, level: int) -> mx.array:
@@ -188,10 +197,26 @@ def prefix_kv(model, prefix: mx.array, start: int = 0) -> list[KV]:
     seams, length = model._seams, prefix.shape[1]
     first = 0 if seams.prefix_rope_from_zero else start
     positions = mx.arange(first, first + length)
+    if seams.prefix_rope_table is not None:
+        positions = positions % seams.prefix_rope_table
     mask = _full_mask(model, length)[:length, :length]
-    _, kvs = _apply_rows(
-        model, _embed_prefix(model, prefix), positions, mask, train=seams.prefix_train_mode, stage=seams.prefix_k_stage
-    )
+    chunk = seams.prefix_chunk_rows or prefix.shape[0]
+    parts = [
+        _apply_rows(
+            model,
+            _embed_prefix(model, prefix[row : row + chunk], seams.prefix_embed_bias),
+            positions,
+            mask,
+            train=seams.prefix_train_mode,
+            stage=seams.prefix_k_stage,
+            prefix=True,
+        )[1]
+        for row in range(0, prefix.shape[0], chunk)
+    ][::-1]
+    kvs = [
+        (mx.concatenate([p[i][0] for p in parts]), mx.concatenate([p[i][1] for p in parts]))
+        for i in range(len(parts[0]))
+    ]
     if seams.prefix_kv_dtype is not None:
         kvs = [
             (k.astype(seams.prefix_kv_dtype).astype(k.dtype), v.astype(seams.prefix_kv_dtype).astype(v.dtype))
