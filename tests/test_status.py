@@ -362,6 +362,27 @@ def test_a_hypothesis_whose_experiment_a_ports_run_left_out_is_the_suites_own_ch
 
 
 @pytest.mark.parametrize("impl", ["my_port", "ncm_verify.reference"])
+def test_a_claim_on_the_suites_own_loop_is_shown_by_suite_checks_and_is_the_suites_on_a_port(impl, ledger, passing):
+    """A claim whose subject is the suite's own code over mlx-lm (`judges_suite_code`) is shown by properties that
+    never call the module; without that field such a claim is not shown, and on a port it is the suite's own."""
+    rollback = "properties/test_rollback.py::test_rolled_back_equals_rebuilt"
+    claim = claims_by_id(ledger)["C7"]
+    claim["properties"] = [rollback]
+    passing["properties"].append(node(rollback, ["C7"], calls={}, looked_up=[]))
+    passing["properties"] = [
+        p for p in passing["properties"] if p["nodeid"] != "properties/test_greedy.py::test_greedy"
+    ]
+    passing["impl"] = impl
+    unmarked = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN))["C7"]["status"]
+    claim["judges_suite_code"] = "the suite's exact verifier over mlx-lm's models"
+    marked = claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN))["C7"]["status"]
+    if impl == "my_port":
+        assert (unmarked, marked) == (claim_status.SUITE_CHECK, claim_status.SUITE_CHECK)
+    else:
+        assert (unmarked, marked) == (claim_status.NOT_SHOWN, claim_status.SHOWN)
+
+
+@pytest.mark.parametrize("impl", ["my_port", "ncm_verify.reference"])
 def test_a_failing_suite_check_is_reported_apart_on_a_port_and_fails_only_the_references_run(impl, ledger, passing):
     """A property that never reaches the module (no call, no name looked up) is the suite's own check: its failure
     is the same for every module, so it fails the suite's own run and never a port's."""

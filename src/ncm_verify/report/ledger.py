@@ -57,6 +57,7 @@ CLAIM_FIELDS = {
     "not_checkable": str,
     "hypothesis": bool,
     "thorough_properties": list,
+    "judges_suite_code": str,
 }
 CLAIM_REQUIRED = {"id", "statement", "sources", "paths", "properties"}
 

@@ -409,7 +409,8 @@ def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool 
                 f"{len(not_provided)} {said}: {why}",
             )
         return NOT_PROVIDED, f"{len(not_provided)} of {runs} {said}: {why}"
-    if all(s["implementation_use"] == "suite" for s in summaries):
+    # a claim whose subject is the suite's own loop over mlx-lm (`judges_suite_code` says which) is shown by them
+    if all(s["implementation_use"] == "suite" for s in summaries) and not claim.get("judges_suite_code"):
         return NOT_SHOWN, "every property is the suite's own check: none called the implementation"
     distinct = sum(s["distinct_examples"] or 0 for s in summaries)
     return (
