@@ -1,18 +1,22 @@
-"""Batch invariance: a cache entry built at one batch size serves another with identical results,
-and one key is split into a key per row, so a row's draws do not depend on the rest of its batch."""
+"""Batch invariance: a cache entry built at one batch size serves another with the same results, and one key is
+split into a key per row, so a row's draws do not depend on the rest of its batch.
+
+Identical where the shapes are identical; across batch sizes a GEMM may block its sums otherwise (an optimised
+BLAS, a GPU), so logits agree within the dtype's tolerance and draws exactly, a near tie being ill-conditioned."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import assert_equal
+from ncm_verify.harness.checks import assert_close, assert_equal
 from ncm_verify.protocol import ncm_api
 from ncm_verify.reference.ncm.config import fixture_fields
+from ncm_verify.tolerances import tolerance_for
 
 
 def batch_with(data, config, prefix, label: str) -> tuple[list, int]:
@@ -48,26 +52,29 @@ def test_a_cache_entry_built_at_one_batch_size_serves_another_with_identical_res
     hits_before = cache.hits
     served = api.generate_cached(model, mx.array(second, dtype=mx.int32), second_keys, cache)
     assert cache.hits > hits_before and served.cache_hits >= 1, f"the prefix row was not served\n  call: {call}"
-    pairs = [("latents", built.latents[first_row], served.latents[second_row])]
-    for level in range(len(config.level_sizes)):
-        pairs += [
-            ("tokens", built.tokens[level][first_row], served.tokens[level][second_row]),
-            ("latent logits", built.latent_logits[level][first_row], served.latent_logits[level][second_row]),
-            ("token logits", built.token_logits[level][first_row], served.token_logits[level][second_row]),
-        ]
-    for label, a, b in pairs:
-        assert_equal(
-            b, a, label=f"served at another batch size: {label}", call=f"{call}; batch {len(second)} vs {len(first)}"
-        )
+    assert_rows_equal(
+        served,
+        second_row,
+        built,
+        first_row,
+        len(config.level_sizes),
+        label="served at another batch size",
+        call=f"{call}; batch {len(second)} vs {len(first)}",
+        dtype=None if len(first) == len(second) else dtype,
+    )
 
 
-def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, levels: int, label: str, call: str) -> None:
-    """Row `actual_row` of one generation equals row `expected_row` of another: draws and logits, exactly."""
+def assert_rows_equal(
+    actual, actual_row: int, expected, expected_row: int, levels: int, label: str, call: str, dtype: str | None = None
+) -> None:
+    """Row `actual_row` of one generation equals row `expected_row` of another: exactly, or where `dtype` is given
+    (the batches' shapes differ) draws exactly and logits within its tolerance, a near tie rejected."""
     # Labels name the check only (one report row each); the row and level go into the call.
-    pairs = [("latents", None, actual.latents[actual_row], expected.latents[expected_row])]
+    draws = [("latents", None, actual.latents[actual_row], expected.latents[expected_row])]
+    logits = []
     for level in range(levels):
-        pairs += [
-            ("tokens", level, actual.tokens[level][actual_row], expected.tokens[level][expected_row]),
+        draws.append(("tokens", level, actual.tokens[level][actual_row], expected.tokens[level][expected_row]))
+        logits += [
             (
                 "latent logits",
                 level,
@@ -76,9 +83,18 @@ def assert_rows_equal(actual, actual_row: int, expected, expected_row: int, leve
             ),
             ("token logits", level, actual.token_logits[level][actual_row], expected.token_logits[level][expected_row]),
         ]
-    for what, level, a, b in pairs:
+    if dtype is not None:
+        tolerance = tolerance_for(getattr(mx, dtype))
+        scale = max(float(np.abs(np.array(b, dtype=np.float64)).max(initial=0.0)) for *_, b in logits)
+        near_tie = min(actual.margin, expected.margin) <= 2 * (tolerance.atol + tolerance.rtol * scale)
+        if near_tie and not all(np.array_equal(np.array(a), np.array(b)) for *_, a, b in draws):
+            reject()
+    for what, level, a, b in draws + logits:
         where = f"row {actual_row} vs row {expected_row}" + ("" if level is None else f", level {level}")
-        assert_equal(a, b, label=f"{label}: {what}", call=f"{call} ({where})")
+        if dtype is None or what in ("latents", "tokens"):
+            assert_equal(a, b, label=f"{label}: {what}", call=f"{call} ({where})")
+        else:
+            assert_close(a, b, dtype=getattr(mx, dtype), label=f"{label}: {what}", call=f"{call} ({where})")
 
 
 @pytest.mark.claim("C15")
@@ -116,6 +132,7 @@ def test_one_key_is_split_into_a_key_per_row_so_identical_prefixes_in_a_batch_ar
                 levels,
                 label=f"{name}: a row in the batch vs alone with its split key",
                 call=call,
+                dtype=dtype,
             )
 
 
