@@ -107,10 +107,11 @@ class ConceptCacheMachine(RuleBasedStateMachine):
         self.budget = self.position_bytes * data.draw(BUDGET_POSITIONS, label="budget_positions")
         self.cache, self.model = self.api.make_concept_cache(self.budget), LRUModel(self.budget)
         self.pool.append(tuple(data.draw(self.new_prefixes(), label="first_prefix")))
-        # every run starts with an entry, then a batch that mixes its hit, repeats and a miss
+        # every run starts with an entry, then a batch that mixes its hit, repeats and a miss, then an eviction
         self.send(data, [self.pool[0]], *self.draw_key_fields(data))
         if self.model.entries:
             self.mixed_request(data, "nothing")
+            self.evict_then_ask_for_the_evicted(data)
 
     def new_prefixes(self):
         return st.lists(st.integers(0, self.layout.vocab_size - 1), min_size=1, max_size=MAX_NEW_PREFIX)
@@ -212,6 +213,9 @@ class ConceptCacheMachine(RuleBasedStateMachine):
         """New prefixes of its length (fixed-size prompts: where a cache reuses slots) until the least recently used
         entry goes (at most 6 requests), then that prefix again: a cache that evicts must recompute it, never serve
         what took its place."""
+        self.evict_then_ask_for_the_evicted(data)
+
+    def evict_then_ask_for_the_evicted(self, data) -> None:
         oldest = next(iter(self.model.entries))
         tokens = st.integers(0, self.layout.vocab_size - 1)
         for _ in range(6):
