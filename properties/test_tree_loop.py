@@ -34,7 +34,7 @@ from ncm_verify.harness.tree_strategies import LOOP_BRANCHINGS
 from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model, outcome_index
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, target_rows
 from ncm_verify.mlx_lm_real.tree_decoding import check_tree_calls, enumerated_tree_loop_law
-from ncm_verify.oracles import exact_text_drafting
+from ncm_verify.oracles import exact_text_drafting, exact_tree
 from ncm_verify.reference.tree import MODES
 from ncm_verify.tolerances import LAW_FROM_FLOAT32_ROWS
 
@@ -45,8 +45,8 @@ CLOSE_DRAFT_SCALES = (None, 1.5, 2.0, 4.5)
 """A draft with other weights (None), or the target's weights under a scaled head: long accepted paths."""
 PEAKED_DRAFT_SCALE = 100.0
 """The target's weights under a head scaled by 100: rows with exact zeros (1-5 of 8 tokens keep mass), where a child
-drawn from any row but its parent's shows exactly. Not drawn without replacement: the loop then drafts more distinct
-children than a row's support, which `verify_tree` refuses (q = 0 for a drawn child)."""
+drawn from any row but its parent's shows exactly; without replacement a row's support may be narrower than its
+branching, where the loop drafts only that support."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -104,8 +104,7 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
     on the calls it made before.
     """
     mode = data.draw(st.sampled_from(MODES), label="mode")
-    peaked = (PEAKED_DRAFT_SCALE,) if mode != "without_replacement" else ()
-    spec, target, draft_spec, draft = draw_pair(data, CLOSE_DRAFT_SCALES + peaked)
+    spec, target, draft_spec, draft = draw_pair(data, CLOSE_DRAFT_SCALES + (PEAKED_DRAFT_SCALE,))
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
     max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
     branching = data.draw(st.sampled_from(LOOP_BRANCHINGS), label="branching")
@@ -123,8 +122,17 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
     event("a later round after a path off the first rows" if any(off_first) else "no path off the first rows")
 
 
-WIDE_BRANCHINGS = ((2, 2), (3, 1), (2, 1), (3, 2))
-"""Trees with several nodes at a level: a child drawn from a sibling's row lands outside its own row's support."""
+def tree_depth(parents: list[int]) -> int:
+    """The depth of a breadth-first tree given its nodes' parents (0 for no node)."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return max(depths, default=0)
+
+
+WIDE_BRANCHINGS = ((2, 2), (3, 1), (2, 3), (3, 2))
+"""Trees with several nodes at a level: a child drawn from a sibling's row lands outside its own row's support; a 3
+exceeds a successor draft's support of 2, which without replacement narrows the tree."""
 
 
 CHILDREN_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)
@@ -137,15 +145,15 @@ def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_
     """Sampled children against the q rows handed to `verify_tree`, on drafts whose rows hold exact zeros.
 
     A draw cannot be replayed, but a child outside its parent's handed support was drawn from another row; each
-    call is also judged as above (`check_tree_calls`). With replacement (without it the loop drafts more distinct
-    children than such a row's support, which `verify_tree` refuses) and top k; one or two rounds each.
+    call is also judged as above (`check_tree_calls`). Every mode; the rows keep two tokens, so without replacement
+    a branching of 3 meets a row narrower than it (the loop drafts its support alone); one or two rounds each.
     """
     spec = TinySpec(vocab_size=8, seed=data.draw(st.integers(0, 2**16), label="target seed"))
     draft_spec = spec.with_seed(data.draw(st.integers(0, 2**16), label="draft seed"))
     target, draft = tiny_model(spec), successor_draft(draft_spec)
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 4), label="prompt")
     branching = data.draw(st.sampled_from(WIDE_BRANCHINGS), label="branching")
-    mode = data.draw(st.sampled_from(("with_replacement", "top_k")), label="mode")
+    mode = data.draw(st.sampled_from(MODES), label="mode")
     max_tokens = data.draw(st.integers(len(branching), 2 * len(branching) + 1), label="max_tokens")
     temperature = data.draw(st.sampled_from(TEMPERATURES), label="temperature")
     seed = data.draw(strategies.seeds, label="seed")
@@ -154,8 +162,12 @@ def test_every_child_the_tree_loop_draws_lies_where_the_q_handed_for_its_parent_
         f"{max_tokens}, branching={branching}, mode={mode!r}, key=mx.random.key({seed}), temperature={temperature})"
     )
     note(call)
-    run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
-    event(f"mode: {mode}")
+    rounds = run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, mode, temperature, seed, call)
+    # a round of depth d is narrowed when it holds fewer nodes than branching[:d] gives
+    narrowed = any(
+        len(parents) < len(exact_tree.tree_nodes(branching[: tree_depth(parents)])) for _, _, parents in rounds
+    )
+    event(f"mode: {mode}" + (", a row narrower than its branching" if narrowed else ""))
 
 
 TREE_ENUMERATION_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)

@@ -113,3 +113,16 @@ def test_a_shape_deeper_than_the_fixture_allows_is_refused_naming_shape():
     fixture = make_autoregressive_fixture(3, 2, "independent", False, 0)
     with pytest.raises(ValueError, match="^shape: "):
         exact_tree.tree_laws(exact_tree.reference_rule("top_k"), fixture, (1, 1), "top_k")
+
+
+def test_without_replacement_rows_narrower_than_the_branching_enumerate_to_the_target():
+    """Draft rows keeping one or two tokens under three children per node: each node drafts its support alone (as
+    the tree loop does) and the round's law is still the target's."""
+    fixture = make_autoregressive_fixture(4, 3, "independent", False, 0)
+    keep = np.random.default_rng(0).random(fixture.draft.shape) < 0.4
+    keep[np.arange(len(keep)), np.argmax(fixture.draft, axis=1)] = True
+    draft = np.where(keep, fixture.draft, 0.0)
+    sparse = dataclasses.replace(fixture, draft=draft / draft.sum(axis=1, keepdims=True))
+    assert (np.count_nonzero(sparse.draft, axis=1) < 3).any()
+    laws = exact_tree.tree_laws(exact_tree.reference_rule("without_replacement"), sparse, (3, 2), "without_replacement")
+    assert exact.total_variation(laws.emitted, exact.target_joint(sparse)) < 1e-12

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
-from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
+from ncm_verify.mlx_lm_real.models import TinySpec, make_successor_draft, make_tiny_model
+from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels
+from ncm_verify.reference import tree
 from ncm_verify.reference.drafting.tree_loop import ancestors_mask, generate_tree_drafted, tree_pass, tree_shape
 
 SPEC = TinySpec(vocab_size=8, seed=3)
@@ -93,3 +95,33 @@ def test_the_loop_emits_exactly_max_tokens_and_one_pass_per_round(pair):
     )
     assert len(generation.tokens) == 7
     assert sum(a + 1 for a in generation.accepted) >= 7 and generation.target_passes == len(generation.nodes)
+
+
+def test_without_replacement_a_row_narrower_than_the_branching_gets_its_support_alone_and_verifies():
+    """Regression: each successor-draft row keeps mass on two tokens; with three children per node the loop once
+    drafted a third child of probability 0, which `verify_tree` refused."""
+    target, draft = make_tiny_model(SPEC), make_successor_draft(SPEC)
+    calls: list = []
+    generation = generate_tree_drafted(
+        target,
+        draft,
+        [1, 2],
+        6,
+        branching=(3, 3),
+        mode="without_replacement",
+        key=mx.random.key(0),
+        kernels=RecordingKernels(tree, calls),
+    )
+    assert len(generation.tokens) == 6 and calls
+    for _, record in calls:
+        parents = np.array(record["parents"]).reshape(-1).tolist()
+        nodes = np.array(record["tree_tokens"]).reshape(-1).tolist()
+        q = np.array(record["q"]).reshape(len(parents) + 1, -1)
+        for row in range(len(parents) + 1):
+            children = [nodes[n] for n, parent in enumerate(parents) if parent == row - 1]
+            # every node of depth < the tree's drafted its row's two tokens of mass: no more, no fewer
+            if children or row == 0:
+                assert sorted(children) == np.flatnonzero(q[row] > 0).tolist(), (row, children, q[row])
+    depth_two = [record for _, record in calls if np.array(record["parents"]).reshape(-1).max() >= 0]
+    assert depth_two, "no round drafted two levels"
+    assert all(np.array(record["parents"]).size == 2 + 2 * 2 for record in depth_two)

@@ -1,10 +1,11 @@
 """The call-by-call check of a tree-decoding loop over mlx-lm models (issue 28, item 4).
 
 `check_tree_calls` judges a loop from what it handed `verify_tree` (recorded by `RecordingKernels`), exactly:
-each call's tree is the loop's shape, its p row at the root and at every node the target's conditional of the
-context and the root-to-node path, and its q rows the draft's, both recomputed by plain causal passes over
-each root-to-leaf path (no cache, no tree mask: the row at a node's position sees exactly its path); top-k
-children are their row's top k; and the loop emits what `verify_tree` decided.
+each call's tree is the loop's shape (without replacement, no more children than a row's support), its p row at
+the root and at every node the target's conditional of the context and the root-to-node path, and its q rows the
+draft's, both recomputed by plain causal passes over each root-to-leaf path (no cache, no tree mask: the row at
+a node's position sees exactly its path); top-k children are their row's top k; and the loop emits what
+`verify_tree` decided.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
 from ncm_verify.mlx_lm_real.text_drafters import ExpandedRound, scaled_softmax
 from ncm_verify.oracles import exact_tree
-from ncm_verify.reference.drafting.tree_loop import tree_shape
 
 
 def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) -> mx.array:
@@ -44,9 +44,24 @@ def path_rows(model, context: list[int], tokens: list[int], parents: list[int]) 
     return mx.stack([row for row in rows if row is not None])
 
 
+def expected_parents(branching, q_rows: np.ndarray, mode: str) -> list[int]:
+    """The parents of the loop's breadth-first tree: ``branching[d]`` children per node of depth d, but without
+    replacement no more than the tokens of positive mass in the node's q row ``q_rows[node + 1]`` (its support)."""
+    parents: list[int] = []
+    level = [-1]
+    for count in branching:
+        start = len(parents)
+        for parent in level:
+            # a row the loop did not hand (a short tree) is judged by the parents' comparison, not here
+            support = int(np.count_nonzero(q_rows[parent + 1] > 0)) if parent + 1 < len(q_rows) else count
+            parents += [parent] * (min(count, support) if mode == "without_replacement" else count)
+        level = list(range(start, len(parents)))
+    return parents
+
+
 def check_children_drawn_from(q_row: np.ndarray, children: list[int], mode: str, *, row: int, call: str) -> None:
     """Each sampled child lies where the q row handed for its parent has mass: anywhere in its support i.i.d.; in
-    what the earlier siblings left of it without replacement (any token not drawn yet once nothing is left).
+    what the earlier siblings left of it without replacement (never a token of probability 0).
 
     A sampled draw cannot be replayed, but a draft row with exact zeros (a peaked draft) shows a child drawn from
     another row at once; the draw's law within the support is the sampled check's.
@@ -54,7 +69,7 @@ def check_children_drawn_from(q_row: np.ndarray, children: list[int], mode: str,
     left = q_row.copy()
     for j, child in enumerate(children):
         repeated = mode == "without_replacement" and child in children[:j]
-        if repeated or (left[child] <= 0 and (mode == "with_replacement" or left.sum() > 0)):
+        if repeated or left[child] <= 0:
             raise AssertionError(
                 f"child {j} of tree row {row} is token {child}, where the q row handed to verify_tree has "
                 f"{q_row[child]!r} ({mode}: siblings {children}, q's support {np.flatnonzero(q_row > 0).tolist()}): "
@@ -91,13 +106,14 @@ def check_tree_calls(
             continue
         where = f"{call}  # verify_tree call {len(rounds)}, after {len(context) - len(prompt)} emitted tokens"
         # a round drafts no deeper than the tokens still wanted
-        expected_parents, _ = tree_shape(tuple(branching)[: max_tokens - (len(context) - len(prompt))])
+        shape = tuple(branching)[: max_tokens - (len(context) - len(prompt))]
         parents = as_numpy(record["parents"]).reshape(-1).astype(int).tolist()
         nodes = as_numpy(record["tree_tokens"]).reshape(-1).astype(int).tolist()
+        q = record["q"].reshape(-1, vocab)
         assert_equal(
             np.asarray(parents),
-            np.asarray(expected_parents),
-            label=f"parents handed to verify_tree vs the tree of branching {tuple(branching)}",
+            np.asarray(expected_parents(shape, as_numpy(q).astype(np.float64), mode)),
+            label=f"parents handed to verify_tree vs the tree of branching {shape} (its rows' support {mode})",
             call=where,
         )
         if record["mode"] != mode:
@@ -116,7 +132,6 @@ def check_tree_calls(
             label="p rows handed to verify_tree vs the target's uncached conditionals of each root-to-node path",
             call=where,
         )
-        q = record["q"].reshape(-1, vocab)
         assert_close(
             q,
             scaled_softmax(path_rows(draft, context, nodes, parents), 1.0 if temperature == 0 else temperature),

@@ -1,11 +1,12 @@
 """Tree decoding over mlx-lm models: a draft model expands a tree, the target scores it in one pass (issue 28).
 
-Each round the draft expands a tree level by level from the last emitted token (the root): every node of
-depth d < len(branching) gets ``branching[d]`` children, drawn from the draft's row at that node by the
-implementation's `verify_tree` mode (i.i.d., without replacement, or its top k). The target then scores the
-root and every node in ONE pass under a tree attention mask (a node sees the context, the root and its own
-ancestors) at per-node positions (the context's length plus the node's depth); `verify_tree` accepts a path
-and one more token; both models' caches (mlx-lm's `KVCache`) are compacted to the context and that path.
+Each round the draft expands a tree level by level from the last emitted token (the root): every node of depth
+d < len(branching) gets ``branching[d]`` children, drawn from the draft's row at that node by the implementation's
+`verify_tree` mode (i.i.d., without replacement, or its top k); without replacement a row with fewer tokens of
+positive mass gets them all, never a child of probability 0 (as recursive rejection sampling). The target then
+scores the root and every node in ONE pass under a tree attention mask (a node sees the context, the root and
+its own ancestors) at per-node positions (the context's length plus the node's depth); `verify_tree` accepts a
+path and one more token; both models' caches (mlx-lm's `KVCache`) are compacted to the context and that path.
 
 mlx-lm's llama cannot take this pass itself: its `Model` builds its own causal mask, and its `Attention`
 ropes every row at the one scalar ``cache.offset``. So `tree_pass` applies the model's own modules (its
@@ -59,6 +60,7 @@ class DraftTree(NamedTuple):
 
     tokens: list[int]  # node n's token
     parents: list[int]  # node n's parent: -1 the root, else an earlier node
+    depths: list[int]  # node n's depth: 1 for the root's children
     draft_rows: mx.array  # [1, N+1, V] the draft's row at the root and at each node
 
 
@@ -160,11 +162,15 @@ def _rows(logits: mx.array, temperature: float) -> mx.array:
 
 
 def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[int]:
-    """`count` children from draft row ``[V]`` as `mode` draws them (sequential order for without replacement)."""
+    """`count` children from draft row ``[V]`` as `mode` draws them (sequential order for without replacement;
+    then at most as many as the row has tokens of positive mass)."""
     if mode == "with_replacement":
         drawn = mx.random.categorical(mx.log(row), num_samples=count, key=key)
     elif mode == "without_replacement":  # Gumbel top-k: the order of sequential draws without replacement
-        drawn = mx.argsort(-(mx.log(row) + mx.random.gumbel(row.shape, key=key)))[:count]
+        # No more children than tokens with mass: past them Gumbel top-k ranks tokens of probability 0. A Gumbel
+        # draw of -inf (a uniform of 0) must still rank a token with mass above every token without.
+        scores = mx.maximum(mx.log(row) + mx.random.gumbel(row.shape, key=key), np.finfo(np.float32).min)
+        drawn = mx.argsort(-mx.where(row > 0, scores, -mx.inf))[: min(count, int(np.count_nonzero(np.array(row) > 0)))]
     else:
         drawn = mx.argsort(-row)[:count]
     return [int(t) for t in np.array(drawn).reshape(-1)]
@@ -173,18 +179,18 @@ def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[i
 def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: TreeSteps) -> DraftTree:
     """The draft's tree below `root`, level by level through its cache (which then holds every tree row)."""
     offset = cache[0].offset
-    parents, depths = tree_shape(branching)
     tokens: list[int] = []
+    parents: list[int] = []
+    depths: list[int] = []
     rows = []
     draft_temperature = 1.0 if temperature == 0 else temperature
     level_rows, passed = [root], 0  # tokens of the next level's rows; tree rows already in the cache
-    full_mask = steps.mask(parents, offset)
     for depth in range(len(branching) + 1):
+        # the tree is known through this level: its rows' mask and positions need no deeper node
         end = passed + len(level_rows)
         positions = steps.positions(depths, offset)[passed:end]
-        logits = tree_pass(
-            draft, mx.array([level_rows], dtype=mx.int32), positions, full_mask[passed:end, : offset + end], cache
-        )
+        mask = steps.mask(parents, offset)[passed:end, : offset + end]
+        logits = tree_pass(draft, mx.array([level_rows], dtype=mx.int32), positions, mask, cache)
         level = _rows(logits[0], draft_temperature)
         rows.append(level)
         if depth == len(branching):
@@ -192,10 +198,12 @@ def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: T
         level_rows = []
         for i, node_key in enumerate(mx.random.split(mx.random.split(key, len(branching) + 1)[depth], level.shape[0])):
             children = draw_children(steps.child_row(level, i, mode), branching[depth], mode, node_key)
+            parents += [passed + i - 1] * len(children)  # tree row passed + i is node passed + i - 1
+            depths += [depth + 1] * len(children)
             level_rows += children
         tokens += level_rows
         passed = end
-    return DraftTree(tokens, parents, mx.concatenate(rows)[None])
+    return DraftTree(tokens, parents, depths, mx.concatenate(rows)[None])
 
 
 def _compact(cache: list, offset: int, kept: list[int], rows: int) -> None:
@@ -234,6 +242,7 @@ def generate_tree_drafted(
         max_tokens: tokens to emit, 0 or more.
         branching: children per node at each depth, each >= 1 (at most V unless i.i.d.): (1, 1, 1) is a chain
             of three drafts, (2, 2) a tree of 6 nodes; a round drafts no deeper than the tokens still wanted.
+            Without replacement a node whose draft row has fewer tokens of positive mass gets only those.
         mode: how children are drawn, one of `tree.MODES`; temperature 0 needs "top_k".
         key: an ``mx.random.key``; each round splits it for the draft and for `verify_tree`.
         temperature: >= 0; the target's rows are ``softmax(logits / temperature)``, the draft's alike.
@@ -280,7 +289,7 @@ def generate_tree_drafted(
         shape = branching[: max_tokens - len(emitted)]
         grown = _expand(draft, draft_cache, context[-1], shape, mode, draft_key, temperature, _steps)
         count = len(grown.tokens)
-        parents, depths = tree_shape(shape)
+        parents, depths = grown.parents, grown.depths
         inputs = mx.array([[context[-1]] + grown.tokens], dtype=mx.int32)
         logits = tree_pass(target, inputs, _steps.positions(depths, offset), _steps.mask(parents, offset), target_cache)
         p = _rows(logits, temperature)
