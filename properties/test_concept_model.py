@@ -32,7 +32,10 @@ from ncm_verify.harness.concept_instances import (
 from ncm_verify.oracles.concept_sampling import sampling_law64
 from ncm_verify.protocol import CONCEPT_CODEC_NAMES, CONCEPT_LEVEL_CACHE_NAMES, concept_api
 
-SOURCES = ["drawn", "checkpoint"]
+SOURCES = ["drawn", "checkpoint", "trained"]
+"""Path (a), a drawn instance; path (b), the seeded checkpoint (its tied codes meet ties in top-k) and the trained one
+(away from initialisation), each its own parametrisation so that neither thins the other's examples. With
+`--ncm-model` both fixed sources are that model."""
 _LOADED: dict[tuple[str, str], object] = {}
 
 
@@ -57,7 +60,7 @@ def draw_case(data, impl, source: str, request) -> Case:
         _, model, how, _ = draw_concept_instance(data, api)
         return Case(api, model, how, any_length=True)
     paths = checkpoint_paths(request.config.getoption("--ncm-model"))
-    path = data.draw(st.sampled_from(paths), label="checkpoint") if len(paths) > 1 else paths[0]
+    path = paths[0] if source == "checkpoint" else paths[-1]
     key = (request.config.getoption("--impl"), str(path))
     if key not in _LOADED:
         _LOADED[key] = api.load_concept_model(path)
