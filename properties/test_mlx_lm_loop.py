@@ -41,7 +41,13 @@ from ncm_verify.mlx_lm_real.models import (
     next_token_logprobs,
     outcome_index,
 )
-from ncm_verify.mlx_lm_real.recording import RULES, CallLog, block_drafts, check_sampler_calls, sampler_match
+from ncm_verify.mlx_lm_real.recording import (
+    CallLog,
+    a_target_call_followed_a_rejection,
+    check_sampler_calls,
+    check_speculative_sampler_calls,
+    sampler_match,
+)
 
 
 def cases(kinds=KINDS):
@@ -299,31 +305,21 @@ def test_every_target_sampler_call_is_handed_the_target_conditional_of_the_token
     steps = [(token, logprobs, False) for token, logprobs in plain]
     check_sampler_calls(log, steps, target, prompt, sampler_match, lookahead=1, label="generate_step", call=plain_call)
 
-    log = CallLog()
     mx.random.seed(seed)
-    steps = list(
-        decoder.speculative_generate_step(
-            mx.array(prompt),
-            log.model(target, "target"),
-            log.model(draft, "draft"),
-            num_draft_tokens=num_draft,
-            max_tokens=max_tokens,
-            sampler=log.sampler(decoder.make_sampler(temp=temp, top_k=top_k)),
-            prefill_step_size=step,
-        )
-    )
-    rounds = check_sampler_calls(
-        log,
-        steps,
+    rounds = check_speculative_sampler_calls(
+        decoder,
         target,
+        draft,
         prompt,
-        RULES[decoder.ACCEPTANCE_RULE],
-        lookahead=0,
+        decoder.make_sampler(temp=temp, top_k=top_k),
         label="speculative_generate_step",
         call=call,
+        num_draft_tokens=num_draft,
+        max_tokens=max_tokens,
+        prefill_step_size=step,
     )
-    rejected = [accepted < len(block_drafts(block, spec.vocab_size)) for block, accepted, _ in rounds]
-    event("a target call after a rejection" if any(rejected[:-1]) else "no target call after a rejection")
+    followed = a_target_call_followed_a_rejection(rounds, spec.vocab_size)
+    event("a target call after a rejection" if followed else "no target call after a rejection")
 
 
 LAW_EXAMPLES = min(settings.default.max_examples, MIN_DISTINCT_EXAMPLES + 2)

@@ -27,7 +27,7 @@ from ncm_verify.harness.checks import as_numpy, assert_decodings_equal, top_two_
 from ncm_verify.mlx_lm_real.cache_views import assert_caches_equal_rebuilt
 from ncm_verify.mlx_lm_real.decoders import load_decoder
 from ncm_verify.mlx_lm_real.hybrid_models import DRAWN, HybridSpec, make_hybrid_cache, make_hybrid_model
-from ncm_verify.mlx_lm_real.recording import RULES, CallLog, block_drafts, check_sampler_calls
+from ncm_verify.mlx_lm_real.recording import a_target_call_followed_a_rejection, check_speculative_sampler_calls
 from ncm_verify.reference import speculative
 from ncm_verify.tolerances import RECURRENT_LOGPROBS
 
@@ -195,32 +195,22 @@ def test_every_target_sampler_call_over_hybrid_models_is_handed_the_target_condi
     call = f"mx.random.seed({seed}); {call}, sampler=make_sampler(temp={temp}))"
     note(call)
     target, draft = hybrid_model(spec), hybrid_model(draft_spec)
-    log = CallLog()
     mx.random.seed(seed)
-    steps = list(
-        decoder.speculative_generate_step(
-            mx.array(prompt),
-            log.model(target, "target"),
-            log.model(draft, "draft"),
-            num_draft_tokens=num_draft,
-            max_tokens=max_tokens,
-            sampler=log.sampler(decoder.make_sampler(temp=temp)),
-            prompt_cache=make_hybrid_cache(target, spec) + make_hybrid_cache(draft, draft_spec),
-        )
-    )
-    rounds = check_sampler_calls(
-        log,
-        steps,
+    rounds = check_speculative_sampler_calls(
+        decoder,
         target,
+        draft,
         prompt,
-        RULES[decoder.ACCEPTANCE_RULE],
-        lookahead=0,
+        decoder.make_sampler(temp=temp),
         label=decoder.NAME,
         call=call,
         tolerance=RECURRENT_LOGPROBS if set(spec.layers) & set("RH") else None,
+        num_draft_tokens=num_draft,
+        max_tokens=max_tokens,
+        prompt_cache=make_hybrid_cache(target, spec) + make_hybrid_cache(draft, draft_spec),
     )
-    rejected = [accepted < len(block_drafts(block, spec.vocab_size)) for block, accepted, _ in rounds]
-    event("a target call after a rejection" if any(rejected[:-1]) else "no target call after a rejection")
+    followed = a_target_call_followed_a_rejection(rounds, spec.vocab_size)
+    event("a target call after a rejection" if followed else "no target call after a rejection")
 
 
 @pytest.mark.claim("C18")

@@ -239,3 +239,29 @@ def check_sampler_calls(
             call=call,
         )
     return rounds
+
+
+def check_speculative_sampler_calls(
+    decoder, target, draft, prompt: list[int], sampler, *, label: str, call: str, tolerance=None, **options
+) -> list[tuple[SamplerCall, int, list[int]]]:
+    """`decoder`'s speculative loop run with every model and sampler call recorded, then `check_sampler_calls`
+    under the decoder's own acceptance rule; `options` go to `speculative_generate_step`. Returns the rounds."""
+    log = CallLog()
+    steps = list(
+        decoder.speculative_generate_step(
+            mx.array(prompt),
+            log.model(target, "target"),
+            log.model(draft, "draft"),
+            sampler=log.sampler(sampler),
+            **options,
+        )
+    )
+    rule = RULES[decoder.ACCEPTANCE_RULE]
+    return check_sampler_calls(
+        log, steps, target, prompt, rule, lookahead=0, label=label, call=call, tolerance=tolerance
+    )
+
+
+def a_target_call_followed_a_rejection(rounds: list[tuple[SamplerCall, int, list[int]]], vocab: int) -> bool:
+    """Whether some round before the last rejected a draft (the rounds a rollback bug shows in)."""
+    return any(accepted < len(block_drafts(block, vocab)) for block, accepted, _ in rounds[:-1])
