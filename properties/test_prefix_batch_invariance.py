@@ -13,10 +13,9 @@ from hypothesis import given, note, reject
 from hypothesis import strategies as st
 
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import assert_close, assert_equal
+from ncm_verify.harness.checks import assert_close, assert_equal, is_near_tie
 from ncm_verify.protocol import ncm_api
 from ncm_verify.reference.ncm.config import fixture_fields
-from ncm_verify.tolerances import tolerance_for
 
 
 def batch_with(data, config, prefix, label: str) -> tuple[list, int]:
@@ -83,11 +82,8 @@ def assert_rows_equal(
             ),
             ("token logits", level, actual.token_logits[level][actual_row], expected.token_logits[level][expected_row]),
         ]
-    if dtype is not None:
-        tolerance = tolerance_for(getattr(mx, dtype))
-        scale = max(float(np.abs(np.array(b, dtype=np.float64)).max(initial=0.0)) for *_, b in logits)
-        near_tie = min(actual.margin, expected.margin) <= 2 * (tolerance.atol + tolerance.rtol * scale)
-        if near_tie and not all(np.array_equal(np.array(a), np.array(b)) for *_, a, b in draws):
+    if dtype is not None and not all(np.array_equal(np.array(a), np.array(b)) for *_, a, b in draws):
+        if is_near_tie(min(actual.margin, expected.margin), [b for *_, b in logits], getattr(mx, dtype)):
             reject()
     for what, level, a, b in draws + logits:
         where = f"row {actual_row} vs row {expected_row}" + ("" if level is None else f", level {level}")
