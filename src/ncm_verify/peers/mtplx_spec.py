@@ -13,7 +13,7 @@ residual by p.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 import numpy as np
@@ -115,14 +115,8 @@ def verify_then_rollback(target, prompt: list[int], verified: list[int], accepte
     return cache
 
 
-@contextlib.contextmanager
-def planted() -> Iterator[None]:
+def planted() -> contextlib.AbstractContextManager:
     """mtplx's rule with its residual replaced by p: a rejected draft is corrected from the target itself."""
     from mtplx import sampling
 
-    own = sampling.residual_distribution
-    sampling.residual_distribution = lambda target_p, draft_q: target_p
-    try:
-        yield
-    finally:
-        sampling.residual_distribution = own
+    return mock.patch.object(sampling, "residual_distribution", lambda target_p, draft_q: target_p)

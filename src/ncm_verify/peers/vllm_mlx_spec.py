@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 import numpy as np
@@ -47,13 +47,10 @@ def plain_law(logits: np.ndarray, req) -> np.ndarray:
         seen.append((np.array(logprobs, dtype=np.float64), float(temp)))
         return own(logprobs, temp)
 
-    sample_utils.categorical_sampling = record
-    try:
+    with mock.patch.object(sample_utils, "categorical_sampling", record):
         sampler = sample_utils.make_sampler(temp=req.temperature, top_p=req.top_p, min_p=req.min_p, top_k=req.top_k)
         row = mx.array(logits[None], dtype=mx.float32)
         sampler(row - mx.logsumexp(row, axis=-1, keepdims=True))
-    finally:
-        sample_utils.categorical_sampling = own
     (logprobs, temp), *_ = seen
     scaled = logprobs[0] / temp
     law = np.exp(scaled - scaled[np.isfinite(scaled)].max())
@@ -94,14 +91,10 @@ def rule_law(p_log: np.ndarray, q_log: np.ndarray) -> np.ndarray:
     return law
 
 
-@contextlib.contextmanager
-def planted() -> Iterator[None]:
+def planted() -> contextlib.AbstractContextManager:
     """The sampled MTP branch with its residual replaced by p: a rejected draft is corrected from p itself."""
     from vllm_mlx import mllm_batch_generator
 
-    own = mllm_batch_generator._residual_logprobs
-    mllm_batch_generator._residual_logprobs = lambda target_logprobs, draft_logprobs: target_logprobs
-    try:
-        yield
-    finally:
-        mllm_batch_generator._residual_logprobs = own
+    return mock.patch.object(
+        mllm_batch_generator, "_residual_logprobs", lambda target_logprobs, draft_logprobs: target_logprobs
+    )
