@@ -44,6 +44,17 @@ def test_a_moved_mass_leaves_a_residual_of_exactly_a_power_of_two_and_exactly_su
         assert q[np.argmax(p)] < p[np.argmax(p)]  # taken from the likeliest id first
 
 
+def test_a_moved_mass_smaller_than_the_likeliest_weight_still_leaves_a_residual_with_steps_in_some_rows():
+    """Taken greedily it comes from one id: a residual without steps, where no correction's uniform can sit."""
+    rng = np.random.default_rng(4)
+    target = make_exactly_summed_rows(rng, 64, 4096)
+    draft = make_exact_mass_moved_rows(rng, target)
+    residuals = np.maximum(target - draft, 0.0)
+    small = residuals.sum(axis=1) < target.max(axis=1)
+    stepped = np.count_nonzero(residuals[small], axis=1) >= 2
+    assert small.sum() >= 16 and stepped.mean() > 1 / 3, (small.sum(), stepped.mean())
+
+
 def test_the_slack_of_an_exactly_summed_row_at_V_128256_fails_a_threshold_moved_by_1e_6():
     """The any-order bound excused this draw (1.5e-2 of the total); two ulps do not."""
     rng = np.random.default_rng(3)

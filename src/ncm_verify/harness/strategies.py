@@ -532,14 +532,22 @@ def make_exact_mass_moved_rows(rng: np.random.Generator, target: np.ndarray) -> 
     """Exactly summed `target` rows with 2^-m of their mass moved from their likeliest ids to a few others.
 
     q(x) is 0 or tiny where p(x) is largest (a large ratio p/q, a residual peaked there) and the residual's mass is
-    exactly 2^-m, so its normalisation is exact too.
+    exactly 2^-m, so its normalisation is exact too. Half the rows take it greedily, the likeliest id first; the
+    others take an equal share from each of their 2-8 likeliest ids, so the residual has steps a correction's
+    uniform can sit next to (greedy takes a small mass from one id: a residual without steps).
     """
     draft = np.rint(target * EXACT_UNITS).astype(np.int64)
     for row in draft:
         moved = EXACT_UNITS >> int(rng.integers(*MOVED_MASS_EXPONENTS))
         order = np.argsort(-row, kind="stable")
-        before = np.cumsum(row[order]) - row[order]
-        taken = np.minimum(row[order], np.maximum(moved - before, 0))
+        givers = max(1, min(int(rng.integers(2, 9)), len(row) - 1))
+        shares = np.zeros(len(row), np.int64)
+        shares[:givers] = moved // givers
+        shares[0] += moved - shares.sum()
+        taken = np.minimum(row[order], shares)
+        if rng.random() < 0.5 or taken.sum() != moved:  # greedy, or shares past what the likeliest ids hold
+            before = np.cumsum(row[order]) - row[order]
+            taken = np.minimum(row[order], np.maximum(moved - before, 0))
         receivers = order[taken == 0]
         if not len(receivers) or taken.sum() != moved:  # nowhere to move it: the draft equals its target
             continue
