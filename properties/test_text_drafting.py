@@ -111,8 +111,8 @@ def test_every_verify_chain_call_is_handed_the_target_conditional_and_the_rows_t
     must match one uncached forward pass of the target over the prompt, the tokens emitted before and the
     drafts; every q row the drafter's own rows under the codes it drew, recomputed without a cache; a
     feature-reading drafter's features the target's uncached hidden state; the emitted tokens what
-    `verify_chain` decided; the target ran one pass per block. A loop that raises is judged on the calls
-    it made before.
+    `verify_chain` decided; the target ran one pass per block; no two random calls got the same key (a reused
+    key correlates rounds that are each exact). A loop that raises is judged on the calls it made before.
     """
     spec, target, kind, drafter, built = draw_models(data)
     prompt = draw_prompt(data, kind, spec.vocab_size)

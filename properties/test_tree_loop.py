@@ -100,8 +100,8 @@ def test_every_verify_tree_call_of_the_tree_loop_is_handed_the_exact_conditional
 
     `verify_tree` is wrapped to record each call; the handed tree must be the loop's shape, every p row the
     target's uncached conditional of the context and the root-to-node path, every q row the draft's, top-k
-    children their row's top k, and the emitted tokens what `verify_tree` decided. A loop that raises is judged
-    on the calls it made before.
+    children their row's top k, the emitted tokens what `verify_tree` decided, and no round's key a reused one. A
+    loop that raises is judged on the calls it made before.
     """
     mode = data.draw(st.sampled_from(MODES), label="mode")
     spec, target, draft_spec, draft = draw_pair(data, CLOSE_DRAFT_SCALES + (PEAKED_DRAFT_SCALE,))

@@ -85,6 +85,12 @@ MUTANTS = {
     "drafting_target_keeps_a_rejected_draft": (
         "drafting loop: after a rejection the target's cache keeps the rejected draft's K/V for every later round"
     ),
+    "drafting_loop_reuses_its_round_keys": (
+        "drafting loop: the key never advances, every round's drafter and verify_chain draw with the first round's keys"
+    ),
+    "tree_loop_reuses_its_round_keys": (
+        "tree loop: the key never advances, every round's draft and verify_tree draw with the first round's keys"
+    ),
     "tree_loop_children_from_the_levels_first_row": (
         "tree loop, sampled modes: every node's children drawn from its level's first row, each node's own verified"
     ),

@@ -228,7 +228,7 @@ class RecordingDrafter:
     def propose(self, cache, new_tokens, k, key, *, temperature=1.0, features=None):
         held = cache[0].offset if cache else 0
         block = self.drafter.propose(cache, new_tokens, k, key, temperature=temperature, features=features)
-        record = {"new_tokens": new_tokens, "features": features, "block": block, "held": held}
+        record = {"new_tokens": new_tokens, "features": features, "block": block, "held": held, "key": key}
         self.calls.append(("propose", record))
         return block
 
@@ -285,13 +285,14 @@ class RecordingKernels:
     def verify_chain(self, target_probs, draft_probs, draft_tokens, **kwargs):
         outcome = self.kernels.verify_chain(target_probs, draft_probs, draft_tokens, **kwargs)
         record = {"p": target_probs, "q": draft_probs, "drafts": draft_tokens, "outcome": outcome}
+        record["key"] = kwargs.get("key")
         self.calls.append(("verify_chain", record))
         return outcome
 
     def verify_tree(self, target_probs, draft_probs, tree_tokens, parents, **kwargs):
         # logged before the call: a call that raises is judged too (its outcome stays None)
         record = {"p": target_probs, "q": draft_probs, "tree_tokens": tree_tokens, "parents": parents}
-        record.update(mode=kwargs.get("mode"), outcome=None)
+        record.update(mode=kwargs.get("mode"), key=kwargs.get("key"), outcome=None)
         self.calls.append(("verify_tree", record))
         record["outcome"] = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
         return record["outcome"]
@@ -403,6 +404,24 @@ def enumerated_loop_law(run_loop, length: int, *, call: str) -> dict[tuple, floa
     return law
 
 
+def assert_keys_never_reused(calls: list, *, call: str) -> None:
+    """No two random calls of one generation (proposals, verifications) were handed the same key.
+
+    A repeated key repeats its uniforms: across rounds the acceptances correlate, between a drafter and its
+    verifier the drafts and their acceptance do, and the law is off however exact each call is.
+    """
+    seen: dict[bytes, str] = {}
+    for number, (name, record) in enumerate(calls):
+        if record.get("key") is None:
+            continue
+        raw, where = as_numpy(record["key"]).tobytes(), f"call {number} ({name})"
+        if raw in seen:
+            raise AssertionError(
+                f"{where} was handed the key of {seen[raw]}: {as_numpy(record['key']).tolist()}\n  call: {call}"
+            )
+        seen[raw] = where
+
+
 def check_drafted_calls(
     calls: list,
     tokens: list[int] | None,
@@ -470,6 +489,8 @@ def check_drafted_calls(
         context += [int(t) for t in record["outcome"].tokens[0, : stood + 1].tolist()]
         accepted.append(stood)
         proposal = None
+    if temperature > 0:  # at 0 every draw is an argmax: a key is never read
+        assert_keys_never_reused(calls, call=call)
     if tokens is None:  # the loop raised: judged on the calls it made
         return accepted
     replayed = context[len(prompt) :][:max_tokens]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import logprobs_at_every_position
-from ncm_verify.mlx_lm_real.text_drafters import ExpandedRound, scaled_softmax
+from ncm_verify.mlx_lm_real.text_drafters import ExpandedRound, assert_keys_never_reused, scaled_softmax
 from ncm_verify.oracles import exact_tree
 
 
@@ -161,6 +161,8 @@ def check_tree_calls(
         stood = int(outcome.num_accepted[0].item())
         rounds.append((stood, [int(n) for n in outcome.path[0, :stood].tolist()], parents))
         context += [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]
+    if temperature > 0:  # at 0 every draw is an argmax: a key is never read
+        assert_keys_never_reused(calls, call=call)
     if tokens is None:
         return rounds
     replayed = context[len(prompt) :][:max_tokens]

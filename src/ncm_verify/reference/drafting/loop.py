@@ -57,6 +57,8 @@ class Steps(NamedTuple):
     """(context length, accepted, drafted) -> positions the target's cache keeps after a round."""
     drafter_kept: Callable[[int, int], int]
     """(positions of the context the drafter read, its cache's offset) -> positions it keeps."""
+    round_keys: Callable[[mx.array], tuple]
+    """(the loop's key) -> (the next round's key, the drafter's key, verify_chain's key)."""
 
 
 def _propose(drafter, cache, new_tokens, k, key, temperature, features) -> DraftBlock:
@@ -68,6 +70,7 @@ REFERENCE_STEPS = Steps(
     draft_rows=lambda drafter, block, context, temperature, features: block.probs,
     target_kept=lambda context_length, accepted, drafted: context_length - 1,
     drafter_kept=lambda read, offset: read,
+    round_keys=lambda key: tuple(mx.random.split(key, 3)),
 )
 
 
@@ -154,7 +157,7 @@ def generate_drafted(
     unread, read = context, 0  # tokens the drafter has not read; positions of the context it holds
     while len(emitted) < max_tokens:
         count = min(num_draft, max_tokens - len(emitted))
-        key, draft_key, verify_key = mx.random.split(key, 3)
+        key, draft_key, verify_key = _steps.round_keys(key)
         new_tokens = mx.array([unread], dtype=mx.int32)
         block = _steps.propose(drafter, drafter_cache, new_tokens, count, draft_key, temperature, features)
         read += len(unread)

@@ -104,6 +104,8 @@ class TreeSteps(NamedTuple):
     """(accepted path, node indices) -> the tree rows after the root that the caches keep, in order."""
     child_row: Callable[[mx.array, int, str], mx.array]
     """(a level's draft rows [n, V], node i of the level, mode) -> the row node i's children are drawn from."""
+    round_keys: Callable[[mx.array], tuple]
+    """(the loop's key) -> (the next round's key, the draft's key, verify_tree's key)."""
 
 
 REFERENCE_TREE_STEPS = TreeSteps(
@@ -111,6 +113,7 @@ REFERENCE_TREE_STEPS = TreeSteps(
     positions=lambda depths, offset: mx.array([offset] + [offset + d for d in depths], dtype=mx.int32),
     kept=lambda path: [node + 1 for node in path],
     child_row=lambda level, i, mode: level[i],
+    round_keys=lambda key: tuple(mx.random.split(key, 3)),
 )
 
 
@@ -283,7 +286,7 @@ def generate_tree_drafted(
     accepted: list[int] = []
     nodes: list[int] = []
     while len(emitted) < max_tokens:
-        key, draft_key, verify_key = mx.random.split(key, 3)
+        key, draft_key, verify_key = _steps.round_keys(key)
         offset = target_cache[0].offset
         # no deeper than the tokens still wanted, as the chain loop drafts: the caches never run past them
         shape = branching[: max_tokens - len(emitted)]
