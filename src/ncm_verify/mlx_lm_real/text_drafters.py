@@ -30,7 +30,7 @@ from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
 from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting import ConceptBlockDrafter, ConceptDrafterConfig, DraftBlock
-from ncm_verify.reference.drafting.base import softmax_rows
+from ncm_verify.reference.drafting.base import rows_at_temperature, softmax_rows
 from ncm_verify.reference.drafting.loop import target_pass
 from ncm_verify.reference.ncm.concept_config import ConceptConfig
 
@@ -38,8 +38,8 @@ DRAFTER_KINDS = ("autoregressive", "block", "block reading features", "concept",
 """The test drafters the properties draw."""
 
 
-def scaled_softmax(logits: mx.array, temperature: float) -> mx.array:
-    return softmax_rows(logits.astype(mx.float32) * (1.0 / temperature))
+scaled_softmax = rows_at_temperature
+"""The rows a loop draws from at a temperature (one function for every loop and drafter)."""
 
 
 class ARDrafter:
