@@ -458,7 +458,7 @@ def verify(
         reuse={k: v for k, v in reuse.items() if k != "file"},
         ledger_problems=ledger_against_run(reports, selected=bool(properties)),
         required=required,
-        installed=None if installed_suite_root() is None else {"root": str(ROOT), "python": sys.executable},
+        rerun_from={"root": str(ROOT), "python": sys.executable},
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from ncm_verify.environment import installed_suite_root
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
     NOT_APPLICABLE,
@@ -225,8 +224,7 @@ class EvidenceCollector:
         planned = self.policy()["planned_tests"]
         run = {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "planned_tests": planned}
         run["impl"] = self.config.getoption("--impl")
-        if installed_suite_root() is not None:
-            run["installed"] = {"root": str(self.config.rootpath), "python": sys.executable}
+        run["rerun_from"] = {"root": str(self.config.rootpath), "python": sys.executable}
         block = failure_block(
             Failure(
                 nodeid=entry.nodeid,
