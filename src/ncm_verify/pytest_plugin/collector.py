@@ -336,5 +336,6 @@ class EvidenceCollector:
             )
         terminalreporter.write_line(f"ncm-verify: {self.budget.note}")
         if self.budget.run_failed_by_budget:
-            terminalreporter.write_line("ncm-verify: run FAILED: statistical budget overspent", red=True)
+            why = "statistical budget overspent" if not self.budget.within_plan else "its plan is not the reused run's"
+            terminalreporter.write_line(f"ncm-verify: run FAILED: {why}", red=True)
         terminalreporter.write_line(f"ncm-verify: evidence written to {self.report_dir / EVIDENCE_FILE}")
