@@ -194,7 +194,7 @@ token of its shipped record: MLX on another machine or build may sum in another 
 AdamW carry that drift; the shipped weights, not a retrain, are what every property reads."""
 
 
-# --- SmolLM2-135M (issue 42): mlx-lm's model against the float64 NumPy reading of the GGUF ---
+# --- SmolLM2-135M, a real target: mlx-lm's model against the float64 NumPy reading of the GGUF ---
 
 SMOLLM2_LOGITS_RTOL = {
     # 30 layers of float32 sums (576- and 1536-long): measured 31-33 eps32 of max |logit| on three prompts.

@@ -95,7 +95,7 @@ def measured_tokens_per_pass(impl, fixture, shape, mode: str, batch: int, seed: 
 
 def row_seed(seed: int, *indices: int) -> int:
     """One seed per (fixture, mode, shape): rows sharing one seed share their draws, and a chain drawn with and
-    without replacement (one law) gave the same deviation twice, read as a discrepancy (issue 28)."""
+    without replacement (one law) gave the same deviation twice, read as a discrepancy."""
     return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
 
 
@@ -222,7 +222,7 @@ def latency_grid(name: str) -> list[TreeLatencyCase]:
 
 
 QUICK_CHAINS = ((32_000, 1), (32_000, 8), (128_256, 1))
-"""The chain-shaped 4-node tree at the (V, B) issue 28 measured it (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
+"""The chain-shaped 4-node tree at the (V, B) of its first measurement (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
 
 
 def tree_inputs(case: TreeLatencyCase, seed: int = 3) -> dict:

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for trees (issue 19): shapes, modes, how children are drafted, sibling cases.
+"""Hypothesis strategies for trees: shapes, modes, how children are drafted, sibling cases.
 
 A tree's kernel cases and exact-step cases come from its spec in the kernel registry
 (`ncm_verify.harness.kernels.TREE`) through the suite's `strategies`, as every kernel's do; what

@@ -6,7 +6,7 @@ prod_i q_i(x_i | z), in one forward over k placeholder slots (which it leaves in
 trim), optionally reading the target's hidden state. The "concept" kinds are the reference's own NCM block
 drafter (`ConceptBlockDrafter`: the source's NCM, codes level by level, rows from the codec's decode) at a tiny
 seeded size, with and without the target's features. All are pure functions of their seeds. The trained
-drafters (issue 24's other half) implement the same `TextDrafter` face.
+drafters (the NCM and concept drafters) implement the same `TextDrafter` face.
 
 `check_drafted_calls` judges a loop from what it handed the drafter and `verify_chain`, exactly: each
 call's p rows are the target's uncached conditionals of what was emitted before, its q rows the very rows

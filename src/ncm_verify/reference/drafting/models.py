@@ -1,4 +1,4 @@
-"""The trained text models of issue 24: the AR target and the AR draft, and what the drafters share.
+"""The trained text models of text drafting: the AR target and the AR draft, and what the drafters share.
 
 The target and the AR draft are mlx-lm's own `llama.Model`, so mlx-lm's `generate_step`,
 `speculative_generate_step` and prompt caches run them unchanged. The NCM block drafter is the source's NCM

@@ -1,4 +1,4 @@
-"""Tree decoding over mlx-lm models: a draft model expands a tree, the target scores it in one pass (issue 28).
+"""Tree decoding over mlx-lm models: a draft model expands a tree, the target scores it in one pass.
 
 Each round the draft expands a tree level by level from the last emitted token (the root): every node of depth
 d < len(branching) gets ``branching[d]`` children, drawn from the draft's row at that node by the implementation's
