@@ -140,15 +140,24 @@ def format_rows(rows: list[dict], header: bool = True) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class LatencyCase:
+    """A latency case at (V, B): random rows, or SmolLM2's related as `smollm2` says (measure.BenchCase)."""
+
     vocab: int
     batch: int
+    smollm2: str | None = None
 
     @property
     def name(self) -> str:
         return f"{BUDGET} nodes V={self.vocab} B={self.batch} float32"
 
 
-LATENCY_CASES = (LatencyCase(32_000, 1), LatencyCase(32_000, 8), LatencyCase(128_256, 1))
+LATENCY_CASES = (
+    LatencyCase(32_000, 1),
+    LatencyCase(32_000, 8),
+    LatencyCase(128_256, 1),
+    LatencyCase(49_152, 1, "quantized"),
+    LatencyCase(49_152, 8, "quantized"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
