@@ -107,7 +107,7 @@ def smollm2_cases(batches: tuple[int, ...], relations: tuple[str, ...]) -> list[
 
 def make_grid(name: str) -> list[BenchCase]:
     """The `quick` grid (minutes on 2 cores), the `full` one the issue lists, or `smollm2`: the full grid's
-    cases on SmolLM2's real rows alone (and no generation cases)."""
+    cases on SmolLM2's real rows and random-row twins at their V (no generation cases)."""
     if name == "quick":
         chain = [BenchCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
         chain += [
@@ -133,8 +133,9 @@ def make_grid(name: str) -> list[BenchCase]:
             for dtype in DTYPES
         ]
         return chain + others + smollm2_cases((1, 8, 32), ("quantized", "temperature"))
-    if name == "smollm2":
-        return smollm2_cases((1, 8, 32), ("quantized", "temperature"))
+    if name == "smollm2":  # with random rows at the same V beside them: what real rows change
+        twins = [BenchCase(step, SMOLLM2_VOCAB, 4, batch) for step in ("chain", "greedy") for batch in (1, 8)]
+        return twins + smollm2_cases((1, 8, 32), ("quantized", "temperature"))
     raise ValueError(f"grid: expected one of {', '.join(GRIDS)}, got {name!r}")
 
 
