@@ -57,7 +57,7 @@ from ncm_verify.reference.speculative import CDF_BLOCK
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OURS = ("eager", "compiled", "validated")
-STATISTICS = {"median": statistics.median, "min": min}
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 """Ratios from medians (the table) and from minima (steadier under load: a preempted call only adds time)."""
 BURST = 3
 """Calls in a row per contender and round: the first after another contender pays MLX's cold start."""
