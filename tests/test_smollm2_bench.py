@@ -122,3 +122,21 @@ def test_rows_at_temperature_scales_as_mlx_lm_s_sampler_and_is_one_hot_at_zero()
     temperature = 0.7  # 1 / 0.7 rounds, so x * (1 / T) and x / T differ in the last bit for some x
     assert mx.array_equal(rows_at_temperature(logits, temperature), softmax_rows(logits * (1.0 / temperature)))
     assert rows_at_temperature(logits, 0).tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]  # the first maximum
+
+
+def test_a_tree_on_smollm2_rows_drafts_each_node_s_top_children_and_verifies():
+    from ncm_verify.bench.trees import TreeLatencyCase, eagle_tree, tree_inputs
+
+    case = TreeLatencyCase("eagle", eagle_tree(3, 2), SMOLLM2_VOCAB, 2, smollm2="quantized")
+    inputs = tree_inputs(case)
+    draft, tokens = np.array(inputs["draft"]), np.array(inputs["tokens"])
+    for b in range(case.batch):
+        for parent in set(case.parents):
+            children = [tokens[b, n] for n, p in enumerate(case.parents) if p == parent]
+            row = draft[b, parent + 1]
+            kth = np.sort(row)[-len(children)]  # ties may pick either id: compare masses, not ids
+            assert len(set(children)) == len(children) and row[children].min() >= kth, f"{b}, {parent}: not top ids"
+    outcome = load_implementation().verify_tree(
+        inputs["target"], inputs["draft"], inputs["tokens"], inputs["parents"], key=mx.random.key(0), mode="top_k"
+    )
+    assert np.array(outcome.num_accepted).max() <= case.depth
