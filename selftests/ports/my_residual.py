@@ -16,7 +16,7 @@ def check_rows(name: str, rows, ndim: int | None = None) -> None:
         raise ValueError(f"{name}: contains NaN or infinite values")
     if not mx.all(as_float >= 0).item():
         raise ValueError(f"{name}: contains negative probabilities")
-    if not mx.all(mx.abs(as_float.sum(axis=-1) - 1) <= normalisation_for(name, rows.dtype, rows.shape[-1])).item():
+    if not mx.all(mx.abs(as_float.sum(axis=-1) - 1) <= normalisation_for(name, rows.dtype)).item():
         raise ValueError(f"{name}: rows do not sum to 1")
 
 
