@@ -112,7 +112,8 @@ GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
 THRESHOLD ?= 0.6
 
-# Also C12 on SmolLM2-135M and MLX's CPU BLAS side by side (docs/smollm2.md).
+# Also C12 on SmolLM2-135M, MLX's CPU BLAS side by side (docs/smollm2.md), and SmolLM2's prefix caching with
+# mlx-lm's own KV cache (docs/performance.md); the kernel grid includes steps on SmolLM2's real rows.
 ## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
 bench: install model
 	@mkdir -p $(REPORTS)
@@ -124,6 +125,7 @@ bench: install model
 	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
 	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
 	$(PY) -m ncm_verify.bench.smollm2 --out $(REPORTS)/bench-smollm2.json
+	$(PY) -m ncm_verify.bench.prefix_cache --out $(REPORTS)/bench-prefix-cache.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
 		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi

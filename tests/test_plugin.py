@@ -3,6 +3,7 @@ from the statistical markers, and the run state it gives the harness; in-process
 subprocess where xdist workers are involved."""
 
 import json
+import shlex
 import textwrap
 
 import pytest
@@ -441,7 +442,8 @@ def test_the_first_failure_that_reaches_the_module_is_printed_as_it_is_found_wit
     block = printed.split("FIRST FAILURE", 1)[1]
     assert block.startswith(": test_suite.py::test_first (C5), failed by assertion"), block[:200]
     assert "the first failure of the module" in block and "the second failure" not in block.split("rerun:", 1)[0]
-    assert "rerun: HYPOTHESIS_PROFILE=" in block and "'test_suite.py::test_first' -p no:xdist" in block
+    rerun = f"rerun: cd {shlex.quote(str(pytester.path))} && HYPOTHESIS_PROFILE="  # runnable from any folder
+    assert rerun in block and "'test_suite.py::test_first' -p no:xdist" in block
     assert printed.index("FIRST FAILURE") < printed.index("evidence written to"), "before the session's summary"
 
 

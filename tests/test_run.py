@@ -143,6 +143,23 @@ def test_a_port_run_with_its_reports_elsewhere_reuses_what_the_reference_run_lef
     assert reused_nodeids(properties_commands[-1]) is None and len(fake_phases) == 4
 
 
+def test_a_port_run_of_some_properties_carries_only_theirs_and_plans_as_the_reference_run_did(
+    properties_commands, fake_phases, port_file, tmp_path
+):
+    """A quick look (``--properties``) is a part of a full run: its budget is the full run's, never overspent."""
+    from ncm_verify import run
+
+    run.verify("ncm_verify.reference", "ci", tmp_path / "reports", 1)
+    planned = json.loads((tmp_path / "reports" / files.EVIDENCE_FILE).read_text())["policy"]["planned_tests"]
+    run.verify(port_file, "ci", tmp_path / "elsewhere", 1, properties=["properties/test_prefix.py"])
+    command = properties_commands[-1]
+    assert reused_nodeids(command) == [
+        "properties/test_prefix.py::test_cached",
+        "properties/test_prefix.py::test_isolated",
+    ]
+    assert f"--ncm-planned-tests={planned}" in command
+
+
 # --- reuse: a port's run carries the reference's evidence for the properties it would repeat exactly ---
 
 GREEDY_PORT = '''

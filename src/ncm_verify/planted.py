@@ -109,7 +109,7 @@ MUTANTS = {
     ),
     "concept_decoder_reads_previous_codebook": "source NCM: the decode reads level l with level l-1's codebook",
     "concept_cache_key_without_codec": "source NCM: PC-1's cross-request key omits the codec's fingerprint",
-    # issue 44: bugs only non-initial weights, wide inputs or a stressed cache show
+    # bugs only non-initial weights, wide inputs or a stressed cache show
     "concept_prefix_key_norm_without_gain": "source NCM: PC-1 normalises cached prefix keys without QK-norm's gain",
     "concept_prefix_embedding_without_bias": "source NCM: PC-1 projects the prefix without the projection's bias",
     "concept_prefix_rope_table_wraps": "source NCM: PC-1 rotates the prefix by positions wrapped modulo 4096",

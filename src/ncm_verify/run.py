@@ -287,8 +287,24 @@ def reusable_properties(kept: dict, module) -> list[dict]:
     return carried
 
 
-def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, rerun: bool) -> dict:
-    """Which properties this run takes from the reference's cached evidence, and why (none, when it cannot)."""
+def selected_nodeid(name: str) -> str:
+    """A ``--properties`` name as pytest's node ids spell it: relative to the suite's root where it lies there."""
+    path, sep, rest = name.partition("::")
+    try:
+        path = Path(path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:  # not under the root: kept as given (pytest resolves it from the root anyway)
+        pass
+    return path + sep + rest
+
+
+def plan_reuse(
+    module, reports: Path, kept_path: Path, *, derandomized: bool, rerun: bool, selected: list[str] | None = None
+) -> dict:
+    """Which properties this run takes from the reference's cached evidence, and why (none, when it cannot).
+
+    A run of `selected` properties (``--properties``) carries only their evidence, and is planned as the reference
+    run was (`planned_tests`): its evidence then reads as a part of that run's, never as a budget overspent.
+    """
     if module.__name__ == DEFAULT_IMPLEMENTATION:
         kept = "kept for ports' runs" if derandomized else "not kept: this profile's examples are random"
         return {"reused": 0, "why": f"the reference runs every property (its evidence {kept})"}
@@ -304,10 +320,16 @@ def plan_reuse(module, reports: Path, kept_path: Path, *, derandomized: bool, re
             "(`make verify` once, on the reference, with this cache enables reuse)",
         }
     carried = reusable_properties(kept, module)
+    if selected:
+        from ncm_verify.pytest_plugin.planning import matches
+
+        names = [selected_nodeid(name) for name in selected]
+        carried = [entry for entry in carried if any(matches(entry["nodeid"], name) for name in names)]
     (reports / REUSE_FILE).write_text(json.dumps({**kept, "properties": carried}) + "\n")
     source = kept["source"]
     return {
         "reused": len(carried),
+        **({"planned_tests": kept["policy"]["planned_tests"]} if selected else {}),
         "from_run": source["run_id"],
         "ran": source["ran"],
         "why": f"{len(carried)} of {len(kept['properties'])} properties read only names this module inherits, "
@@ -415,7 +437,9 @@ def verify(
     evidence_key = key if model is None else f"{key}-model-{checkpoint['sha256'][:16]}"
     kept_path = reference_evidence_path(cache, evidence_key, profile, seed)
     say(f"[1/4] properties: model-level path (b) judges {checkpoint['path']} (sha256 {checkpoint['sha256']})")
-    reuse = plan_reuse(module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun)
+    reuse = plan_reuse(
+        module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun, selected=properties
+    )
     say(f"[1/4] properties: {reuse['why']}")
     properties = pytest_command(
         *(properties or ["properties"]),
@@ -427,6 +451,7 @@ def verify(
         *([f"--hypothesis-seed={seed}"] if seed is not None else []),
         *([f"--ncm-model={Path(model).expanduser().resolve()}"] if model is not None else []),
         *([f"--ncm-reuse={reuse['file']}"] if reuse.get("file") else []),
+        *([f"--ncm-planned-tests={reuse['planned_tests']}"] if reuse.get("planned_tests") else []),
         jobs=jobs,
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -458,7 +483,7 @@ def verify(
         reuse={k: v for k, v in reuse.items() if k != "file"},
         ledger_problems=ledger_against_run(reports, selected=bool(properties)),
         required=required,
-        installed=None if installed_suite_root() is None else {"root": str(ROOT), "python": sys.executable},
+        rerun_from={"root": str(ROOT), "python": sys.executable},
     )
     (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
     document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it

@@ -1,4 +1,4 @@
-"""The MLX speculative decoders users run, each judged in an environment of its own (issue 40).
+"""The MLX speculative decoders users run, each judged in an environment of its own.
 
     python -m ncm_verify.run_mlx_peers install mlx-vlm          (make install-peers PEER=mlx-vlm)
     python -m ncm_verify.run_mlx_peers verify mlx-vlm,dflash-mlx (make verify-peers PEERS=mlx-vlm,dflash-mlx)

@@ -1,4 +1,4 @@
-"""MLX's CPU matmuls with the BLAS it bundles beside a preloaded OpenBLAS, side by side in one run (issue 42).
+"""MLX's CPU matmuls with the BLAS it bundles beside a preloaded OpenBLAS, side by side in one run.
 
 `python -m ncm_verify.bench.blas` runs the same measurements in two child processes, one without LD_PRELOAD and one
 preloading the OpenBLAS the Makefile found (`--blas`), and prints them beside each other: a float32 matmul the size

@@ -18,7 +18,14 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.bench.measure import evaluated, summarise, time_side_by_side
+from ncm_verify.bench.measure import (
+    SMOLLM2_ROWS_LABEL,
+    BenchCase,
+    evaluated,
+    make_smollm2_inputs,
+    summarise,
+    time_side_by_side,
+)
 from ncm_verify.bench.trees import LATENCY_CASES, LatencyCase, fixtures, kernel_bench_main, truncated
 from ncm_verify.harness.drivers import first_round_inputs
 from ncm_verify.oracles import exact_block
@@ -86,10 +93,14 @@ def format_rows(rows: list[dict], header: bool = True) -> str:
 
 def latency_row(impl, case: LatencyCase, rounds: int, budget_s: float) -> dict:
     """Medians of verify_chain and verify_block on one batch of G = `LATENCY_DRAFTS` drafts."""
-    keys = mx.random.split(mx.random.key(3), 3)
-    target = mx.softmax(mx.random.normal((case.batch, LATENCY_DRAFTS + 1, case.vocab), key=keys[0]), axis=-1)
-    draft = mx.softmax(mx.random.normal((case.batch, LATENCY_DRAFTS, case.vocab), key=keys[1]), axis=-1)
-    tokens = mx.random.randint(0, case.vocab, (case.batch, LATENCY_DRAFTS), key=keys[2]).astype(mx.int32)
+    if case.smollm2 is not None:  # SmolLM2's rows, drafts drawn from its draft rows
+        real = BenchCase("chain", case.vocab, LATENCY_DRAFTS, case.batch, smollm2=case.smollm2)
+        target, draft, tokens = make_smollm2_inputs(real, seed=3)
+    else:
+        keys = mx.random.split(mx.random.key(3), 3)
+        target = mx.softmax(mx.random.normal((case.batch, LATENCY_DRAFTS + 1, case.vocab), key=keys[0]), axis=-1)
+        draft = mx.softmax(mx.random.normal((case.batch, LATENCY_DRAFTS, case.vocab), key=keys[1]), axis=-1)
+        tokens = mx.random.randint(0, case.vocab, (case.batch, LATENCY_DRAFTS), key=keys[2]).astype(mx.int32)
     mx.eval(target, draft, tokens)
     key = mx.random.key(1)
     contenders: dict[str, Callable[[], object]] = {
@@ -101,7 +112,8 @@ def latency_row(impl, case: LatencyCase, rounds: int, budget_s: float) -> dict:
     chain = summary["verify_chain"]["median_s"]
     for figures in summary.values():
         figures["x verify_chain"] = figures["median_s"] / chain
-    name = f"G={LATENCY_DRAFTS} V={case.vocab} B={case.batch} float32"
+    rows = f" {SMOLLM2_ROWS_LABEL} {case.smollm2}" if case.smollm2 else ""
+    name = f"G={LATENCY_DRAFTS} V={case.vocab} B={case.batch} float32{rows}"
     return {"case": name, "vocab": case.vocab, "batch": case.batch, "contenders": summary}
 
 

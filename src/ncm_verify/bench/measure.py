@@ -43,6 +43,7 @@ from ncm_verify.bench.ratios import (
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.kernel_spec import Argument, KernelSpec, SteppedKernel
 from ncm_verify.harness.kernels import KERNEL_SPECS
+from ncm_verify.harness.strategies import SMOLLM2_RELATIONS, SMOLLM2_VOCAB, make_smollm2_tables
 from ncm_verify.oracles.numpy_steps import (
     numpy_chain_step,
     numpy_factorized_step,
@@ -56,35 +57,57 @@ from ncm_verify.reference.speculative import CDF_BLOCK
 
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16}
 OURS = ("eager", "compiled", "validated")
-STATISTICS = {"median": statistics.median, "min": min}
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 """Ratios from medians (the table) and from minima (steadier under load: a preempted call only adds time)."""
 BURST = 3
 """Calls in a row per contender and round: the first after another contender pays MLX's cold start."""
 PEERS = ("numpy", "transformers")
 FLOORS = ("numpy copy", "mlx reduction")
+SMOLLM2_ROWS_LABEL = "SmolLM2"
+"""In a case's name after its dtype: its rows are SmolLM2's (bench.ratios groups such cases apart)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchCase:
-    """One kernel benchmark: a step (a kernel in the registry) at vocabulary V, G drafts, batch B, input dtype."""
+    """One kernel benchmark: a step (a kernel in the registry) at vocabulary V, G drafts, batch B, input dtype.
+
+    `smollm2` names a relation of `SMOLLM2_RELATIONS` for SmolLM2-135M's real rows (V = 49 152): the float32
+    form's rows as target, the draft's related to them so; None draws random rows.
+    """
 
     step: str
     vocab: int
     drafts: int
     batch: int
     dtype: str = "float32"
+    smollm2: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.step} V={self.vocab} G={self.drafts} B={self.batch} {self.dtype}"
+        rows = f" {SMOLLM2_ROWS_LABEL} {self.smollm2}" if self.smollm2 else ""
+        return f"{self.step} V={self.vocab} G={self.drafts} B={self.batch} {self.dtype}{rows}"
 
     @property
     def spec(self) -> KernelSpec:
         return KERNEL_SPECS[self.step]
 
 
+GRIDS = ("quick", "full", "smollm2")
+
+
+def smollm2_cases(batches: tuple[int, ...], relations: tuple[str, ...]) -> list[BenchCase]:
+    """Each step on SmolLM2's real rows (G = 4, float32 as the shipped rows' target form), per batch and relation."""
+    return [
+        BenchCase(step, SMOLLM2_VOCAB, 4, batch, smollm2=relation)
+        for step in ("chain", "greedy", "factorized")
+        for batch in batches
+        for relation in (relations if step != "greedy" else relations[:1])  # greedy reads no draft rows
+    ]
+
+
 def make_grid(name: str) -> list[BenchCase]:
-    """The `quick` grid (minutes on 2 cores) or the `full` one the issue lists."""
+    """The `quick` grid (minutes on 2 cores), the `full` one the issue lists, or `smollm2`: the full grid's
+    cases on SmolLM2's real rows and random-row twins at their V (no generation cases)."""
     if name == "quick":
         chain = [BenchCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
         chain += [
@@ -93,7 +116,7 @@ def make_grid(name: str) -> list[BenchCase]:
             BenchCase("chain", 151_936, 8, 1),
         ]
         others = [BenchCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
-        return chain + others
+        return chain + others + smollm2_cases((1, 8), ("quantized",))
     if name == "full":
         chain = [
             BenchCase("chain", vocab, drafts, batch, dtype)
@@ -109,25 +132,55 @@ def make_grid(name: str) -> list[BenchCase]:
             for batch in (1, 8, 32)
             for dtype in DTYPES
         ]
-        return chain + others
-    raise ValueError(f"grid: expected 'quick' or 'full', got {name!r}")
+        return chain + others + smollm2_cases((1, 8, 32), ("quantized", "temperature"))
+    if name == "smollm2":  # with random rows at the same V beside them: what real rows change
+        twins = [BenchCase(step, SMOLLM2_VOCAB, 4, batch) for step in ("chain", "greedy") for batch in (1, 8)]
+        return twins + smollm2_cases((1, 8, 32), ("quantized", "temperature"))
+    raise ValueError(f"grid: expected one of {', '.join(GRIDS)}, got {name!r}")
 
 
 # --- inputs ---------------------------------------------------------------------
 
 
+def make_smollm2_inputs(case: BenchCase, seed: int) -> tuple[mx.array, mx.array, mx.array]:
+    """SmolLM2's rows (the harness's tables, float64 then float32) and drafts sampled from them by NumPy."""
+    if case.vocab != SMOLLM2_VOCAB or case.smollm2 not in SMOLLM2_RELATIONS:
+        raise ValueError(
+            f"case: SmolLM2's rows need vocab {SMOLLM2_VOCAB} and a relation of {SMOLLM2_RELATIONS}, "
+            f"got vocab {case.vocab} and {case.smollm2!r}"
+        )
+    rng = np.random.default_rng(seed)
+    rows = case.drafts + case.spec.bonus_row
+    target, draft = make_smollm2_tables(rng, case.batch * rows, case.smollm2, temperature=1.0, top_p=1.0)
+    target = target.reshape(case.batch, rows, case.vocab)
+    draft = draft.reshape(case.batch, rows, case.vocab)[:, : case.drafts]
+    cumulative = np.cumsum(draft, axis=-1)
+    uniforms = rng.random((*draft.shape[:-1], 1)) * cumulative[..., -1:]
+    tokens = np.minimum((cumulative < uniforms).sum(axis=-1), case.vocab - 1)
+    return mx.array(target.astype(np.float32)), mx.array(draft.astype(np.float32)), mx.array(tokens.astype(np.int32))
+
+
 def make_kernel_inputs(case: BenchCase, seed: int = 0) -> dict:
-    """Random probability rows and drafts sampled from q, as MLX arrays in the case's dtype and float32 NumPy."""
+    """Probability rows (random, or SmolLM2's) and drafts sampled from q, as MLX arrays in the case's dtype and
+    float32 NumPy."""
+    if case.smollm2 is not None:
+        target, draft, tokens = make_smollm2_inputs(case, seed)
+        return kernel_inputs(case, target, draft, tokens)
     keys = mx.random.split(mx.random.key(seed), 3)
     rows = case.drafts + case.spec.bonus_row
     target = mx.softmax(mx.random.normal((case.batch, rows, case.vocab), key=keys[0]), axis=-1)
     draft = mx.softmax(2 * mx.random.normal((case.batch, case.drafts, case.vocab), key=keys[1]), axis=-1)
     tokens = mx.random.categorical(mx.log(draft), key=keys[2]).astype(mx.int32)
+    return kernel_inputs(case, target, draft, tokens)
+
+
+def kernel_inputs(case: BenchCase, target: mx.array, draft: mx.array, tokens: mx.array) -> dict:
+    """Float32 rows in the case's dtype (MLX) and float32 (NumPy), with the drafted tokens."""
     dtype = DTYPES[case.dtype]
-    # Rounded rows are renormalised in float32 first so that validation accepts them.
-    target, draft = (
-        mx.softmax(mx.log(a.astype(dtype)).astype(mx.float32), axis=-1).astype(dtype) for a in (target, draft)
-    )
+    if dtype != mx.float32:  # rounded rows are renormalised in float32 first so that validation accepts them
+        target, draft = (
+            mx.softmax(mx.log(a.astype(dtype)).astype(mx.float32), axis=-1).astype(dtype) for a in (target, draft)
+        )
     mx.eval(target, draft, tokens)
     return {
         "target": target,
@@ -553,7 +606,9 @@ def run_bench(
         kernels.append(run_kernel_case(impl, case, loaded_peer, rounds, budget_s))
         progress(format_kernel_rows(kernels[-1:]))
     generations = []
-    for label, overrides in (CACHE_CONFIGS if cache_configs is None else cache_configs).items():
+    if cache_configs is None:
+        cache_configs = {} if grid == "smollm2" else CACHE_CONFIGS
+    for label, overrides in cache_configs.items():
         generations.append(run_cache_case(impl, label, overrides, 8, rounds, budget_s))
         progress(format_cache_rows(generations[-1:]))
     environment = describe_environment()
@@ -595,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure, print the table, write the JSON")
     run.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    run.add_argument("--grid", default="quick", choices=("quick", "full"))
+    run.add_argument("--grid", default="quick", choices=GRIDS)
     run.add_argument("--rounds", type=int, default=25, help="interleaved rounds per case at most")
     run.add_argument("--budget", type=float, default=8.0, help="seconds per case before stopping early")
     run.add_argument("--out", type=Path, default=Path("reports/bench.json"))

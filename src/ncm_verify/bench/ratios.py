@@ -127,7 +127,10 @@ def format_bench(bench: dict) -> str:
         "speedups = peer's median / ours (higher is better); x floor = ours / the floor's median "
         "(the step's least bytes; validated: every input byte)"
     )
-    return "\n\n".join([head, format_kernel_rows(bench["kernels"]), format_cache_rows(bench["generation"]), notes])
+    tables = [format_kernel_rows(bench["kernels"])] + (
+        [format_cache_rows(bench["generation"])] if bench["generation"] else []
+    )
+    return "\n\n".join([head, *tables, notes])
 
 
 # --- comparison and the report's C9 row ---------------------------------------------------
@@ -145,6 +148,13 @@ def flat_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, 
     }
 
 
+def case_kind(case: str) -> str:
+    """A case's kind from its name: chain, greedy, factorized or generation, "on SmolLM2" where its rows are
+    SmolLM2's (measure.BenchCase.name), so that a grid with real rows keeps the random rows' means comparable."""
+    words = case.split()
+    return words[0] + (" on SmolLM2" if "SmolLM2" in words else "")
+
+
 def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, str], dict]:
     """Each ratio's geometric mean over the grid's cases, by (kind of case, contender, ratio name).
 
@@ -154,7 +164,7 @@ def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, st
     logs: dict[tuple[str, str, str], list] = {}
     better = {}
     for (case, name, key), value in flat_ratios(bench, statistic).items():
-        group = (case.split()[0], name, key)  # chain, greedy, factorized or generation
+        group = (case_kind(case), name, key)
         logs.setdefault(group, []).append(math.log(value["value"]))
         better[group] = value["better"]
     return {

@@ -24,9 +24,16 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.bench.measure import MLX_REDUCTIONS, evaluated, make_floors, summarise, time_side_by_side
+from ncm_verify.bench.measure import (
+    MLX_REDUCTIONS,
+    SMOLLM2_ROWS_LABEL,
+    evaluated,
+    make_floors,
+    summarise,
+    time_side_by_side,
+)
 from ncm_verify.environment import describe_environment
-from ncm_verify.harness.strategies import make_autoregressive_fixture
+from ncm_verify.harness.strategies import SMOLLM2_VOCAB, make_autoregressive_fixture, make_smollm2_tables
 from ncm_verify.harness.tree_driver import run_tree
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model, next_token_logprobs
 from ncm_verify.oracles import exact_tree
@@ -95,7 +102,7 @@ def measured_tokens_per_pass(impl, fixture, shape, mode: str, batch: int, seed: 
 
 def row_seed(seed: int, *indices: int) -> int:
     """One seed per (fixture, mode, shape): rows sharing one seed share their draws, and a chain drawn with and
-    without replacement (one law) gave the same deviation twice, read as a discrepancy (issue 28)."""
+    without replacement (one law) gave the same deviation twice, read as a discrepancy."""
     return int(np.random.SeedSequence([seed, *indices]).generate_state(1)[0])
 
 
@@ -140,26 +147,37 @@ def format_rows(rows: list[dict], header: bool = True) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class LatencyCase:
+    """A latency case at (V, B): random rows, or SmolLM2's related as `smollm2` says (measure.BenchCase)."""
+
     vocab: int
     batch: int
+    smollm2: str | None = None
 
     @property
     def name(self) -> str:
         return f"{BUDGET} nodes V={self.vocab} B={self.batch} float32"
 
 
-LATENCY_CASES = (LatencyCase(32_000, 1), LatencyCase(32_000, 8), LatencyCase(128_256, 1))
+LATENCY_CASES = (
+    LatencyCase(32_000, 1),
+    LatencyCase(32_000, 8),
+    LatencyCase(128_256, 1),
+    LatencyCase(49_152, 1, "quantized"),
+    LatencyCase(49_152, 8, "quantized"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class TreeLatencyCase:
-    """One latency row: a tree (parents in topological order) verified at (V, B), beside a chain of its depth."""
+    """One latency row: a tree (parents in topological order) verified at (V, B), beside a chain of its depth; on
+    random rows, or SmolLM2's related as `smollm2` says (a relation of measure.BenchCase)."""
 
     label: str
     parents: tuple[int, ...]
     vocab: int
     batch: int
     mode: str = "top_k"
+    smollm2: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -171,7 +189,8 @@ class TreeLatencyCase:
 
     @property
     def name(self) -> str:
-        return f"{self.label} ({self.nodes} nodes, depth {self.depth}) V={self.vocab} B={self.batch} {self.mode}"
+        rows = f" {SMOLLM2_ROWS_LABEL} {self.smollm2}" if self.smollm2 else ""
+        return f"{self.label} ({self.nodes} nodes, depth {self.depth}) V={self.vocab} B={self.batch} {self.mode}{rows}"
 
 
 def tree_depths(parents) -> list[int]:
@@ -202,39 +221,55 @@ WIDEST = (10, 6)
 
 def latency_grid(name: str) -> list[TreeLatencyCase]:
     """`quick`: the chain-shaped tree the issue measured and two EAGLE trees; `full`: 16, 32, 64 (and 60 at
-    top-k 10) nodes at V = 32 000 and 128 256, B = 1 and 8."""
+    top-k 10) nodes at V = 32 000 and 128 256, B = 1 and 8; each also the 16-node tree on SmolLM2's rows."""
     chain = tuple(tree_nodes(BUDGET_SHAPES["chain 1-1-1-1"]))
     if name == "quick":
         cases = [TreeLatencyCase("chain", chain, vocab, batch, "with_replacement") for vocab, batch in QUICK_CHAINS]
         cases.append(TreeLatencyCase("fan of 4", tuple(tree_nodes(BUDGET_SHAPES["fan of 4"])), 32_000, 1))
         cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 32_000, 1) for k, d in (EAGLE_SHAPES[16],)]
         cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 128_256, 1) for k, d in (EAGLE_SHAPES[64],)]
-        return cases
+        return cases + smollm2_trees((1,))
     if name == "full":
         shapes = [*EAGLE_SHAPES.values(), WIDEST]
-        return [
+        cases = [
             TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), vocab, batch)
             for k, d in shapes
             for vocab in (32_000, 128_256)
             for batch in (1, 8)
         ] + [TreeLatencyCase("chain", chain, vocab, batch, "with_replacement") for vocab, batch in QUICK_CHAINS]
+        return cases + smollm2_trees((1, 8))
     raise ValueError(f"grid: expected 'quick' or 'full', got {name!r}")
 
 
+def smollm2_trees(batches: tuple[int, ...]) -> list[TreeLatencyCase]:
+    """The 16-node EAGLE tree on SmolLM2's rows (the quantised form's as draft), per batch."""
+    k, depth = EAGLE_SHAPES[16]
+    return [
+        TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, depth), SMOLLM2_VOCAB, batch, smollm2="quantized")
+        for batch in batches
+    ]
+
+
 QUICK_CHAINS = ((32_000, 1), (32_000, 8), (128_256, 1))
-"""The chain-shaped 4-node tree at the (V, B) issue 28 measured it (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
+"""The chain-shaped 4-node tree at the (V, B) of its first measurement (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
 
 
 def tree_inputs(case: TreeLatencyCase, seed: int = 3) -> dict:
     """Softmax rows for every node, each node's token one of its parent's draft row's top ids (distinct among
     siblings, as top-k children are), and the chain of the tree's depth on the first rows."""
-    keys = mx.random.split(mx.random.key(seed), 2)
     shape = (case.batch, case.nodes + 1, case.vocab)
-    target = mx.softmax(mx.random.normal(shape, key=keys[0]), axis=-1)
-    draft = mx.softmax(mx.random.normal(shape, key=keys[1]), axis=-1)
+    if case.smollm2 is not None:  # real rows: children are the draft row's own top ids
+        rng = np.random.default_rng(seed)
+        rows = make_smollm2_tables(rng, shape[0] * shape[1], case.smollm2, temperature=1.0, top_p=1.0)
+        target, draft = (mx.array(a.reshape(shape).astype(np.float32)) for a in rows)
+        ranked = np.argsort(-rows[1].reshape(shape), axis=-1)[..., :64]
+    else:
+        keys = mx.random.split(mx.random.key(seed), 2)
+        target = mx.softmax(mx.random.normal(shape, key=keys[0]), axis=-1)
+        draft = mx.softmax(mx.random.normal(shape, key=keys[1]), axis=-1)
+        ranked = np.argsort(-np.array(draft[:, :, :64]), axis=-1)  # the 64 most likely ids among the first 64
     mx.eval(target, draft)
     parents = np.array(case.parents, np.int64)
-    ranked = np.argsort(-np.array(draft[:, :, :64]), axis=-1)  # the 64 most likely ids among the first 64
     tokens = np.zeros((case.batch, case.nodes), np.int32)
     rank = [sum(1 for m in range(n) if parents[m] == parents[n]) for n in range(case.nodes)]
     for n, parent in enumerate(parents):

@@ -276,8 +276,9 @@ class RunRecord:
     ledger_problems: list[str] = dataclasses.field(default_factory=list)
     required: list[str] = dataclasses.field(default_factory=list)
     """claim ids and protocol families the run demands the module provide itself (``--require``)"""
-    installed: dict[str, str] | None = None
-    """{"root", "python"} of a suite run installed (no checkout): where a rerun line must run pytest from"""
+    rerun_from: dict[str, str] | None = None
+    """{"root", "python"}, absolute: where a rerun line runs pytest from (the checkout's root or an installed
+    suite's, and the interpreter that ran), so that the line works from any folder"""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -298,5 +299,5 @@ class RunRecord:
             reuse=data.get("reuse"),
             ledger_problems=list(data.get("ledger_problems") or []),
             required=list(data.get("required") or []),
-            installed=data.get("installed"),
+            rerun_from=data.get("rerun_from") or data.get("installed"),  # "installed": run.json before the rename
         )

@@ -1,5 +1,5 @@
 """A correct prefix cache in plain Python, the model the stateful cache properties compare an implementation with
-(C15's toy cache, and the source NCM's concept cache of issue 44). Keys are any hashable slot; payloads anything with
+(C15's toy cache, and the source NCM's concept cache). Keys are any hashable slot; payloads anything with
 ``nbytes``."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ __all__ = ["DEFAULT_CHECKPOINT", "TRAINED_CHECKPOINT", "checkpoint_path", "check
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "data" / "fixtures" / "ncm_concept_tiny.safetensors"
 """The seeded checkpoint `make verify` judges by default (`reference.ncm.concept_fixture` writes it)."""
 TRAINED_CHECKPOINT = DEFAULT_CHECKPOINT.with_name("ncm_concept_trained.safetensors")
-"""The trained one judged beside it (issue 44: gains and biases away from initialisation; fixtures/README.md)."""
+"""The trained one judged beside it (gains and biases away from initialisation; fixtures/README.md)."""
 
 
 def checkpoint_path(option: str | None) -> Path:

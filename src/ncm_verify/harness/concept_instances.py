@@ -1,4 +1,4 @@
-"""Test-only builders for the source NCM's drawn instances (issue 44): away from initialisation, in a drawn dtype.
+"""Test-only builders for the source NCM's drawn instances: away from initialisation, in a drawn dtype.
 
 A model fresh from `make_concept_model` has every RMSNorm and QK-norm gain at 1 and every bias at 0, so a port that
 skips a gain or a bias on one path only changes nothing there. `perturb_parameters` moves every floating parameter

@@ -842,7 +842,7 @@ def greedy_steps(draw):
     return scores, dtype, drafts, num_draft
 
 
-# --- the source's NCM (issue 23): what path (a) and path (b) draw besides a config ---
+# --- the source's NCM: what path (a) and path (b) draw besides a config ---
 
 concept_starts = st.one_of(st.just(0), st.integers(1, 64), st.integers(65, 2**16))
 """Where the prefix's first position sits: 0, near it, or across the rotary range (base 10 000's longest

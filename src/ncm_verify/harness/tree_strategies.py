@@ -1,4 +1,4 @@
-"""Hypothesis strategies for trees (issue 19): shapes, modes, how children are drafted, sibling cases.
+"""Hypothesis strategies for trees: shapes, modes, how children are drafted, sibling cases.
 
 A tree's kernel cases and exact-step cases come from its spec in the kernel registry
 (`ncm_verify.harness.kernels.TREE`) through the suite's `strategies`, as every kernel's do; what
@@ -187,10 +187,9 @@ def stray_draft_sums(step, stray: float) -> None:
         return
     import mlx.core as mx
 
-    dtype = step.case.args[1].dtype
-    draft = (step.case.args[1].astype(mx.float32) * (1.0 + stray * normalisation_for("draft_probs", dtype))).astype(
-        dtype
-    )
+    dtype, vocab = step.case.args[1].dtype, step.case.args[1].shape[-1]
+    tolerance = normalisation_for("draft_probs", dtype, vocab)
+    draft = (step.case.args[1].astype(mx.float32) * (1.0 + stray * tolerance)).astype(dtype)
     step.case.args = (step.case.args[0], draft, *step.case.args[2:])
     step.exact_args = (step.exact_args[0], np.array(draft.astype(mx.float32)).astype(np.float64), *step.exact_args[2:])
 

@@ -1,4 +1,4 @@
-"""Training-free drafters for SmolLM2-135M (issue 42, C12): prompt lookup (S17) and the target's first layers.
+"""Training-free drafters for SmolLM2-135M (C12): prompt lookup (S17) and the target's first layers.
 
 `PromptLookupDrafter` is transformers' prompt lookup decoding (S17, `prompt_lookup_num_tokens`; its
 `PromptLookupCandidateGenerator`): the context's last n-gram (n from `max_ngram` down to 1) is searched for in

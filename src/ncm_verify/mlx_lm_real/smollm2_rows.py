@@ -1,4 +1,4 @@
-"""Real next-token logits of SmolLM2-135M at real prompts, both forms, shipped as a small fixture (issue 42).
+"""Real next-token logits of SmolLM2-135M at real prompts, both forms, shipped as a small fixture.
 
 `python -m ncm_verify.mlx_lm_real.smollm2_rows` builds `fixtures/smollm2_rows.npz`: for each prompt, the model's
 greedy continuation is appended and the logits at the last `POSITIONS` positions kept, from the float32 form and the

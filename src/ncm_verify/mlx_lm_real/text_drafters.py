@@ -6,7 +6,7 @@ prod_i q_i(x_i | z), in one forward over k placeholder slots (which it leaves in
 trim), optionally reading the target's hidden state. The "concept" kinds are the reference's own NCM block
 drafter (`ConceptBlockDrafter`: the source's NCM, codes level by level, rows from the codec's decode) at a tiny
 seeded size, with and without the target's features. All are pure functions of their seeds. The trained
-drafters (issue 24's other half) implement the same `TextDrafter` face.
+drafters (the NCM and concept drafters) implement the same `TextDrafter` face.
 
 `check_drafted_calls` judges a loop from what it handed the drafter and `verify_chain`, exactly: each
 call's p rows are the target's uncached conditionals of what was emitted before, its q rows the very rows
@@ -30,7 +30,7 @@ from ncm_verify.harness.checks import as_numpy, assert_close, assert_equal
 from ncm_verify.mlx_lm_real.models import TinySpec, logprobs_at_every_position, make_tiny_model
 from ncm_verify.oracles import exact_text_drafting
 from ncm_verify.reference.drafting import ConceptBlockDrafter, ConceptDrafterConfig, DraftBlock
-from ncm_verify.reference.drafting.base import softmax_rows
+from ncm_verify.reference.drafting.base import rows_at_temperature, softmax_rows
 from ncm_verify.reference.drafting.loop import target_pass
 from ncm_verify.reference.ncm.concept_config import ConceptConfig
 
@@ -38,8 +38,8 @@ DRAFTER_KINDS = ("autoregressive", "block", "block reading features", "concept",
 """The test drafters the properties draw."""
 
 
-def scaled_softmax(logits: mx.array, temperature: float) -> mx.array:
-    return softmax_rows(logits.astype(mx.float32) * (1.0 / temperature))
+scaled_softmax = rows_at_temperature
+"""The rows a loop draws from at a temperature (one function for every loop and drafter)."""
 
 
 class ARDrafter:

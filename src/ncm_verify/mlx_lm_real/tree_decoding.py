@@ -1,4 +1,4 @@
-"""The call-by-call check of a tree-decoding loop over mlx-lm models (issue 28, item 4).
+"""The call-by-call check of a tree-decoding loop over mlx-lm models.
 
 `check_tree_calls` judges a loop from what it handed `verify_tree` (recorded by `RecordingKernels`), exactly:
 each call's tree is the loop's shape (without replacement, no more children than a row's support), its p row at

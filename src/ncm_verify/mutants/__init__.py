@@ -54,7 +54,7 @@ TREE_WALK = Catchers(
         *(f"{TREE_WALKS}[{mode}]" for mode in ("without_replacement", "with_replacement", "top_k")),
     ),
 )
-"""The walk's numerics and state (issue 28): the walk properties reach them on purpose, cheapest catch first (each
+"""The tree walk's numerics and state: the walk properties reach them on purpose, cheapest catch first (each
 is caught by two of them); the enumeration and sampling cannot see them."""
 TREE_FILES = Catchers(("C13",), sweep=("properties/test_tree.py", "properties/test_apply_exact.py"))
 KERNELS = Catchers(
@@ -70,7 +70,7 @@ BLOCKS = Catchers(  # its exact step first (cheap), then the block's own propert
         "properties/test_block.py",
     ),
 )
-CONCEPT = Catchers(("C1", "C2", "C3", "C4", "C14"))  # the source's NCM (issue 23): its model-level claims
+CONCEPT = Catchers(("C1", "C2", "C3", "C4", "C14"))  # the source's NCM: its model-level claims
 
 
 def walks(mode: str) -> str:
@@ -108,7 +108,7 @@ CACHED_PREFIX_KV = (
     "properties/test_concept_model.py::test_level_logits_from_the_cached_prefix_kv_equal_the_recomputed_ones[drawn]"
 )
 CONCEPT_CACHE_MODEL = "properties/test_concept_cache_model.py"
-"""The concept cache against its stateful model (issue 44): small budgets, mixed batches, reloads."""
+"""The concept cache against its stateful model: small budgets, mixed batches, reloads."""
 CATCHERS: dict[str, Catchers] = {
     # a planted bug's name, else the longest prefix of it ending in "_", else "" (the kernels' own bugs)
     "": KERNELS,
@@ -117,7 +117,7 @@ CATCHERS: dict[str, Catchers] = {
     "cache_": Catchers(("C15",), first=("properties/test_prefix_cache_model.py",)),
     "level_": LEVELS,
     "tree_": TREE_FILES,
-    "tree_loop_": Catchers(("C13",), sweep=("properties/test_tree_loop.py",)),  # the loop over mlx-lm (issue 28)
+    "tree_loop_": Catchers(("C13",), sweep=("properties/test_tree_loop.py",)),  # the tree-decoding loop over mlx-lm
     "block_": BLOCKS,
     "drafting_": Catchers(("C17",)),
     "concept_": CONCEPT,
@@ -200,7 +200,7 @@ CATCHERS: dict[str, Catchers] = {
             "concept_prefix_kv_in_training_mode",
             "concept_prefix_kv_in_half",
             "concept_prefix_k_before_norm",
-            # issue 44: seen only away from initialisation, past 4096 positions, past 3 rows or in half precision
+            # seen only away from initialisation, past 4096 positions, past 3 rows or in half precision
             "concept_prefix_key_norm_without_gain",
             "concept_prefix_embedding_without_bias",
             "concept_prefix_rope_table_wraps",

@@ -1,4 +1,4 @@
-"""Block verification in float64: the rule, its laws enumerated, the step at given uniforms (issue 27).
+"""Block verification in float64: the rule, its laws enumerated, the step at given uniforms.
 
 Sun et al., "Block Verification Accelerates Speculative Decoding" (arXiv 2403.10444), Algorithm 2, for a
 block of g drafts x_1..x_g drawn from q_1..q_g (``q_i = q(. | x_<i)``, p likewise, p_{g+1} the bonus row):

@@ -1,6 +1,6 @@
 """Tree verification in float64: sibling rules, the step at given uniforms, and the exact laws.
 
-The shared format is ``notes/tree_interface.md`` (issue 19). A *sibling rule* decides, at one
+The shared format is ``notes/tree_interface.md``. A *sibling rule* decides, at one
 visited node, which of its children stands; it is stateful so that published rules fit it:
 
 ``start(p_row, q_row) -> state``; ``accept(state, i, x) -> probability`` of accepting child i
@@ -150,7 +150,7 @@ def proposal_error(mode: str, state: SiblingState, q_i: np.ndarray) -> np.ndarra
 
 @dataclasses.dataclass(frozen=True)
 class ResidualRule:
-    """The exact rule of issue 19: accept child i iff u q_i(x) < r(x); on rejection r <- norm(max(r - q_i, 0))."""
+    """The exact sibling rule: accept child i iff u q_i(x) < r(x); on rejection r <- norm(max(r - q_i, 0))."""
 
     mode: str
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from ncm_verify.environment import installed_suite_root
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
     NOT_APPLICABLE,
@@ -225,8 +224,7 @@ class EvidenceCollector:
         planned = self.policy()["planned_tests"]
         run = {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "planned_tests": planned}
         run["impl"] = self.config.getoption("--impl")
-        if installed_suite_root() is not None:
-            run["installed"] = {"root": str(self.config.rootpath), "python": sys.executable}
+        run["rerun_from"] = {"root": str(self.config.rootpath), "python": sys.executable}
         block = failure_block(
             Failure(
                 nodeid=entry.nodeid,
@@ -338,5 +336,6 @@ class EvidenceCollector:
             )
         terminalreporter.write_line(f"ncm-verify: {self.budget.note}")
         if self.budget.run_failed_by_budget:
-            terminalreporter.write_line("ncm-verify: run FAILED: statistical budget overspent", red=True)
+            why = "statistical budget overspent" if not self.budget.within_plan else "its plan is not the reused run's"
+            terminalreporter.write_line(f"ncm-verify: run FAILED: {why}", red=True)
         terminalreporter.write_line(f"ncm-verify: evidence written to {self.report_dir / EVIDENCE_FILE}")

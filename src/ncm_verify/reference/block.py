@@ -1,4 +1,4 @@
-"""Block verification in MLX, batch-first, on the chain's arguments (issue 27).
+"""Block verification in MLX, batch-first, on the chain's arguments.
 
 Sun et al., "Block Verification Accelerates Speculative Decoding" (arXiv 2403.10444, ICLR 2025),
 Algorithm 2. With the prefix weights ``w_0 = 1``, ``w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1)`` and the

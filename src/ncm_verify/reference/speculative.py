@@ -74,7 +74,7 @@ def residual_distribution(p: mx.array, q: mx.array) -> mx.array:
     check_shape("q", q, p.shape)
     p32 = p.astype(mx.float32)
     residual = mx.maximum(p32 - q.astype(mx.float32), 0.0)
-    # in blocks: MLX's CPU sum is sequential, 1.3e-4 off on a real SmolLM2 residual (V = 49 152; issue 42)
+    # in blocks: MLX's CPU sum is sequential, 1.3e-4 off on a real SmolLM2 residual (V = 49 152)
     mass = row_sums(residual)[..., None]
     return mx.where(mass > RESIDUAL_FLOOR, residual / mx.maximum(mass, RESIDUAL_FLOOR), p32)
 

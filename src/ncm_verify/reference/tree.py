@@ -1,4 +1,4 @@
-"""Tree verification in MLX, batch-first: several drafted children per node (issue 19).
+"""Tree verification in MLX, batch-first: several drafted children per node.
 
 A sequence's draft tree is given in topological order: node n holds a token and its parent's
 index (-1 for the root, else an index below n). Row 0 of the target and draft rows belongs to

@@ -26,7 +26,7 @@ PROPERTIES = {
     5: "rollback equals rebuilt",
     6: "no request parameter silently ignored",
 }
-"""Issue 40's six properties, by the number a test's ``peer_property`` marker names."""
+"""The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
 
 
 @dataclasses.dataclass(frozen=True)

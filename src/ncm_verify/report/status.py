@@ -21,6 +21,7 @@ code the module under test provides itself.
 from __future__ import annotations
 
 import math
+import shlex
 
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
@@ -119,10 +120,13 @@ def reproduce_command(node: PropertyRecord, run: dict) -> str:
     planned = run.get("planned_tests")
     planned_option = f" --ncm-planned-tests={planned}" if planned else ""
     impl = run.get("impl_path") or run.get("impl")
-    installed = run.get("installed")  # pytest runs where the installed suite's properties are
-    python = f"cd {installed['root']} && {installed['python']}" if installed else ".venv/bin/python"
+    where = run.get("rerun_from") or run.get("installed")  # absolute; "installed": run.json before the rename
+    # the profile set after the cd: an assignment before `cd` would be cd's environment, not pytest's
+    cd, python = (
+        (f"cd {shlex.quote(where['root'])} && ", shlex.quote(where["python"])) if where else ("", ".venv/bin/python")
+    )
     return (
-        f"HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
+        f"{cd}HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
         f"-p no:xdist --impl={impl}{planned_option}"
     )
 

@@ -48,7 +48,7 @@ def valid_rows(name: str, probs: mx.array, masked: bool | None = None) -> mx.arr
     A NaN or infinite entry turns its row's sum into NaN or infinity; a negative one is masked
     to +inf (`masked`; by default for inputs up to `MASKED_CHECK_MAX_ENTRIES`) or shows in the minimum.
     """
-    tolerance = normalisation_for(name, probs.dtype)
+    tolerance = normalisation_for(name, probs.dtype, probs.shape[-1])
     as_float = as_float32(probs)
     if masked if masked is not None else probs.size <= MASKED_CHECK_MAX_ENTRIES:
         return mx.all(mx.abs(row_sums(mx.where(as_float >= 0, as_float, mx.inf)) - 1.0) <= tolerance)
@@ -60,7 +60,7 @@ def check_probabilities(name: str, probs, ndim: int) -> mx.array:
     check_floating(name, probs, ndim, "probabilities")
     if is_true(valid_rows(name, probs)):  # one host sync; rows it refuses go through the checks below, which name why
         return probs
-    tolerance = normalisation_for(name, probs.dtype)
+    tolerance = normalisation_for(name, probs.dtype, probs.shape[-1])
     as_float = probs.astype(mx.float32)
     if not is_true(mx.isfinite(as_float)):
         raise ValueError(f"{name}: contains NaN or infinite values")

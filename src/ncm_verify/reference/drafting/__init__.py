@@ -1,4 +1,4 @@
-"""Text drafting for an autoregressive target (issue 24): drafters propose blocks, the target verifies them."""
+"""Text drafting for an autoregressive target: drafters propose blocks, the target verifies them."""
 
 from ncm_verify.reference.drafting.base import DraftBlock, EnumerableDrafter, TextDrafter
 from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter, ConceptDrafterConfig

@@ -112,8 +112,20 @@ def softmax_rows(scores: mx.array) -> mx.array:
     """softmax over the last axis in float32, normalised by blocked sums.
 
     MLX's `mx.softmax` sums sequentially on the CPU: on SmolLM2's real rows (V = 49 152, T = 1) its rows sum to
-    1 +- 2e-4, which `verify_chain` rightly refuses (tolerances.NORMALISATION: 1e-4); blocked sums err ~1e-7.
+    1 +- 2e-4 (within the kernels' worst-case bound, tolerances.float32_softmax_normalisation); blocked sums err ~1e-7.
     """
     scores = scores.astype(mx.float32)
     weights = mx.exp(scores - mx.max(scores, axis=-1, keepdims=True))
     return weights / row_sums(weights)[..., None]
+
+
+def rows_at_temperature(logits: mx.array, temperature: float) -> mx.array:
+    """float32 rows a token is drawn from at `temperature` (0: the one-hot row of the first maximum).
+
+    The logits are scaled as mlx-lm's sampler scales them (``logits * (1 / temp)``, `categorical_sampling`), so
+    that a loop's rows are those `generate_step` would draw from, to the ulp.
+    """
+    logits = logits.astype(mx.float32)
+    if temperature == 0:
+        return (mx.arange(logits.shape[-1]) == mx.argmax(logits, axis=-1, keepdims=True)).astype(mx.float32)
+    return softmax_rows(logits * (1.0 / temperature))

@@ -1,4 +1,4 @@
-"""Issue 24's NCM block drafter built on the source's NCM (`reference/ncm`, issue 23): codec and generator.
+"""The NCM block drafter built on the source's NCM (`reference/ncm`): codec and generator.
 
 The drafter holds a `ConceptModel` whose ``sequence_length`` is its block. Its generator's prefix is the
 context, the last `context` tokens read (bidirectional within itself): the prefix K/V are computed once per

@@ -20,7 +20,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from ncm_verify.reference import speculative
-from ncm_verify.reference.drafting.base import DraftBlock, TextDrafter, softmax_rows
+from ncm_verify.reference.drafting.base import DraftBlock, TextDrafter, rows_at_temperature
 from ncm_verify.reference.ncm.kv_cache import check_count
 
 __all__ = ["DraftedGeneration", "generate_drafted", "target_pass"]
@@ -166,7 +166,7 @@ def generate_drafted(
         drafts = block.tokens.astype(mx.int32)
         inputs = mx.concatenate([mx.array([context[-1:]], dtype=mx.int32), drafts], axis=1)
         logits, states = target_pass(target, inputs, target_cache, hidden=reads_features)
-        p = softmax_rows(logits.astype(mx.float32) * (1.0 / temperature))
+        p = rows_at_temperature(logits, temperature)
         outcome = kernels.verify_chain(p, q, drafts, key=verify_key)
         stood = int(outcome.num_accepted[0].item())
         tokens = [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]

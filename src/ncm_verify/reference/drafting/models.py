@@ -1,4 +1,4 @@
-"""The trained text models of issue 24: the AR target and the AR draft, and what the drafters share.
+"""The trained text models of text drafting: the AR target and the AR draft, and what the drafters share.
 
 The target and the AR draft are mlx-lm's own `llama.Model`, so mlx-lm's `generate_step`,
 `speculative_generate_step` and prompt caches run them unchanged. The NCM block drafter is the source's NCM
@@ -14,7 +14,7 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 from mlx_lm.models.cache import make_prompt_cache
 
-from ncm_verify.reference.drafting.base import DraftBlock, softmax_rows
+from ncm_verify.reference.drafting.base import DraftBlock, rows_at_temperature
 
 __all__ = [
     "ARDrafter",
@@ -71,14 +71,6 @@ def block_start_features(target: Any, tokens: mx.array) -> mx.array:
     no extra target pass)."""
     states = target_features(target, tokens)
     return mx.concatenate([mx.zeros_like(states[:, :1]), states[:, :-1]], axis=1)
-
-
-def rows_at_temperature(logits: mx.array, temperature: float) -> mx.array:
-    """float32 rows a token is drawn from at `temperature` (0: the one-hot row of the argmax)."""
-    logits = logits.astype(mx.float32)
-    if temperature == 0:
-        return (mx.arange(logits.shape[-1]) == mx.argmax(logits, axis=-1, keepdims=True)).astype(mx.float32)
-    return softmax_rows(logits / temperature)
 
 
 def _draw(rows: mx.array, key: mx.array) -> mx.array:

@@ -47,7 +47,7 @@ def model_from_entry(entry: dict[str, Any]) -> nn.Module:
     if entry["kind"] == "llama":
         return make_llama(entry["config"])
     if entry["kind"] == "concept_ncm":
-        # issue 24's NCM block drafter: the source's NCM (`reference/ncm`) drafting a block
+        # the NCM block drafter: the source's NCM (`reference/ncm`) drafting a block
         return ConceptBlockDrafter(ConceptDrafterConfig.from_dict(entry["config"]))
     if entry["kind"] == "level_ncm":
         # level drafting's toy NCM (`reference/ncm/model.py`), trained on the same text

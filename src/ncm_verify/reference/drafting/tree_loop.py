@@ -1,4 +1,4 @@
-"""Tree decoding over mlx-lm models: a draft model expands a tree, the target scores it in one pass (issue 28).
+"""Tree decoding over mlx-lm models: a draft model expands a tree, the target scores it in one pass.
 
 Each round the draft expands a tree level by level from the last emitted token (the root): every node of depth
 d < len(branching) gets ``branching[d]`` children, drawn from the draft's row at that node by the implementation's
@@ -29,7 +29,7 @@ from mlx_lm.models.base import scaled_dot_product_attention
 from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 
 from ncm_verify.reference import tree
-from ncm_verify.reference.drafting.base import softmax_rows
+from ncm_verify.reference.drafting.base import rows_at_temperature
 from ncm_verify.reference.ncm.kv_cache import check_count
 
 __all__ = ["DraftTree", "TreeGeneration", "generate_tree_drafted", "tree_pass", "tree_shape"]
@@ -156,14 +156,6 @@ def tree_pass(model, tokens: mx.array, positions: mx.array, mask: mx.array, cach
     return model.lm_head(h)
 
 
-def _rows(logits: mx.array, temperature: float) -> mx.array:
-    """The sampling rows of `logits` at `temperature`; at 0 one-hot at the first maximum."""
-    logits = logits.astype(mx.float32)
-    if temperature == 0:
-        return (mx.arange(logits.shape[-1]) == mx.argmax(logits, axis=-1, keepdims=True)).astype(mx.float32)
-    return softmax_rows(logits * (1.0 / temperature))
-
-
 def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[int]:
     """`count` children from draft row ``[V]`` as `mode` draws them (sequential order for without replacement;
     then at most as many as the row has tokens of positive mass)."""
@@ -194,7 +186,7 @@ def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: T
         positions = steps.positions(depths, offset)[passed:end]
         mask = steps.mask(parents, offset)[passed:end, : offset + end]
         logits = tree_pass(draft, mx.array([level_rows], dtype=mx.int32), positions, mask, cache)
-        level = _rows(logits[0], draft_temperature)
+        level = rows_at_temperature(logits[0], draft_temperature)
         rows.append(level)
         if depth == len(branching):
             break
@@ -295,7 +287,7 @@ def generate_tree_drafted(
         parents, depths = grown.parents, grown.depths
         inputs = mx.array([[context[-1]] + grown.tokens], dtype=mx.int32)
         logits = tree_pass(target, inputs, _steps.positions(depths, offset), _steps.mask(parents, offset), target_cache)
-        p = _rows(logits, temperature)
+        p = rows_at_temperature(logits, temperature)
         outcome = kernels.verify_tree(
             p,
             grown.draft_rows,

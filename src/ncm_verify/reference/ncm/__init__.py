@@ -1,6 +1,6 @@
 """The reference Next-Concept Model in MLX.
 
-The source's NCM (codec, block-diagonal generator, PC-1 cache; issue 23) lives in the ``concept*``,
+The source's NCM (codec, block-diagonal generator, PC-1 cache) lives in the ``concept*``,
 ``codec`` and ``generator`` modules and judges C1-C4. The older toy (one latent per level, tokens at
 every level, no codec: ``config``, ``model``, ``generate``, ``masks``, ``level_draft``) stays only
 for level drafting (C6's level part, C12) and the mlx-lm-style decoding properties.

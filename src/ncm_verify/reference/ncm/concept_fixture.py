@@ -1,12 +1,12 @@
 """The fixed checkpoints default `make verify` judges on path (b): the seeded one,
 ``python -m ncm_verify.reference.ncm.concept_fixture [PATH]`` (default
 ``fixtures/ncm_concept_tiny.safetensors``), whose weights follow from `FIXTURE_CONFIG`'s seeds alone, and the
-trained one (issue 44), `TRAINED_PATH`, written by ``python -m ncm_verify.train.concept_checkpoint``: the
+trained one, `TRAINED_PATH`, written by ``python -m ncm_verify.train.concept_checkpoint``: the
 source NCM that `make train` trained as the text drafter ``ncm_data`` (fixtures/drafting), in this format.
 Its norm gains and biases sit far from initialisation, so a port that drops or misplaces one on a single
 path changes its outputs.
 
-The seeded config is chosen to expose every planted bug of issue 23: ``block_diagonal_upto`` (earlier
+The seeded config is chosen to expose every planted bug of the source's NCM: ``block_diagonal_upto`` (earlier
 levels' K/V exist, so the extension differs from PC-1), dropout 0.1 (active only in training
 mode), tied codes (exactly equal logits, as a dead code reseeded onto another gives: top-k's
 tie rule matters), two layers (a bidirectional prefix's head depends on its tail), and codebooks
