@@ -18,6 +18,7 @@ from ncm_verify.harness.concept_checkpoint import (
     TRAINED_CHECKPOINT,
     checkpoint_paths,
     describe_checkpoint,
+    judged_line,
 )
 from ncm_verify.harness.concept_instances import perturb_parameters
 from ncm_verify.reference.ncm import concept_fixture
@@ -82,6 +83,15 @@ def test_the_fixture_checkpoint_is_what_its_seeds_make(tmp_path):
     assert DEFAULT_CHECKPOINT.stat().st_size < 2**20
 
 
+def test_a_run_describes_every_checkpoint_path_b_judges_with_its_sha256(tmp_path):
+    both = describe_checkpoint(None)
+    assert [entry["path"] for entry in both["judged"]] == [str(path) for path in checkpoint_paths(None)]
+    assert both["judged"][1]["sha256"] == hashlib.sha256(TRAINED_CHECKPOINT.read_bytes()).hexdigest()
+    assert judged_line(both).count("sha256") == 2
+    assert len(describe_checkpoint(str(TRAINED_CHECKPOINT))["judged"]) == 1
+    assert describe_checkpoint(str(tmp_path / "absent"))["judged"][0]["sha256"] == "missing"
+
+
 def test_the_trained_checkpoint_is_the_trained_drafters_ncm_and_sits_away_from_initialisation(tmp_path):
     written = write_trained_fixture(tmp_path / "again.safetensors")
     assert written.read_bytes() == TRAINED_CHECKPOINT.read_bytes()
@@ -144,7 +154,7 @@ def test_a_checkpoint_outside_the_repository_with_a_wrong_prefix_cache_fails_c2_
     )
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-3000:]
-    assert f"checkpoint {outside} sha256 {sha}" in output, output[:2000]
+    assert f"checkpoints {outside} (sha256 {sha})" in output, output[:2000]
     failed = "test_concept_model.py::test_level_logits_from_the_cached_prefix_kv_equal_the_recomputed_ones[checkpoint]"
     assert f"FAILED properties/{failed}" in output
     assert "given prefix K/V vs recomputed" in output

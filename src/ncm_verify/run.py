@@ -56,7 +56,7 @@ from ncm_verify.evidence import (
     RunRecord,
     read_json,
 )
-from ncm_verify.harness.concept_checkpoint import describe_checkpoint
+from ncm_verify.harness.concept_checkpoint import describe_checkpoint, judged_line
 from ncm_verify.protocol import (
     DEFAULT_IMPLEMENTATION,
     ImplementationError,
@@ -436,7 +436,7 @@ def verify(
     checkpoint = describe_checkpoint(model)
     evidence_key = key if model is None else f"{key}-model-{checkpoint['sha256'][:16]}"
     kept_path = reference_evidence_path(cache, evidence_key, profile, seed)
-    say(f"[1/4] properties: model-level path (b) judges {checkpoint['path']} (sha256 {checkpoint['sha256']})")
+    say(f"[1/4] properties: model-level path (b) judges {judged_line(checkpoint)}")
     reuse = plan_reuse(
         module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun, selected=properties
     )

@@ -5,7 +5,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-__all__ = ["DEFAULT_CHECKPOINT", "TRAINED_CHECKPOINT", "checkpoint_path", "checkpoint_paths", "describe_checkpoint"]
+__all__ = [
+    "DEFAULT_CHECKPOINT",
+    "TRAINED_CHECKPOINT",
+    "checkpoint_path",
+    "checkpoint_paths",
+    "describe_checkpoint",
+    "judged_line",
+]
 
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "data" / "fixtures" / "ncm_concept_tiny.safetensors"
 """The seeded checkpoint `make verify` judges by default (`reference.ncm.concept_fixture` writes it)."""
@@ -29,9 +36,18 @@ def checkpoint_paths(option: str | None) -> tuple[Path, ...]:
 
 
 def describe_checkpoint(option: str | None) -> dict:
-    """``{"path", "sha256"}`` of the checkpoint (sha256 "missing" when the file is absent)."""
+    """``{"path", "sha256", "judged"}``: the checkpoint `option` names (else the seeded one) and every checkpoint
+    path (b) judges, each ``{"path", "sha256"}`` (sha256 "missing" when a file is absent)."""
     try:
-        path = checkpoint_path(option)
+        paths = checkpoint_paths(option)
     except ValueError:
-        return {"path": str(option), "sha256": "missing"}
-    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        missing = {"path": str(option), "sha256": "missing"}
+        return {**missing, "judged": [missing]}
+    judged = [{"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()} for path in paths]
+    return {**judged[0], "judged": judged}
+
+
+def judged_line(description: dict) -> str:
+    """The checkpoints of `describe_checkpoint`'s `description`, each with its sha256, on one line."""
+    judged = description.get("judged") or [description]
+    return "; ".join(f"{entry['path']} (sha256 {entry['sha256']})" for entry in judged)

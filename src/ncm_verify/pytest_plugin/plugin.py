@@ -23,7 +23,7 @@ import pytest
 
 from ncm_verify.evidence import EVIDENCE_FILE, NOT_APPLICABLE, RECORDS_FILE
 from ncm_verify.harness import stats
-from ncm_verify.harness.concept_checkpoint import describe_checkpoint
+from ncm_verify.harness.concept_checkpoint import describe_checkpoint, judged_line
 from ncm_verify.harness.hypothesis_internals import statistics_reported_to
 from ncm_verify.harness.run_state import install, run_state, uninstall
 from ncm_verify.mlx_jit import remove_if_stale
@@ -176,7 +176,7 @@ def pytest_report_header(config):
     checkpoint = describe_checkpoint(config.getoption("--ncm-model"))
     return [
         f"ncm-verify: implementation under test {config.getoption('--impl')}",
-        f"ncm-verify: checkpoint {checkpoint['path']} sha256 {checkpoint['sha256']}",
+        f"ncm-verify: checkpoints {judged_line(checkpoint)}",
     ]
 
 

@@ -238,9 +238,8 @@ def environment_table(report: dict) -> Table | None:
             value = implementation[key]
             rows.append((f"implementation {key}", ", ".join(value) if isinstance(value, list) else str(value)))
     checkpoint = facts.get("checkpoint") or {}
-    for key in ("path", "sha256"):
-        if checkpoint.get(key) is not None:
-            rows.append((f"checkpoint (model-level path (b)) {key}", str(checkpoint[key])))
+    for entry in checkpoint.get("judged") or ([checkpoint] if checkpoint else []):
+        rows.append(("checkpoint (model-level path (b))", f"{entry.get('path')} (sha256 {entry.get('sha256')})"))
     for key in ("run_id", "suite_commit", "suite_dirty"):
         if facts.get(key) is not None:
             rows.append((key.replace("_", " "), str(facts[key])))
