@@ -236,7 +236,8 @@ def describe(table: Sequence[Row], results: Sequence[Direction]) -> str:
     for r in results:
         lines.append(
             f"{r.challenger + ' > ' + r.baseline:<46} {r.mean_difference:+9.4f} {r.sd:6.3f} {r.n:>4} {r.p_value:9.3g}"
-            f" {r.alpha:8.2g} {r.detectable:10.4f} {r.detectable_true:7.4f} {r.literature:10.4f}  {r.verdict} ({r.source})"
+            f" {r.alpha:8.2g} {r.detectable:10.4f} {r.detectable_true:7.4f} {r.literature:10.4f}"
+            f"  {r.verdict} ({r.source})"
         )
     return "\n".join(lines)
 

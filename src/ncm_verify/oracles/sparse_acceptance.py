@@ -74,7 +74,7 @@ def two_token_acceptance(
     Args:
         weights: (C, Z) the drafter's component weights per context (an AR drafter: Z = 1, weight 1).
         q_first: (C, Z, K) each component's first row at `target.first_ids`.
-        q_second: (C, Z, J, K) each component's second row, after first token first_ids[c, j], at
+        q_second: (C, Z, J, K2) each component's second row, after first token first_ids[c, j], at
             `target.second_ids[c, j]`.
     """
     c, k = target.first_ids.shape
@@ -83,7 +83,7 @@ def two_token_acceptance(
     for name, got, want in (
         ("weights", weights.shape, (c, z)),
         ("q_first", q_first.shape, (c, z, k)),
-        ("q_second", q_second.shape, (c, z, j, k)),
+        ("q_second", q_second.shape, (c, z, *target.second_ids.shape[1:])),
     ):
         if got != want:
             raise ValueError(f"{name}: shape {got}, expected {want}")

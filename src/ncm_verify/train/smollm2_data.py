@@ -132,7 +132,7 @@ def target_data(smol: SmolLM2 | None = None) -> dict[str, np.ndarray]:
         path = directory / f"chunk_{n:03d}.npz"
         if not path.exists():
             part = _chunk(smol.model, windows[begin : begin + CHUNK], SEED * 1000 + n)
-            np.savez(path.with_suffix(".tmp.npz"), **part)
+            np.savez(path.with_suffix(".tmp.npz"), **part)  # type: ignore[arg-type]
             path.with_suffix(".tmp.npz").rename(path)
         with np.load(path) as stored:
             parts.append({k: stored[k] for k in stored.files})

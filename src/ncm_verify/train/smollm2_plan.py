@@ -147,7 +147,9 @@ def ncm_log_likelihood(model: SubVocabConceptDrafter, context: mx.array, blocks:
     """Exact log q(block | context) (B,) over sub-vocabulary entries, z enumerated (rows as trained: entry 0 kept)."""
     log_prior, log_rows = model.inner.block_law(context, blocks.shape[1], features=features)
     rows = log_rows[0]  # (Z, k, M): the rows do not depend on the context
-    per_z = sum(rows[:, i, blocks[:, i]] for i in range(blocks.shape[1]))  # (Z, B)
+    per_z = rows[:, 0, blocks[:, 0]]  # (Z, B)
+    for i in range(1, blocks.shape[1]):
+        per_z = per_z + rows[:, i, blocks[:, i]]
     return mx.logsumexp(log_prior + per_z.T, axis=-1)
 
 
@@ -209,9 +211,9 @@ def _run(model: nn.Module, task: Any, spec: RunSpec, init: Path | None = None) -
 def held_out_loss(model: nn.Module, held: SubTokens) -> float:
     """Mean held-out loss: next-token cross-entropy (a llama) or block -log q / k (an NCM), sub-vocabulary entries."""
     if isinstance(model, SubVocabLlama):
-        return float(ARTask(held, 0, False, batch=len(held.windows)).loss(model, 0).item())
+        return float(np.array(ARTask(held, 0, False, batch=len(held.windows)).loss(model, 0)))
     task = NCMTask(held, 0, features=bool(model.reads_features), batch=4 * len(held.windows))
-    return float(task.loss(model, 0).item())
+    return float(np.array(task.loss(model, 0)))
 
 
 def held_out_tokens(smol, token_ids: np.ndarray, count: int = 64) -> SubTokens:
@@ -245,7 +247,7 @@ def make_all(want: Callable[[str], bool]) -> list[Trained]:
         began = time.perf_counter()
         rows = smollm2_data.c10_rows(smol)
         SMOLLM2_FIXTURES.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(SMOLLM2_FIXTURES / C10_ROWS, **rows)
+        np.savez_compressed(SMOLLM2_FIXTURES / C10_ROWS, **rows)  # type: ignore[arg-type]
         write_rows_record(time.perf_counter() - began)
     return made
 
@@ -351,7 +353,8 @@ def write(made: list[Trained], directory: Path = SMOLLM2_FIXTURES) -> dict[str, 
     record["corpus"] = "reference/drafting/text.py's pydoc text: first 90 % of characters to train, last 10 % held out"
     for m in made:
         path = directory / f"{m.name}.safetensors"
-        weights = {k: v if v.dtype == mx.int32 else v.astype(mx.float16) for k, v in tree_flatten(m.model.parameters())}
+        flat: list[tuple[str, mx.array]] = tree_flatten(m.model.parameters())  # type: ignore[assignment]
+        weights = {k: v if v.dtype == mx.int32 else v.astype(mx.float16) for k, v in flat}
         mx.save_safetensors(str(path), weights, metadata={"name": m.name})
         record["models"][m.name] = {
             "kind": m.kind,
