@@ -12,6 +12,7 @@ from ncm_verify.oracles.sparse_acceptance import SparseTargetRows, two_token_acc
 from ncm_verify.reference.drafting.models import llama_args
 from ncm_verify.reference.drafting.subvocab import SubVocabLlama, check_token_ids
 from ncm_verify.reference.drafting.trained import SMOLLM2_DRAFTING, file_sha256, load_record, load_trained
+from ncm_verify.tolerances import NORMALISATION
 
 V, C = 12, 5
 
@@ -157,9 +158,11 @@ def test_shipped_smollm2_drafters_give_proper_rows_on_the_full_vocabulary():
             features = mx.zeros((1, model.config.feature_dim)) if model.reads_features else None
             log_prior, log_rows = model.block_law(context, 2, features=features)
             rows = np.exp(np.array(log_rows[0], dtype=np.float64))
-            np.testing.assert_allclose(np.exp(np.array(log_prior, dtype=np.float64)).sum(), 1.0, atol=1e-5)
+            prior = np.exp(np.array(log_prior, dtype=np.float64)).sum()
+            np.testing.assert_allclose(prior, 1.0, atol=NORMALISATION[mx.float32], err_msg=name)
         else:
             rows = np.array(mx.softmax(model(context)[:, -1].astype(mx.float32), axis=-1), dtype=np.float64)
         assert rows.shape[-1] == 49152, name
-        np.testing.assert_allclose(rows.sum(-1), 1.0, atol=1e-5, err_msg=name)
+        # float32 rows normalised by MLX's own (sequential) sums: the suite's float32 normalisation bound
+        np.testing.assert_allclose(rows.sum(-1), 1.0, atol=NORMALISATION[mx.float32], err_msg=name)
         assert (rows > 0).sum(-1).max() < 4096, name  # nothing outside the sub-vocabulary

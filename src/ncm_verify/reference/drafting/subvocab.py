@@ -123,11 +123,14 @@ class SubVocabConceptDrafter(nn.Module):
         return self._vocab.sub(tokens)
 
     def sub_law(self, context: mx.array, k: int, *, temperature: float = 1.0, features: mx.array | None = None):
-        """`block_law` over sub-vocabulary entries (B, Z, k, M), entry 0's rows as trained (never proposed)."""
+        """`block_law` over sub-vocabulary entries (B, Z, k, M): entry 0 (trained as "any other token") masked to
+        probability 0 and the rest renormalised, so the rows are what the drafter proposes from."""
         log_prior, log_rows = self.inner.block_law(
             self._vocab.sub(context), k, temperature=temperature, features=features
         )
-        return log_prior, nn.log_softmax(self._vocab_mask(log_rows), axis=-1)
+        # the rows do not depend on the context: masked once, broadcast over the batch as block_law gives them
+        rows = nn.log_softmax(self._vocab_mask(log_rows[:1]), axis=-1)
+        return log_prior, mx.broadcast_to(rows, log_rows.shape)
 
     def _vocab_mask(self, log_rows: mx.array) -> mx.array:
         return mx.concatenate([mx.full((*log_rows.shape[:-1], 1), -mx.inf), log_rows[..., 1:]], axis=-1)
