@@ -37,7 +37,7 @@ def smollm2_directions():
     return smollm2_acceptance.c10()
 
 
-@pytest.mark.thorough_only  # ~10 s of CPU (the drafters' rows at 128 contexts x 32 prefixes); ci runs the small-model row
+@pytest.mark.thorough_only  # ~10 s of CPU (drafter rows at 128 contexts x 32 prefixes); ci runs the small-model row
 @pytest.mark.claim("C10")
 @pytest.mark.parametrize("challenger", [d[0] for d in smollm2_acceptance.DIRECTIONS])
 def test_on_smollm2_the_direction_lengthens_the_exact_expected_accepted_block(smollm2_directions, challenger):
