@@ -166,3 +166,17 @@ def test_shipped_smollm2_drafters_give_proper_rows_on_the_full_vocabulary():
         # float32 rows normalised by MLX's own (sequential) sums: the suite's float32 normalisation bound
         np.testing.assert_allclose(rows.sum(-1), 1.0, atol=NORMALISATION[mx.float32], err_msg=name)
         assert (rows > 0).sum(-1).max() < 4096, name  # nothing outside the sub-vocabulary
+
+
+@shipped
+def test_a_shipped_smollm2_ncm_drafter_proposes_tokens_of_its_rows_and_remembers_the_block():
+    model = load_trained("smollm2_ncm_data", SMOLLM2_DRAFTING)
+    cache = model.make_cache()
+    context = mx.array([[504, 2017, 314, 253, 1789, 30]], dtype=mx.int32)
+    block = model.propose(cache, context, 3, mx.random.key(0), temperature=0.7)
+    rows, tokens = np.array(block.probs, dtype=np.float64), np.array(block.tokens)
+    assert rows.shape == (1, 3, 49152) and tokens.shape == (1, 3)
+    np.testing.assert_allclose(rows.sum(-1), 1.0, atol=NORMALISATION[mx.float32])
+    assert rows[0, np.arange(3), tokens[0]].min() > 0  # each drafted token has mass in the row handed to the loop
+    assert set(tokens[0].tolist()) <= set(np.array(model.token_ids).tolist()[1:])
+    assert cache[0].offset == 6 + 3  # the drafted block stays in the history until the loop trims it

@@ -54,8 +54,14 @@ PROMPTS = {
 """A prompt whose continuation repeats it (prompt lookup's best case) and a grounded edit (its intended use); and
 `HELD_OUT_PROMPT`: held-out pydoc text, the trained drafters' domain."""
 HELD_OUT_PROMPT = "pydoc (held out)"
-TRAINED = ("smollm2_ar_data", "smollm2_ar_distilled")
-"""The drafters `make train` ships for SmolLM2 that the loop runs here (sub-vocabulary AR llamas)."""
+TRAINED = (
+    "smollm2_ar_data",
+    "smollm2_ar_distilled",
+    "smollm2_ncm_data",
+    "smollm2_ncm_distilled",
+    "smollm2_ncm_features",
+)
+"""The drafters `make train` ships for SmolLM2 (over a sub-vocabulary: AR llamas and NCM block drafters)."""
 
 
 def held_out_prompt(characters: int = 400) -> str:
@@ -71,15 +77,21 @@ EARLY_EXIT_LAYERS = 8
 TEMPERATURE = 0.3
 
 
-def make_drafters(target, ks: tuple[int, ...]) -> list[BenchDrafter]:
+def _as_drafter(model, max_block: int):
+    """An NCM drafter proposes itself; a llama (over a sub-vocabulary) runs as an `ARDrafter` (blocked-sum rows)."""
     from ncm_verify.mlx_lm_real.text_drafters import ARDrafter
+
+    return model if hasattr(model, "propose") else ARDrafter(model, max_block=max_block)
+
+
+def make_drafters(target, ks: tuple[int, ...]) -> list[BenchDrafter]:
     from ncm_verify.reference.drafting.trained import SMOLLM2_DRAFTING, load_record, load_trained
 
     shipped = load_record(SMOLLM2_DRAFTING / "record.json")["models"] if SMOLLM2_DRAFTING.exists() else {}
     trained = [
         BenchDrafter(
             name.removeprefix("smollm2_"),
-            ARDrafter(load_trained(name, SMOLLM2_DRAFTING), max_block=max(ks)),
+            _as_drafter(load_trained(name, SMOLLM2_DRAFTING), max(ks)),
             f"make train, {shipped[name]['parameters']} parameters",
         )
         for name in TRAINED

@@ -18,8 +18,11 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter, ConceptDrafterConfig
+from ncm_verify.reference.drafting.base import DraftBlock, softmax_rows
+from ncm_verify.reference.drafting.concept_drafter import ConceptBlockDrafter, ConceptDrafterConfig, TokenHistory
 from ncm_verify.reference.drafting.models import make_llama
+from ncm_verify.reference.ncm.codec import codec_decode
+from ncm_verify.reference.ncm.concept_generate import sample_codes
 
 __all__ = ["SubVocab", "SubVocabLlama", "SubVocabConceptDrafter", "check_token_ids"]
 
@@ -105,6 +108,41 @@ class SubVocabConceptDrafter(nn.Module):
         self.reads_features = self.inner.reads_features
         self.num_codes = self.inner.num_codes
         self.freeze(keys=["token_ids"], recurse=False)
+
+    def make_cache(self) -> list[Any]:
+        return [TokenHistory()]
+
+    def propose(
+        self,
+        cache: list[Any],
+        new_tokens: mx.array,
+        k: int,
+        key: mx.array,
+        *,
+        temperature: float = 1.0,
+        features: mx.array | None = None,
+    ) -> DraftBlock:
+        """`ConceptBlockDrafter.propose` over the sub-vocabulary: codes level by level at temperature 1, then each
+        token from its row q(x_i | z) with entry 0 masked, the rows handed to the loop scattered into full V."""
+        if temperature <= 0:
+            raise ValueError(f"temperature: {temperature} must be positive (sampled drafting)")
+        if not isinstance(cache, list) or len(cache) != 1 or not isinstance(cache[0], TokenHistory):
+            raise ValueError("cache: expected this drafter's make_cache() (one TokenHistory)")
+        history = cache[0]
+        context = history.append(self._vocab.sub(new_tokens))
+        window, kv = self.inner.prefix(context, features)
+        batch, levels = window.shape[0], self.inner.ncm.config.layout.num_levels
+        code_key, token_key = mx.random.split(key)
+        codes: list[mx.array] = []
+        for level, level_key in enumerate(mx.random.split(code_key, levels)):
+            logits = self.inner.level_logits(window, kv, codes, level)
+            codes.append(sample_codes(logits, mx.random.split(level_key, batch)))
+        logits = codec_decode(self.inner.ncm, codes)[:, :k].astype(mx.float32) * (1.0 / temperature)
+        masked = self._vocab_mask(logits)
+        sub_tokens = mx.random.categorical(masked, key=token_key).astype(mx.int32)
+        history.append(sub_tokens)  # drafted past the context: the loop trims them away
+        rows = softmax_rows(self._vocab.scatter_logits(logits))
+        return DraftBlock(tokens=self.token_ids[sub_tokens], probs=rows, codes=mx.concatenate(codes, axis=1))
 
     def load_weights(self, file_or_weights: Any, strict: bool = True) -> SubVocabConceptDrafter:
         super().load_weights(file_or_weights, strict=strict)
