@@ -153,12 +153,12 @@ def target_data(smol: SmolLM2 | None = None) -> dict[str, np.ndarray]:
 C10_CONTEXTS = 128
 C10_CONTEXT_LENGTH = 32
 C10_SEED = 2024
-C10_TOP_FIRST = 512
+C10_TOP_FIRST = 1024
 """Entries C10 keeps of the target's row at a context's end: its largest within the sub-vocabulary (the drafters
 propose nothing else)."""
-C10_TOP = 96
+C10_TOP = 48
 """Entries C10 keeps of each row after an expanded first token."""
-C10_EXPAND = 32
+C10_EXPAND = 64
 """First tokens (the target's likeliest in the sub-vocabulary) after which C10 keeps the target's next row."""
 
 
