@@ -106,7 +106,7 @@ class SubVocabConceptDrafter(nn.Module):
         self._vocab = SubVocab(self.token_ids, vocab_size)
         self.config, self.vocab_size = config, vocab_size
         self.reads_features = self.inner.reads_features
-        self.num_codes = self.inner.num_codes
+        self.num_codes, self.max_block = self.inner.num_codes, self.inner.max_block
         self.freeze(keys=["token_ids"], recurse=False)
 
     def make_cache(self) -> list[Any]:
@@ -128,6 +128,7 @@ class SubVocabConceptDrafter(nn.Module):
             raise ValueError(f"temperature: {temperature} must be positive (sampled drafting)")
         if not isinstance(cache, list) or len(cache) != 1 or not isinstance(cache[0], TokenHistory):
             raise ValueError("cache: expected this drafter's make_cache() (one TokenHistory)")
+        self.inner._check_k(k)
         history = cache[0]
         context = history.append(self._vocab.sub(new_tokens))
         window, kv = self.inner.prefix(context, features)
