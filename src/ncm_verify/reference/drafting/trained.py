@@ -97,5 +97,5 @@ def load_drafter(name: str, directory: Path = DRAFTING_FIXTURES) -> TextDrafter:
     """The shipped model `name` as the drafting loop runs it: an NCM drafter (one that proposes) as it is, a llama
     (mlx-lm's, or over a sub-vocabulary) as an `ARDrafter`."""
     model = load_trained(name, directory)
-    drafter: Any = model if hasattr(model, "propose") else ARDrafter(model)  # an NCM drafter proposes itself
+    drafter: Any = model if hasattr(model, "propose") else ARDrafter(model)  # type: ignore[arg-type]
     return drafter
