@@ -1,8 +1,9 @@
 """C12 on a real target (issue 42; measured, never asserted): drafted decoding of SmolLM2-135M against mlx-lm's
 `generate_step`, in both forms (quantised as the GGUF is, float32), per drafter and draft length k.
 
-The drafters are training-free: prompt lookup (S17, transformers' rule) and SmolLM2's own first layers under its
-head (an early-exit AR drafter). Each row gives tokens per target pass (measured), the i.i.d. acceptance they
+The drafters: prompt lookup (S17, transformers' rule), SmolLM2's own first layers under its head (an early-exit AR
+drafter), and the AR drafters `make train` ships for SmolLM2 (plain and distilled, over a sub-vocabulary; run on a
+held-out pydoc prompt, their domain). Each row gives tokens per target pass (measured), the i.i.d. acceptance they
 imply, the cost ratio c of a drafted token to a one-token target step, Leviathan et al.'s predicted speedup
 (which assumes a verify pass costs one step), the prediction from the measured parts (proposal, verify pass,
 verify_chain), the measured wall-time speedup, and the verify pass's cost against a one-token step: the reason a
@@ -50,13 +51,53 @@ PROMPTS = {
         "    print(x)\n    return x\n<|im_end|>\n<|im_start|>assistant\n"
     ),
 }
-"""A prompt whose continuation repeats it (prompt lookup's best case) and a grounded edit (its intended use)."""
+"""A prompt whose continuation repeats it (prompt lookup's best case) and a grounded edit (its intended use); and
+`HELD_OUT_PROMPT`: held-out pydoc text, the trained drafters' domain."""
+HELD_OUT_PROMPT = "pydoc (held out)"
+TRAINED = (
+    "smollm2_ar_data",
+    "smollm2_ar_distilled",
+    "smollm2_ncm_data",
+    "smollm2_ncm_distilled",
+    "smollm2_ncm_features",
+)
+"""The drafters `make train` ships for SmolLM2 (over a sub-vocabulary: AR llamas and NCM block drafters)."""
+
+
+def held_out_prompt(characters: int = 400) -> str:
+    """The start of the corpus's held-out part (never trained on), cut at a line end."""
+    from ncm_verify.reference.drafting.text import HELD_OUT_FRACTION, load_text
+
+    text = load_text()
+    start = text.index("\n", int(len(text) * (1 - HELD_OUT_FRACTION))) + 1
+    return text[start : text.rindex("\n", start, start + characters) + 1]
+
+
 EARLY_EXIT_LAYERS = 8
 TEMPERATURE = 0.3
 
 
+def _as_drafter(model, max_block: int):
+    """An NCM drafter proposes itself; a llama (over a sub-vocabulary) runs as an `ARDrafter` (blocked-sum rows)."""
+    from ncm_verify.mlx_lm_real.text_drafters import ARDrafter
+
+    return model if hasattr(model, "propose") else ARDrafter(model, max_block=max_block)
+
+
 def make_drafters(target, ks: tuple[int, ...]) -> list[BenchDrafter]:
-    return [
+    from ncm_verify.reference.drafting.trained import SMOLLM2_DRAFTING, load_record, load_trained
+
+    shipped = load_record(SMOLLM2_DRAFTING / "record.json")["models"] if SMOLLM2_DRAFTING.exists() else {}
+    trained = [
+        BenchDrafter(
+            name.removeprefix("smollm2_"),
+            _as_drafter(load_trained(name, SMOLLM2_DRAFTING), max(ks)),
+            f"make train, {shipped[name]['parameters']} parameters",
+        )
+        for name in TRAINED
+        if name in shipped
+    ]
+    return trained + [
         BenchDrafter("prompt lookup (S17)", PromptLookupDrafter(target.args.vocab_size, max_block=max(ks)), "no model"),
         BenchDrafter(
             f"early exit ({EARLY_EXIT_LAYERS} of 30 layers)",
@@ -66,7 +107,17 @@ def make_drafters(target, ks: tuple[int, ...]) -> list[BenchDrafter]:
     ]
 
 
-def measure_form(impl, form: str, *, tokens: int, repeats: int, ks: tuple[int, ...], temperature: float) -> list:
+def measure_form(
+    impl,
+    form: str,
+    *,
+    tokens: int,
+    repeats: int,
+    ks: tuple[int, ...],
+    temperature: float,
+    only_prompts: list[str] | None = None,
+    only_drafters: list[str] | None = None,
+) -> list:
     """Rows of one target form, per prompt: every drafter at every k beside `generate_step` on that prompt.
 
     The early-exit drafter runs at the shortest k only: its acceptance (~0.05, untrained) makes longer blocks
@@ -74,13 +125,17 @@ def measure_form(impl, form: str, *, tokens: int, repeats: int, ks: tuple[int, .
     """
     model = smollm2.load_smollm2(form=form)
     target = model.model
-    drafters = make_drafters(target, ks)
+    drafters = [d for d in make_drafters(target, ks) if only_drafters is None or d.name in only_drafters]
     sampler = make_sampler(temp=temperature)
     seeds = itertools.count(1)
     rows = []
-    for (prompt_name, text), k in itertools.product(PROMPTS.items(), ks):
+    prompts = {**PROMPTS, HELD_OUT_PROMPT: held_out_prompt()}
+    prompts = {name: text for name, text in prompts.items() if only_prompts is None or name in only_prompts}
+    for (prompt_name, text), k in itertools.product(prompts.items(), ks):
         prompt = smollm2.encode(model, text)
         entries = [entry for entry in drafters if k == min(ks) or "early exit" not in entry.name]
+        # the trained drafters know the pydoc text alone: they run on its held-out prompt
+        entries = [e for e in entries if prompt_name == HELD_OUT_PROMPT or not e.note.startswith("make train")]
 
         def alone(prompt=prompt) -> None:
             for _ in generate_step(mx.array(prompt), target, max_tokens=tokens, sampler=sampler):
@@ -102,7 +157,10 @@ def measure_form(impl, form: str, *, tokens: int, repeats: int, ks: tuple[int, .
             "verify_chain": verification(impl, k, target.args.vocab_size),
         }
         for entry in entries:
-            parts[f"proposal ({k} tokens): {entry.name}"] = proposal(entry.drafter, k, None, prompt)
+            # a feature reader's proposal is timed on a placeholder state (its cost does not depend on the values)
+            reads = getattr(entry.drafter, "reads_features", False)
+            features = mx.zeros((1, target.args.hidden_size)) if reads else None
+            parts[f"proposal ({k} tokens): {entry.name}"] = proposal(entry.drafter, k, features, prompt)
         kept: dict[str, list] = {entry.name: [] for entry in entries}
         contenders: dict[str, Callable[[], object]] = {"target alone": alone}
         contenders.update({entry.name: drafted(entry.drafter, kept[entry.name]) for entry in entries})
@@ -159,13 +217,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3, help="generations per prompt and contender (after a warm-up)")
     parser.add_argument("--temperature", type=float, default=TEMPERATURE)
+    parser.add_argument("--prompts", nargs="+", help=f"only these prompts (of {[*PROMPTS, HELD_OUT_PROMPT]})")
+    parser.add_argument("--drafters", nargs="+", help="only these drafters (by the table's name)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     impl = load_implementation(args.impl)
     rows = []
     for form in args.forms:
         rows += measure_form(
-            impl, form, tokens=args.tokens, repeats=args.repeats, ks=tuple(args.ks), temperature=args.temperature
+            impl,
+            form,
+            tokens=args.tokens,
+            repeats=args.repeats,
+            ks=tuple(args.ks),
+            temperature=args.temperature,
+            only_prompts=args.prompts,
+            only_drafters=args.drafters,
         )
     print(f"C12 on SmolLM2-135M (temperature {args.temperature}, {args.tokens} tokens a generation; measured):")
     print(format_rows(rows))
@@ -174,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "tokens": args.tokens,
             "temperature": args.temperature,
-            "prompts": list(PROMPTS),
+            "prompts": list(PROMPTS) + [HELD_OUT_PROMPT],
             "environment": describe_environment(),
         }
         args.out.write_text(json.dumps(result, indent=2) + "\n")

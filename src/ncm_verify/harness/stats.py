@@ -654,6 +654,12 @@ DIRECTION_ALPHA = FAMILY_BUDGET / 2
 rate at which a direction that does not lengthen accepted blocks reads *shown*, Bonferroni over the two."""
 
 
+SMOLLM2_DIRECTION_ALPHA = FAMILY_BUDGET / 3
+"""Each of C10's three paired tests on SmolLM2 (issue 42: the distilled AR drafter, the positive control; the distilled
+and the feature-conditioned NCM drafter): the rate at which a direction that does not lengthen accepted blocks reads
+*shown*, Bonferroni over the three."""
+
+
 def paired_improvement_p_value(challenger: np.ndarray, baseline: np.ndarray) -> float:
     """One-sided paired t-test p-value of mean(challenger - baseline) > 0, per context (exact values, not samples:
     the test is over which held-out contexts were drawn)."""

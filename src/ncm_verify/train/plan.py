@@ -36,7 +36,7 @@ from ncm_verify.reference.ncm.concept_config import ConceptConfig
 from ncm_verify.reference.ncm.config import NCMConfig
 from ncm_verify.reference.ncm.model import make_model
 from ncm_verify.tolerances import TRAIN_REPRODUCTION_NATS
-from ncm_verify.train import data, evaluate
+from ncm_verify.train import data, evaluate, smollm2_plan
 from ncm_verify.train.loop import RunSpec, Task, train
 from ncm_verify.train.tasks import DistillTask, NCMBlockTask, NCMLevelTask, NextTokenTask
 
@@ -328,7 +328,11 @@ def write(made: list[Made], corpus: dict[str, Any], directory: Path = DRAFTING_F
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.train", description=__doc__)
     parser.add_argument("--fresh", action="store_true", help="drop the checkpoints in .train-cache/ first")
-    parser.add_argument("--only", nargs="*", help="train only these models (and the target when they learn from it)")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        help="train only these models (and the target when they learn from it); smollm2: every SmolLM2 step",
+    )
     parser.add_argument(
         "--check",
         action="store_true",
@@ -350,10 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         "vocab_size": len(corpus.VOCAB),
     }
     began = time.perf_counter()
-    made = make_all(set(args.only) if args.only else None)
-    record = write(made, corpus_info)
-    print(f"trained {len(made)} models in {time.perf_counter() - began:.0f} s (resumed work included in each)")
-    for name in sorted(m.spec.name for m in made):
+    only = set(args.only) if args.only else None
+    made = make_all(only)
+    record = write(made, corpus_info) if made else {"models": {}}
+    smol_began = time.perf_counter()
+    smol = smollm2_plan.make_all(lambda name: only is None or name in only or "smollm2" in only)
+    if smol:
+        record["models"].update(smollm2_plan.write(smol)["models"])
+        print(f"SmolLM2 steps: {time.perf_counter() - smol_began:.0f} s (target rows included)")
+    print(
+        f"trained {len(made) + len(smol)} models in {time.perf_counter() - began:.0f} s (resumed work included in each)"
+    )
+    for name in sorted([m.spec.name for m in made] + [m.name for m in smol]):
         entry = record["models"][name]
         print(
             f"  {name:<22} {entry['parameters']:>8} params  held-out {entry['held_out_loss']:.4f}  "
@@ -370,6 +382,8 @@ def drop_checkpoints(only: set[str] | None, shipped: set[str]) -> None:
     if not CHECKPOINTS.exists():
         return
     for directory in CHECKPOINTS.iterdir():
+        if directory.name.startswith("smollm2"):
+            continue  # SmolLM2's target data and drafters: their own record, not reproduced by --check
         if only is None or directory.name in only or directory.name not in shipped:
             shutil.rmtree(directory)
 

@@ -30,6 +30,8 @@ __all__ = [
 
 DRAFTING_FIXTURES = Path(__file__).parents[2] / "data" / "fixtures" / "drafting"
 RECORD = DRAFTING_FIXTURES / "record.json"
+SMOLLM2_DRAFTING = DRAFTING_FIXTURES.parent / "smollm2_drafters"
+"""Issue 42's drafters of SmolLM2-135M and C10's sparse target rows, with their own record.json."""
 
 
 def file_sha256(path: Path) -> str:
@@ -55,7 +57,16 @@ def model_from_entry(entry: dict[str, Any]) -> nn.Module:
         from ncm_verify.reference.ncm.model import NCM
 
         return NCM(NCMConfig.from_dict(entry["config"]))
-    raise ValueError(f"kind: {entry['kind']!r} is not 'llama', 'concept_ncm' or 'level_ncm'")
+    if entry["kind"] in ("subvocab_llama", "subvocab_concept_ncm"):
+        # issue 42's drafters of SmolLM2: over a sub-vocabulary, their token ids loaded with the weights
+        from ncm_verify.reference.drafting.subvocab import SubVocabConceptDrafter, SubVocabLlama
+
+        placeholder = mx.concatenate([mx.array([-1]), mx.arange(entry["subvocab"] - 1)]).astype(mx.int32)
+        if entry["kind"] == "subvocab_llama":
+            return SubVocabLlama(entry["config"], placeholder, entry["vocab_size"])
+        config = ConceptDrafterConfig.from_dict(entry["config"])
+        return SubVocabConceptDrafter(config, placeholder, entry["vocab_size"])
+    raise ValueError(f"kind: {entry['kind']!r} is not 'llama', 'concept_ncm', 'level_ncm' or 'subvocab_*'")
 
 
 def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
@@ -83,7 +94,8 @@ def load_trained(name: str, directory: Path = DRAFTING_FIXTURES) -> nn.Module:
 
 
 def load_drafter(name: str, directory: Path = DRAFTING_FIXTURES) -> TextDrafter:
-    """The shipped model `name` as the drafting loop runs it: an NCM drafter as it is, a llama as an `ARDrafter`."""
+    """The shipped model `name` as the drafting loop runs it: an NCM drafter (one that proposes) as it is, a llama
+    (mlx-lm's, or over a sub-vocabulary) as an `ARDrafter`."""
     model = load_trained(name, directory)
-    drafter: Any = model if isinstance(model, ConceptBlockDrafter) else ARDrafter(model)  # type: ignore[arg-type]
+    drafter: Any = model if hasattr(model, "propose") else ARDrafter(model)  # type: ignore[arg-type]
     return drafter
