@@ -8,16 +8,20 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from peer_checks import (
     Decoding,
     RecordingSampler,
     assert_each_token_is_a_sampler_output_on_its_conditional,
+    assert_first_tokens_follow_the_law,
     first_difference,
+    first_tokens_law,
     run_variant,
+    tempered,
 )
 
+from ncm_verify.harness import strategies
 from ncm_verify.peers import mlx_vlm_spec as peer
 from ncm_verify.tolerances import TOLERANCES
 
@@ -26,9 +30,9 @@ VARIANTS = ("own", "planted")
 
 
 @st.composite
-def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2):
+def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2, vocabs=(4, 6, peer.VOCAB)):
     """A target, its drafter, a prompt and a budget: small vocabularies so that drafts are accepted as often as not."""
-    vocab = draw(st.sampled_from([4, 6, peer.VOCAB]), label="vocab")
+    vocab = draw(st.sampled_from(vocabs), label="vocab")
     seed = draw(st.integers(0, 2**16), label="weights seed")
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
     max_tokens = draw(st.integers(min_tokens, 20), label="max_tokens")
@@ -103,6 +107,41 @@ def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_c
     assert_each_token_is_a_sampler_output_on_its_conditional(
         spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
     )
+
+
+LAW_CASES = [(*case, "own") for case in CASES] + [("attention", "mtp", "planted"), ("hybrid", "mtp", "planted")]
+"""Every drafter case on mlx-vlm's own code; the planted walk on two MTP ones (each law test takes 10-25 s). Not on
+DFlash: unseeded, its sampled walk is written inline in `_sample_dflash_target_walk`, which the planted walk
+(`_speculative_walk_batch`) does not reach; DFlash's plant is caught through its seeded path (properties 1, 2)."""
+
+
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("target_kind, draft_kind, variant", LAW_CASES)
+@settings(max_examples=1)
+@given(data=st.data())
+def test_the_first_sampled_tokens_follow_the_targets_law(target_kind, draft_kind, variant, data):
+    """Temperature > 0 (one RNG stream, `make_sampler`): the first two tokens of generate_step with a drafter (the
+    prefill's draw, then the first round's) follow the target's exact joint law, enumerated in float64 from
+    uncached forward passes, under the statistical policy (a chi-square at TV 0.2, power 0.99; V = 4)."""
+    from mlx_vlm.sample_utils import make_sampler
+
+    target, drafter, prompt, _ = data.draw(decodings(target_kind, draft_kind, vocabs=(4,)))
+    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temperature")  # flat first: drafts miss
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    law = first_tokens_law(lambda tokens: tempered(peer.conditional(target, tokens), temperature), prompt, 2)
+    sampler = make_sampler(temp=temperature)
+
+    def decode() -> list[int]:
+        if variant == "planted":
+            with peer.planted():
+                return peer.generate(target, prompt, 2, drafter, draft_kind, sampler=sampler)
+        return peer.generate(target, prompt, 2, drafter, draft_kind, sampler=sampler)
+
+    call = (
+        f"mx.random.seed({seed}); generate(target, {prompt}, 2, drafter, {draft_kind!r}, make_sampler({temperature}))"
+    )
+    assert_first_tokens_follow_the_law(law, decode, 4, seed=seed, call=call)
 
 
 @pytest.mark.peer_property(3)

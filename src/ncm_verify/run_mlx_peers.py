@@ -27,7 +27,7 @@ from ncm_verify.report import mlx_peers as report
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"
-TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy")
+TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy")
 """What every peer environment gets beside the package: the properties' own tools."""
 
 

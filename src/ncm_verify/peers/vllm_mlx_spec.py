@@ -91,6 +91,24 @@ def rule_law(p_log: np.ndarray, q_log: np.ndarray) -> np.ndarray:
     return law
 
 
+def sampled_branch(p_log: np.ndarray, q_log: np.ndarray, n: int) -> np.ndarray:
+    """n tokens of the sampled MTP branch for one request (batch_size 1), drawn with MLX's global generator as
+    mllm_batch_generator.py:3171-3262 draws them: the draft by ``mx.random.categorical`` on q, one uniform per
+    verify, `_accept_sampled_draft` on p(x), q(x) and it, and on a rejection ``mx.random.categorical`` on
+    `_residual_logprobs(p, q)`. The n rounds are drawn at once (independent rounds, the same law)."""
+    from vllm_mlx.mllm_batch_generator import _accept_sampled_draft, _residual_logprobs
+
+    p_row, q_row = mx.array(p_log[None], mx.float32), mx.array(q_log[None], mx.float32)
+    drafts = mx.random.categorical(mx.repeat(q_row, n, axis=0))
+    uniforms = mx.random.uniform(shape=(n,))
+    corrections = mx.random.categorical(mx.repeat(_residual_logprobs(p_row, q_row), n, axis=0))
+    mx.eval(drafts, uniforms, corrections)
+    tokens = []
+    for x, u, c in zip(drafts.tolist(), uniforms.tolist(), corrections.tolist()):
+        tokens.append(x if _accept_sampled_draft(float(p_log[x]), float(q_log[x]), u) else c)
+    return np.array(tokens)
+
+
 def planted() -> contextlib.AbstractContextManager:
     """The sampled MTP branch with its residual replaced by p: a rejected draft is corrected from p itself."""
     from vllm_mlx import mllm_batch_generator
