@@ -73,6 +73,17 @@ VLLM_TEXT_MTP_DEAD = (
     "'from mlx_lm.generate import BatchGenerator; print(hasattr(BatchGenerator, \"_step\"))'"
 )
 
+VLLM_MLLM_WRAPPED_RING = (
+    "vllm-mlx 0.6.0 vllm_mlx/mllm_batch_generator.py:3191-3199, 3314-3323, 3349-3351: MLLMBatchGenerator's MTP "
+    "round (install_mtp_mllm, external assistant drafter) rolls a rejected draft back with c.trim(...) only where "
+    "c.is_trimmable(); once a sliding-window layer's BatchRotatingKVCache is full, is_trimmable() is False "
+    "(mlx_vlm/models/cache.py:786), so (by its source) the round snapshots the ring's .state as if it were recurrent state and "
+    "restores that instead of trimming: on mlx-vlm's Gemma 4 sliding-window target greedy tokens leave plain "
+    "decoding's (alone: [1,1,1,1,0,1,3,1] vs [1,1,1,1,0,0,0,0], first divergent token 5; beside a second request "
+    "at token 3). Attention-only targets match. Repro: .peers/vllm-mlx/bin/python "
+    "mlx_peer_properties/repro/vllm_mlx_wrapped_ring.py"
+)
+
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
 _BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
@@ -129,6 +140,8 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     ),
     f"{_BROOMVA}test_num_draft_tokens_is_honoured_for_an_unbounded_budget": BROOMVA_UNBOUNDED,
     "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
+    "mlx_peer_properties/test_vllm_mlx.py::test_greedy_requests_served_with_the_assistant_get_plain_decoding_each_alone"
+    "[sliding-window]": VLLM_MLLM_WRAPPED_RING,
 }
 
 FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {

@@ -5,9 +5,12 @@
 uniform, and on a rejection the correction is drawn from `_residual_logprobs(p, q)`, where p is
 `_sampling_logprobs` of the verify logits. These functions are judged as that branch composes them; plain
 decoding's law is mlx-lm's own `make_sampler` (read from the `categorical_sampling` call it ends in). The
-batch generator itself (continuous batching over an mlx-vlm model) and the text path (`scheduler._install_mtp`,
-which disables itself on the mlx-lm 0.31.3 its pin admits) are not driven here. `planted()` replaces the residual
-by p.
+batch generator itself, `MLLMBatchGenerator` (continuous batching over an mlx-vlm model), is driven end to end by
+`serve` with `install_mtp_mllm`'s external assistant drafter (mlx-vlm's own Gemma 4 target and assistant, built by
+`mlx_vlm_spec`); its native MTP branch needs a Qwen 3.5 language model carrying `mtp` (vllm-mlx's
+`patches/qwen3_5_mtp.inject_mtp_support`, which loads an MTP checkpoint from disk into mlx-lm's `qwen3_5`
+layers). The text path (`scheduler._install_mtp`) disables itself on the mlx-lm 0.31.3 its pin admits.
+`planted()` replaces the residual by p.
 """
 
 from __future__ import annotations
@@ -107,6 +110,33 @@ def sampled_branch(p_log: np.ndarray, q_log: np.ndarray, n: int) -> np.ndarray:
     for x, u, c in zip(drafts.tolist(), uniforms.tolist(), corrections.tolist()):
         tokens.append(x if _accept_sampled_draft(float(p_log[x]), float(q_log[x]), u) else c)
     return np.array(tokens)
+
+
+def serve(target, prompts: list[list[int]], max_tokens: int, drafter=None, **fields) -> tuple[list[list[int]], dict]:
+    """The tokens vllm-mlx's `MLLMBatchGenerator` emits for `prompts` decoded together (text requests, token ids
+    given: no processor runs), with `install_mtp_mllm`'s external assistant `drafter` (every request asks for it:
+    ``mllm_draft``) or without; `fields` are `MLLMBatchRequest`'s sampling fields (temperature, top_p, top_k,
+    min_p, repetition_penalty, presence_penalty). Returns the tokens per prompt and the MTP statistics."""
+    from vllm_mlx.mllm_batch_generator import MLLMBatchGenerator, MLLMBatchRequest, install_mtp_mllm
+
+    engine = MLLMBatchGenerator(target, types.SimpleNamespace(), max_tokens=max_tokens, enable_vision_cache=False)
+    if drafter is not None:
+        install_mtp_mllm(engine, engine.language_model, num_draft_tokens=1, draft_model=drafter)
+    fields = {"temperature": 0.0, "top_p": 1.0, **fields}
+    requests = [
+        MLLMBatchRequest(uid=0, request_id=str(i), prompt="", max_tokens=max_tokens, input_ids=mx.array([prompt]),
+                         mllm_draft=drafter is not None, **fields)
+        for i, prompt in enumerate(prompts)
+    ]  # fmt: skip
+    engine.insert(requests)
+    emitted: list[list[int]] = [[] for _ in prompts]
+    for _ in range(len(prompts) * (max_tokens + 2) + 8):  # a bound, never reached by a sound engine
+        for response in engine.next():
+            emitted[int(response.request_id)].append(int(response.token))
+        if not engine.has_pending():
+            break
+    stats = engine.get_mtp_stats() if hasattr(engine, "get_mtp_stats") else {}
+    return emitted, stats
 
 
 def planted() -> contextlib.AbstractContextManager:
