@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-
 from peer_checks import assert_first_tokens_follow_the_law, first_difference, first_tokens_law, tempered
 
 from ncm_verify.peers import vllm_mlx_spec as peer
