@@ -79,8 +79,8 @@ VLLM_MLLM_WRAPPED_RING = (
     "c.is_trimmable(); once a sliding-window layer's BatchRotatingKVCache is full, is_trimmable() is False "
     "(mlx_vlm/models/cache.py:786), so (by its source) the round snapshots the ring's .state as if it were "
     "recurrent state and restores that instead of trimming: on mlx-vlm's Gemma 4 sliding-window target greedy "
-    "tokens leave plain decoding's (alone: [1,1,1,1,0,1,3,1] vs [1,1,1,1,0,0,0,0], first divergent token 5; beside a second "
-    "request at token 3). Attention-only targets match. Repro: .peers/vllm-mlx/bin/python "
+    "tokens leave plain decoding's (alone: [1,1,1,1,0,1,3,1] vs [1,1,1,1,0,0,0,0], first divergent token 5; "
+    "beside a second request at token 3). Attention-only targets match. Repro: .peers/vllm-mlx/bin/python "
     "mlx_peer_properties/repro/vllm_mlx_wrapped_ring.py"
 )
 
