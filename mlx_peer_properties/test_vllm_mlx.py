@@ -205,11 +205,29 @@ def test_the_first_sampled_tokens_of_a_request_served_beside_another_follow_the_
 
 
 @pytest.mark.peer_property(5)
-def test_rollback_equals_rebuilt():
-    pytest.skip(
-        "not applicable: not judged this round: the engine's caches are batch caches (left-padded, with "
-        "deferred drafts) read only through the tokens it serves (properties 1-3 above)"
-    )
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+@given(data=st.data())
+def test_after_every_step_the_batch_caches_attend_as_caches_rebuilt_from_the_tokens_they_hold(kind, data):
+    """After every engine step with the assistant drafter (rounds that accept, defer the draft, or reject and roll
+    back), a deep copy of the batch's caches fed one probe token gives each row the log-probabilities one uncached
+    pass over that request's prompt, the tokens it went on to emit up to the count its cache holds, and the
+    probe gives (the held count may include a draft served at the next step)."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served(kind))
+    probe = data.draw(st.integers(0, target.config.vocab_size - 1), label="probe")
+    probes: list = []
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, probe=probe, probes=probes)
+    assert probes, "no step left an active batch to read: nothing was judged"
+    tol = TOLERANCES[mx.float32]
+    for step, (request, held, cached) in enumerate(probes):
+        tokens = prompts[request] + emitted[request]
+        assert held <= len(tokens), f"probe {step}: request {request}'s cache holds {held} tokens, {len(tokens)} exist"
+        rebuilt = np.array(vlm.conditional(target, tokens[:held] + [probe]))
+        assert np.allclose(cached, rebuilt, atol=tol.atol, rtol=tol.rtol), (
+            f"probe {step}: request {request}'s cache (holding {tokens[:held]}) differs from one rebuilt from them "
+            f"by up to {np.abs(cached - rebuilt).max():.3g} nats after probe {probe}; served {emitted}; {stats}"
+        )
 
 
 @pytest.mark.peer_property(1, 2, 3, 5)

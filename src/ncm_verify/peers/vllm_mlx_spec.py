@@ -112,11 +112,28 @@ def sampled_branch(p_log: np.ndarray, q_log: np.ndarray, n: int) -> np.ndarray:
     return np.array(tokens)
 
 
-def serve(target, prompts: list[list[int]], max_tokens: int, drafter=None, **fields) -> tuple[list[list[int]], dict]:
+def probe_batch(engine, probe: int) -> list[tuple[int, int, np.ndarray]]:
+    """(request index, tokens the row's attention cache holds, log-probabilities ``[V]`` after `probe`) for every
+    row of the engine's active batch, read from a deep copy of its caches fed `probe`: what the model attends to."""
+    import copy
+
+    batch = engine.active_batch
+    caches = copy.deepcopy(batch.cache)
+    held = next(np.array(c.offset).tolist() for c in caches if type(c).__name__ == "BatchKVCache")  # full attention
+    logits = engine.language_model(mx.array([[probe]] * len(batch)), cache=caches)
+    logits = getattr(logits, "logits", logits)[:, -1, :].astype(mx.float32)
+    rows = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    return [(int(request), int(held[row]), rows[row]) for row, request in enumerate(batch.request_ids)]
+
+
+def serve(
+    target, prompts: list[list[int]], max_tokens: int, drafter=None, probe=None, probes=None, **fields
+) -> tuple[list[list[int]], dict]:
     """The tokens vllm-mlx's `MLLMBatchGenerator` emits for `prompts` decoded together (text requests, token ids
     given: no processor runs), with `install_mtp_mllm`'s external assistant `drafter` (every request asks for it:
     ``mllm_draft``) or without; `fields` are `MLLMBatchRequest`'s sampling fields (temperature, top_p, top_k,
-    min_p, repetition_penalty, presence_penalty). Returns the tokens per prompt and the MTP statistics."""
+    min_p, repetition_penalty, presence_penalty). Returns the tokens per prompt and the MTP statistics. With a
+    `probe` token, `probes` (a list) receives `probe_batch`'s rows after every engine step."""
     from vllm_mlx.mllm_batch_generator import MLLMBatchGenerator, MLLMBatchRequest, install_mtp_mllm
 
     engine = MLLMBatchGenerator(target, types.SimpleNamespace(), max_tokens=max_tokens, enable_vision_cache=False)
@@ -133,6 +150,8 @@ def serve(target, prompts: list[list[int]], max_tokens: int, drafter=None, **fie
     for _ in range(len(prompts) * (max_tokens + 2) + 8):  # a bound, never reached by a sound engine
         for response in engine.next():
             emitted[int(response.request_id)].append(int(response.token))
+        if probe is not None and probes is not None and engine.active_batch is not None:
+            probes.extend(probe_batch(engine, probe))
         if not engine.has_pending():
             break
     stats = engine.get_mtp_stats() if hasattr(engine, "get_mtp_stats") else {}
