@@ -170,8 +170,8 @@ def serve(
     given: no processor runs), with `install_mtp_mllm`'s external assistant `drafter` (every request asks for it:
     ``mllm_draft``) or without; `fields` are `MLLMBatchRequest`'s sampling fields (temperature, top_p, top_k,
     min_p, repetition_penalty, presence_penalty). Returns the tokens per prompt and the MTP statistics. With a
-    `probe` token, `probes` (a list) receives `probe_batch`'s rows of unfinished requests after every step. `native`: the native
-    MTP branch (no drafter; the target carries `mtp`, `make_native_mtp_target`)."""
+    `probe` token, `probes` (a list) receives `probe_batch`'s rows of unfinished requests after every step.
+    `native`: the native MTP branch (no drafter; the target carries `mtp`, `make_native_mtp_target`)."""
     from vllm_mlx.mllm_batch_generator import MLLMBatchGenerator, MLLMBatchRequest, install_mtp_mllm
 
     engine = MLLMBatchGenerator(target, types.SimpleNamespace(), max_tokens=max_tokens, enable_vision_cache=False)
