@@ -188,6 +188,7 @@ def test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_
 def test_num_draft_tokens_is_honoured_for_an_unbounded_budget(data):
     """max_tokens=-1 is documented as infinite; num_draft_tokens must still draft (the drafter is called)."""
     import itertools
+    from unittest import mock
 
     from mlx_lm.generate import mtp_speculative_generate_step
 
@@ -199,10 +200,7 @@ def test_num_draft_tokens_is_honoured_for_an_unbounded_budget(data):
         calls.append(1)
         return own(self, *args, **kwargs)
 
-    type(drafter).__call__ = counted
-    try:
+    with mock.patch.object(type(drafter), "__call__", counted):
         steps = mtp_speculative_generate_step(mx.array(prompt), target, drafter, num_draft_tokens=drafts, max_tokens=-1)
         emitted = [int(step[0]) for step in itertools.islice(steps, 12)]
-    finally:
-        type(drafter).__call__ = own
     assert calls, f"12 tokens {emitted} with max_tokens=-1, num_draft_tokens={drafts}: the drafter never ran"

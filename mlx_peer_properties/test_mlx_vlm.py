@@ -300,6 +300,7 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
     the cache claims (its attention offset) and the probe gives: KV, rotating ring and GatedDeltaNet state alike."""
     import contextlib
     import copy
+    from unittest import mock
 
     from mlx_vlm.speculative import dflash, eagle3, mtp
 
@@ -316,13 +317,11 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
         rounds.append((held, np.array(peer.log_softmax(logits))))
         return result
 
-    with planted:
-        own = dflash.commit_speculative_round
-        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = commit
-        try:
-            spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
-        finally:
-            dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own
+    with planted, contextlib.ExitStack() as stack:
+        own = dflash.commit_speculative_round  # the planted one, under the planted variant
+        for module in (dflash, mtp, eagle3):
+            stack.enter_context(mock.patch.object(module, "commit_speculative_round", commit))
+        spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
     tokens = prompt + spec
     tol = TOLERANCES[mx.float32]
     assert rounds or len(spec) <= 1, f"{len(spec)} tokens emitted and no round committed: nothing was judged"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 
@@ -264,14 +265,12 @@ def planted() -> Iterator[None]:
         "_eagle3_walk": lambda own: _planted_single_walk,
         "_eagle3_walk_batch": lambda own: _planted_walk,
     }
-    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp, eagle3) for n in replacements if hasattr(m, n)]
-    try:
-        for module, name, own in saved:
-            setattr(module, name, replacements[name](own))
+    with contextlib.ExitStack() as stack:
+        for module in (dflash, mtp, eagle3):
+            for name, replace in replacements.items():
+                if hasattr(module, name):
+                    stack.enter_context(mock.patch.object(module, name, replace(getattr(module, name))))
         yield
-    finally:
-        for module, name, own in saved:
-            setattr(module, name, own)
 
 
 @contextlib.contextmanager
@@ -284,9 +283,7 @@ def planted_rollback() -> Iterator[None]:
     def keep_one_rejected(model, caches, state, accepted, block_size):
         return own(model, caches, state, min(accepted + 1, block_size - 1), block_size)
 
-    dflash.commit_speculative_round = mtp.commit_speculative_round = keep_one_rejected
-    eagle3.commit_speculative_round = keep_one_rejected
-    try:
+    with contextlib.ExitStack() as stack:
+        for module in (dflash, mtp, eagle3):
+            stack.enter_context(mock.patch.object(module, "commit_speculative_round", keep_one_rejected))
         yield
-    finally:
-        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own
