@@ -23,7 +23,7 @@ from peer_checks import (
 
 from ncm_verify.harness import strategies
 from ncm_verify.peers import mlx_vlm_spec as peer
-from ncm_verify.tolerances import TOLERANCES
+from ncm_verify.tolerances import RECURRENT_LOGPROBS, TOLERANCES
 
 CASES = peer.CASES
 VARIANTS = ("own", "planted")
@@ -50,7 +50,7 @@ def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2, voca
 
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES + peer.EAGLE3_MORE)
 @given(data=st.data())
 def test_greedy_speculative_decoding_emits_plain_greedy_decoding(target_kind, draft_kind, variant, data):
     """Temperature 0: the speculative loop emits generate_step's own greedy tokens, token for token, on a hybrid
@@ -89,7 +89,7 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
 
 
 @pytest.mark.peer_property(2)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES + peer.EAGLE3_MORE)
 @given(data=st.data())
 def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_conditional(
     target_kind, draft_kind, data
@@ -261,6 +261,13 @@ def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(optio
     assert spec == plain, f"with {options}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
+def cache_tolerance(target_kind: str):
+    """Cached against rebuilt log-probabilities: float32's, or on the hybrid target `RECURRENT_LOGPROBS`: plain
+    cached decoding itself (mlx-vlm's cache, any chunking) is off an uncached pass by up to 1.8e-5 nats there
+    (weights 199, vocabulary 6, 22 tokens), the GatedDeltaNet state carrying every step's roundoff."""
+    return RECURRENT_LOGPROBS if target_kind == "hybrid" else TOLERANCES[mx.float32]
+
+
 @pytest.mark.peer_property(5)
 @pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
@@ -281,7 +288,7 @@ def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_em
     fed = emitted if offsets == {len(emitted) - 1} else emitted + [0]
     cached = peer.log_softmax(target.language_model(mx.array([fed[-1:]]), cache=cache).logits[0, -1])
     rebuilt = peer.conditional(target, fed)
-    tol = TOLERANCES[mx.float32]
+    tol = cache_tolerance(target_kind)
     worst = float(mx.abs(cached - rebuilt).max())
     assert np.allclose(np.array(cached), np.array(rebuilt), atol=tol.atol, rtol=tol.rtol), (
         f"after {spec} (cache offset {offsets}): cached and rebuilt log-probabilities differ by up to {worst:.3g}"
@@ -290,7 +297,7 @@ def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_em
 
 @pytest.mark.peer_property(5)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES + peer.EAGLE3_MORE)
 @given(data=st.data())
 def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens(
     target_kind, draft_kind, variant, data
@@ -323,7 +330,7 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
             stack.enter_context(mock.patch.object(module, "commit_speculative_round", commit))
         spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
     tokens = prompt + spec
-    tol = TOLERANCES[mx.float32]
+    tol = cache_tolerance(target_kind)
     assert rounds or len(spec) <= 1, f"{len(spec)} tokens emitted and no round committed: nothing was judged"
     note(f"emitted {spec}; {len(rounds)} commits holding {[held for held, _ in rounds]} tokens")
     for number, (held, cached) in enumerate(rounds):

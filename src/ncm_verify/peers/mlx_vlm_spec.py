@@ -35,6 +35,8 @@ CASES = (
 )
 """(target kind, drafter kind) pairs mlx-vlm ships drafters for: Qwen 3.5 DFlash and MTP, Gemma 4 assistant MTP,
 and its generic EAGLE-3 drafter (any target that captures hidden states; judged on the Gemma 4 attention one)."""
+EAGLE3_MORE = (("hybrid", "eagle3"), ("sliding-window", "eagle3"))
+"""EAGLE-3 on the other two targets, for greedy equality, call-by-call sampling and per-round rollback."""
 VOCAB = 12
 HIDDEN = 32
 
