@@ -132,9 +132,8 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     ),
     f"{_VLM}test_requests_served_together_get_what_each_gets_alone[attention-eagle3]": MLX_VLM_EAGLE3_SEED,
     f"{_VLM}test_the_server_engine_hands_each_row_its_exact_conditional[hybrid]": MLX_VLM_HYBRID_PADDING,
-    f"{_VLM}test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens[hybrid-mtp-own]": (
-        MLX_VLM_HYBRID_MTP_COMMIT
-    ),
+    f"{_VLM}test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens"
+    "[hybrid-mtp-own]": MLX_VLM_HYBRID_MTP_COMMIT,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[dflash]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[mtp]": MLX_VLM_HYBRID_PADDING,
     **{
