@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+from typing import Any
 from unittest import mock
 
 import mlx.core as mx
@@ -107,7 +108,7 @@ def sampled_branch(p_log: np.ndarray, q_log: np.ndarray, n: int) -> np.ndarray:
     corrections = mx.random.categorical(mx.repeat(_residual_logprobs(p_row, q_row), n, axis=0))
     mx.eval(drafts, uniforms, corrections)
     tokens = []
-    for x, u, c in zip(drafts.tolist(), uniforms.tolist(), corrections.tolist()):
+    for x, u, c in zip(np.array(drafts).tolist(), np.array(uniforms).tolist(), np.array(corrections).tolist()):
         tokens.append(x if _accept_sampled_draft(float(p_log[x]), float(q_log[x]), u) else c)
     return np.array(tokens)
 
@@ -140,7 +141,8 @@ def make_native_mtp_target(seed: int, vocab: int, directory):
             self.norm = nn.RMSNorm(args.hidden_size)
 
     (Path(directory) / "mtp").mkdir(parents=True, exist_ok=True)
-    weights = {f"mtp.{name}": value for name, value in tree_flatten(build(Head, seed + 1).parameters())}
+    parameters: Any = tree_flatten(build(Head, seed + 1).parameters())
+    weights = {f"mtp.{name}": value for name, value in parameters}
     mx.save_safetensors(str(Path(directory) / "mtp" / "weights.safetensors"), weights)
     target = vlm.make_target("hybrid", seed, vocab)
     if not inject_mtp_support(target, directory, config):
