@@ -13,7 +13,12 @@ import json
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from ncm_verify.harness import run_state, stats
 from ncm_verify.peers.mlx_findings import FINDING_RAISES, KNOWN_PEER_FINDINGS, PLANTED
+
+LAW_TESTS = 20
+"""Chi-square tests one `make verify-peers PEERS=all` plans at most (one per `peer_law` test and example: 14 now,
+over the five environments): the family-wise budget `stats.FAMILY_BUDGET` is split over them (Sidak)."""
 
 
 def pytest_addoption(parser):
@@ -24,6 +29,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
+    config.addinivalue_line("markers", "peer_law: a chi-square test of a sampled law, one per example (`LAW_TESTS`)")
+    run_state.install(config, policy=stats.Policy(planned_tests=LAW_TESTS, selftest_budget=0.0))
     settings.register_profile(
         "mlx-peers",
         max_examples=config.getoption("--mlx-peers-examples"),
@@ -37,8 +44,15 @@ def pytest_configure(config):
     settings.load_profile("mlx-peers")
 
 
+def pytest_unconfigure(config):
+    run_state.uninstall(config)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
+    laws = [item for item in items if item.get_closest_marker("peer_law")]
+    if len(laws) > LAW_TESTS:
+        raise pytest.UsageError(f"{len(laws)} peer_law tests here, more than the {LAW_TESTS} the budget is split over")
     for item in items:
         reason = KNOWN_PEER_FINDINGS.get(item.nodeid)
         if reason is None and "planted" in item.nodeid:

@@ -71,3 +71,49 @@ def assert_each_token_is_a_sampler_output_on_its_conditional(emitted, rows, cond
             f"target calls' outputs {[t for _, t in rows]}"
         )
         cursor += 1
+
+
+LAW_TOKENS = 2
+"""The sampled law is tested on the first two tokens: the first comes from the prefill, the second from the
+first speculative round (a draft accepted or the rule's correction), so the joint law sees the round."""
+
+
+def first_tokens_law(probs: Callable[[list[int]], np.ndarray], prompt: list[int], length: int) -> np.ndarray:
+    """The exact float64 law of the first `length` tokens after `prompt`, enumerated from `probs(tokens)` (the
+    target's sampling law ``[V]`` after `tokens`, float64); entry ``np.ravel_multi_index(tokens, (V,) * length)``."""
+    law, prefixes = np.ones(1), [[]]
+    for _ in range(length):
+        rows = np.stack([np.asarray(probs(prompt + prefix), dtype=np.float64) for prefix in prefixes])
+        rows /= rows.sum(axis=1, keepdims=True)
+        law = (law[:, None] * rows).ravel()
+        prefixes = [prefix + [token] for prefix in prefixes for token in range(rows.shape[1])]
+    return law
+
+
+def tempered(logprobs, temperature: float) -> np.ndarray:
+    """softmax(log p / T) in float64: the law a plain temperature sampler draws from."""
+    scaled = np.asarray(logprobs, dtype=np.float64) / temperature
+    law = np.exp(scaled - scaled.max())
+    return law / law.sum()
+
+
+def assert_first_tokens_follow_the_law(
+    law: np.ndarray, decode: Callable[[], list[int]], vocab: int, *, seed: int, call: str, length: int = LAW_TOKENS
+) -> None:
+    """`decode()`, run n times after one ``mx.random.seed(seed)`` (n from the plan), emits first `length` tokens
+    whose law fits `law` under the statistical policy: `stats.make_plan` at `stats.LOOP_TARGET_TV`, its power
+    checked before any draw. Examples whose law needs more than `stats.LOOP_SMOKE_MAX_SAMPLES` runs (a nearly
+    certain first token) are rejected, never counted as passed."""
+    from hypothesis import assume
+
+    from ncm_verify.harness import stats
+    from ncm_verify.harness.checks import assert_joint_sample_fits
+
+    assume(stats.loop_smoke_sized({"first tokens": law}))
+
+    def sample(n: int) -> dict[str, np.ndarray]:
+        mx.random.seed(seed)
+        outcomes = [np.ravel_multi_index(decode()[:length], (vocab,) * length) for _ in range(n)]
+        return {"first tokens": np.array(outcomes)}
+
+    assert_joint_sample_fits({"first tokens": law}, sample, target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)

@@ -8,27 +8,31 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, note
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from peer_checks import (
     Decoding,
     RecordingSampler,
     assert_each_token_is_a_sampler_output_on_its_conditional,
+    assert_first_tokens_follow_the_law,
     first_difference,
+    first_tokens_law,
     run_variant,
+    tempered,
 )
 
+from ncm_verify.harness import strategies
 from ncm_verify.peers import mlx_vlm_spec as peer
-from ncm_verify.tolerances import TOLERANCES
+from ncm_verify.tolerances import RECURRENT_LOGPROBS, TOLERANCES
 
 CASES = peer.CASES
 VARIANTS = ("own", "planted")
 
 
 @st.composite
-def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2):
+def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2, vocabs=(4, 6, peer.VOCAB)):
     """A target, its drafter, a prompt and a budget: small vocabularies so that drafts are accepted as often as not."""
-    vocab = draw(st.sampled_from([4, 6, peer.VOCAB]), label="vocab")
+    vocab = draw(st.sampled_from(vocabs), label="vocab")
     seed = draw(st.integers(0, 2**16), label="weights seed")
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
     max_tokens = draw(st.integers(min_tokens, 20), label="max_tokens")
@@ -46,7 +50,7 @@ def decodings(draw, target_kind: str, draft_kind: str, min_tokens: int = 2):
 
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES + peer.MORE_CASES)
 @given(data=st.data())
 def test_greedy_speculative_decoding_emits_plain_greedy_decoding(target_kind, draft_kind, variant, data):
     """Temperature 0: the speculative loop emits generate_step's own greedy tokens, token for token, on a hybrid
@@ -85,7 +89,7 @@ def test_every_sampled_token_is_the_seeded_target_draw_on_the_uncached_condition
 
 
 @pytest.mark.peer_property(2)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES + peer.MORE_CASES)
 @given(data=st.data())
 def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_conditional(
     target_kind, draft_kind, data
@@ -103,6 +107,41 @@ def test_unseeded_sampling_emits_each_token_from_a_target_call_on_its_uncached_c
     assert_each_token_is_a_sampler_output_on_its_conditional(
         spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
     )
+
+
+LAW_CASES = [(*case, "own") for case in CASES] + [("attention", "mtp", "planted"), ("hybrid", "mtp", "planted")]
+"""Every drafter case on mlx-vlm's own code; the planted walk on two MTP ones (each law test takes 10-25 s). Not on
+DFlash: unseeded, its sampled walk is written inline in `_sample_dflash_target_walk`, which the planted walk
+(`_speculative_walk_batch`) does not reach; DFlash's plant is caught through its seeded path (properties 1, 2)."""
+
+
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("target_kind, draft_kind, variant", LAW_CASES)
+@settings(max_examples=1)
+@given(data=st.data())
+def test_the_first_sampled_tokens_follow_the_targets_law(target_kind, draft_kind, variant, data):
+    """Temperature > 0 (one RNG stream, `make_sampler`): the first two tokens of generate_step with a drafter (the
+    prefill's draw, then the first round's) follow the target's exact joint law, enumerated in float64 from
+    uncached forward passes, under the statistical policy (a chi-square at TV 0.2, power 0.99; V = 4)."""
+    from mlx_vlm.sample_utils import make_sampler
+
+    target, drafter, prompt, _ = data.draw(decodings(target_kind, draft_kind, vocabs=(4,)))
+    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temperature")  # flat first: drafts miss
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    law = first_tokens_law(lambda tokens: tempered(peer.conditional(target, tokens), temperature), prompt, 2)
+    sampler = make_sampler(temp=temperature)
+
+    def decode() -> list[int]:
+        if variant == "planted":
+            with peer.planted():
+                return peer.generate(target, prompt, 2, drafter, draft_kind, sampler=sampler)
+        return peer.generate(target, prompt, 2, drafter, draft_kind, sampler=sampler)
+
+    call = (
+        f"mx.random.seed({seed}); generate(target, {prompt}, 2, drafter, {draft_kind!r}, make_sampler({temperature}))"
+    )
+    assert_first_tokens_follow_the_law(law, decode, 4, seed=seed, call=call)
 
 
 @pytest.mark.peer_property(3)
@@ -222,6 +261,19 @@ def test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding(optio
     assert spec == plain, f"with {options}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
+ROUND_CASES = tuple(case for case in CASES + peer.MORE_CASES if case != ("sliding-window", "dflash"))
+"""Not Gemma 4 DFlash on the sliding-window target: its rounds reserve ring room for a block
+(`_reserve_dflash_target_cache`), and a one-token probe of that enlarged ring attends past the window (3.09 nats
+off a rebuilt cache at round 0 while greedy decoding equals plain for 30 tokens): the probe, not the engine, errs."""
+
+
+def cache_tolerance(target_kind: str):
+    """Cached against rebuilt log-probabilities: float32's, or on the hybrid target `RECURRENT_LOGPROBS`: plain
+    cached decoding itself (mlx-vlm's cache, any chunking) is off an uncached pass by up to 1.8e-5 nats there
+    (weights 199, vocabulary 6, 22 tokens), the GatedDeltaNet state carrying every step's roundoff."""
+    return RECURRENT_LOGPROBS if target_kind == "hybrid" else TOLERANCES[mx.float32]
+
+
 @pytest.mark.peer_property(5)
 @pytest.mark.parametrize("target_kind, draft_kind", CASES)
 @given(data=st.data())
@@ -242,7 +294,7 @@ def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_em
     fed = emitted if offsets == {len(emitted) - 1} else emitted + [0]
     cached = peer.log_softmax(target.language_model(mx.array([fed[-1:]]), cache=cache).logits[0, -1])
     rebuilt = peer.conditional(target, fed)
-    tol = TOLERANCES[mx.float32]
+    tol = cache_tolerance(target_kind)
     worst = float(mx.abs(cached - rebuilt).max())
     assert np.allclose(np.array(cached), np.array(rebuilt), atol=tol.atol, rtol=tol.rtol), (
         f"after {spec} (cache offset {offsets}): cached and rebuilt log-probabilities differ by up to {worst:.3g}"
@@ -251,7 +303,7 @@ def test_the_cache_after_speculative_decoding_attends_as_one_rebuilt_from_the_em
 
 @pytest.mark.peer_property(5)
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@pytest.mark.parametrize("target_kind, draft_kind", ROUND_CASES)
 @given(data=st.data())
 def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens(
     target_kind, draft_kind, variant, data
@@ -261,6 +313,7 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
     the cache claims (its attention offset) and the probe gives: KV, rotating ring and GatedDeltaNet state alike."""
     import contextlib
     import copy
+    from unittest import mock
 
     from mlx_vlm.speculative import dflash, eagle3, mtp
 
@@ -277,15 +330,13 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
         rounds.append((held, np.array(peer.log_softmax(logits))))
         return result
 
-    with planted:
-        own = dflash.commit_speculative_round
-        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = commit
-        try:
-            spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
-        finally:
-            dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own
+    with planted, contextlib.ExitStack() as stack:
+        own = dflash.commit_speculative_round  # the planted one, under the planted variant
+        for module in (dflash, mtp, eagle3):
+            stack.enter_context(mock.patch.object(module, "commit_speculative_round", commit))
+        spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, temperature=0.0)
     tokens = prompt + spec
-    tol = TOLERANCES[mx.float32]
+    tol = cache_tolerance(target_kind)
     assert rounds or len(spec) <= 1, f"{len(spec)} tokens emitted and no round committed: nothing was judged"
     note(f"emitted {spec}; {len(rounds)} commits holding {[held for held, _ in rounds]} tokens")
     for number, (held, cached) in enumerate(rounds):

@@ -5,11 +5,14 @@ make install-peers PEER=vllm-mlx && make verify-peers PEERS=vllm-mlx
 
 from __future__ import annotations
 
+import contextlib
+
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
+from peer_checks import assert_first_tokens_follow_the_law, first_difference, first_tokens_law, tempered
 
 from ncm_verify.peers import vllm_mlx_spec as peer
 from ncm_verify.tolerances import NORMALISATION, TOLERANCES
@@ -62,6 +65,33 @@ def test_the_sampled_mtp_rule_emits_exactly_p_for_drafts_from_q(variant, case):
     )
 
 
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("variant", ["own", "planted"])
+@settings(max_examples=1)
+@given(data=st.data())
+def test_sampled_tokens_of_the_mtp_branch_follow_the_target_law(variant, data):
+    """The sampled MTP branch drawn with MLX's own generator (`peer.sampled_branch`, seeded from the example):
+    the emitted tokens' law fits p = `_sampling_logprobs` of the verify logits under the statistical policy (a
+    chi-square at TV 0.02, power 0.99; V = 8, unrelated target and draft rows so that drafts miss)."""
+    from ncm_verify.harness import stats, strategies
+    from ncm_verify.harness.checks import assert_joint_sample_fits
+
+    rows = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1), label="logits seed")).normal(size=(2, 8))
+    req = peer.request(data.draw(st.sampled_from([1.0, 0.7]), label="temperature"))
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    p_log, q_log = (peer.sampling_logprobs(2.0 * row, req) for row in rows)
+
+    def sample(n: int) -> dict[str, np.ndarray]:
+        mx.random.seed(seed)
+        with peer.planted() if variant == "planted" else contextlib.nullcontext():
+            return {"emitted token": peer.sampled_branch(p_log, q_log, n)}
+
+    p = np.exp(p_log.astype(np.float64))
+    call = f"mx.random.seed({seed}); sampled_branch(p_log, q_log, n)  # {req}"
+    assert_joint_sample_fits({"emitted token": p / p.sum()}, sample, target_tv=stats.TARGET_TV, seed=seed, call=call)
+
+
 @pytest.mark.peer_property(4)
 @CHEAP
 @given(case=rows())
@@ -79,15 +109,169 @@ def test_the_speculative_distribution_is_plain_decodings_under_every_sampling_op
     assert np.allclose(speculative, plain, atol=tol.atol, rtol=tol.rtol), f"worst {np.abs(speculative - plain).max()}"
 
 
-@pytest.mark.peer_property(1, 3, 5, 6)
-@pytest.mark.parametrize("what", ["greedy equals plain", "batch equals rows", "rollback", "request parameters"])
-def test_the_batch_generators_are_not_driven_here(what):
-    pytest.skip(
-        "not applicable: not driven in this round: the image/text MTP path runs inside MLLMBatchGenerator over "
-        "an mlx-vlm model (not built here); the text path, scheduler._install_mtp, disables itself on mlx-lm "
-        "0.31.3 (the newest its pin <0.32 admits: BatchGenerator has no _step) with a logged warning, and by its own "
-        "docstring keeps recurrent state unrestored after a rejection ('minor pollution')"
+ENGINE_KINDS = ("attention", "sliding-window")
+"""mlx-vlm's Gemma 4 targets with its Gemma 4 assistant drafter: the pairing `install_mtp_mllm`'s external drafter
+serves. (mlx-vlm's Qwen 3.5 MTP drafter is not an assistant: every round fails with ``'Qwen3_5DecoderLayer' object
+has no attribute 'layer_type'`` and the engine decodes without it.)"""
+
+
+@st.composite
+def served(draw, kind: str, min_tokens: int = 4):
+    """A target of `kind`, its assistant drafter, two prompts of different lengths and a budget."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    vocab = draw(st.sampled_from([4, 6, 12]), label="vocab")
+    weights = draw(st.integers(0, 2**16), label="weights seed")
+    prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="prompt")
+    other = draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt) + 1, max_size=len(prompt) + 4))
+    max_tokens = draw(st.integers(min_tokens, 16), label="max_tokens")
+    target = vlm.make_target(kind, weights, vocab)
+    note(
+        f"from ncm_verify.peers import mlx_vlm_spec as vlm; target = vlm.make_target({kind!r}, {weights}, {vocab}); "
+        f"drafter = vlm.make_drafter('mtp', target, {weights + 1}); serve(target, {[prompt, other]}, {max_tokens}, "
+        "drafter, ...)"
     )
+    return target, vlm.make_drafter("mtp", target, weights + 1), [prompt, other], max_tokens
+
+
+@pytest.mark.peer_property(1, 3)
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+@given(data=st.data())
+def test_greedy_requests_served_with_the_assistant_get_plain_decoding_each_alone(kind, data):
+    """Temperature 0: `MLLMBatchGenerator` with the external assistant drafter, two requests of different lengths
+    batched, emits for each what mlx-vlm's plain `generate_step` emits for it alone, and what the engine emits
+    for it alone without a drafter; the drafter must have been tried."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served(kind))
+    together, stats = peer.serve(target, prompts, max_tokens, drafter)
+    assert stats.get("attempted", 0) > 0 and not stats.get("errors"), f"the drafter did not run cleanly: {stats}"
+    for row, prompt in enumerate(prompts):
+        plain = vlm.generate(target, prompt, max_tokens, temperature=0.0)
+        alone, _ = peer.serve(target, [prompt], max_tokens)
+        assert alone[0] == plain, f"row {row}: the engine alone {alone[0]} != plain {plain}"
+        assert together[row] == plain, (
+            f"row {row} (prompt {prompt}): served with the drafter beside another request {together[row]} != "
+            f"plain {plain}: {first_difference(together[row], plain)}; {stats}"
+        )
+
+
+PENALTIES = {"repetition_penalty": 3.0, "presence_penalty": 2.0}
+
+
+@pytest.mark.peer_property(4, 6)
+@pytest.mark.parametrize("option", sorted(PENALTIES))
+@given(data=st.data())
+def test_request_penalties_act_on_the_served_speculative_path_as_without_it(option, data):
+    """A request's repetition / presence penalty (`MLLMBatchRequest` fields, made into logits processors) shapes the
+    tokens served with the assistant drafter as it shapes them without it, at temperature 0."""
+    target, drafter, prompts, max_tokens = data.draw(served("attention", min_tokens=8))
+    fields = {option: PENALTIES[option]}
+    speculative, stats = peer.serve(target, prompts, max_tokens, drafter, **fields)
+    plain, _ = peer.serve(target, prompts, max_tokens, **fields)
+    note(f"MTP statistics {stats}")
+    assert speculative == plain, f"with {fields}: speculative {speculative} != plain {plain}"
+
+
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2, 3)
+@settings(max_examples=1)
+@given(data=st.data())
+def test_the_first_sampled_tokens_of_a_request_served_beside_another_follow_the_target_law(data):
+    """Temperature > 0: the first two tokens `MLLMBatchGenerator` serves a request (the prefill's draw, then a
+    verified assistant draft or the target's draw), batched with a second request, follow the target's exact
+    joint law (float64, uncached forward passes) under the statistical policy (a chi-square at TV 0.2, power
+    0.99; V = 4; about 30 ms a run)."""
+    from ncm_verify.harness import strategies
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    weights = data.draw(st.integers(0, 2**16), label="weights seed")
+    target = vlm.make_target("attention", weights, 4)
+    drafter = vlm.make_drafter("mtp", target, weights + 1)
+    prompt = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=4), label="prompt")
+    other = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=6), label="other prompt")
+    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temperature")  # flat first: drafts miss
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    law = first_tokens_law(lambda tokens: tempered(vlm.conditional(target, tokens), temperature), prompt, 2)
+
+    def decode() -> list[int]:
+        return peer.serve(target, [prompt, other], 2, drafter, temperature=temperature)[0][0]
+
+    call = (
+        f"mx.random.seed({seed}); serve(vlm.make_target('attention', {weights}, 4), {[prompt, other]}, 2, "
+        f"drafter, temperature={temperature})"
+    )
+    assert_first_tokens_follow_the_law(law, decode, 4, seed=seed, call=call)
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+@given(data=st.data())
+def test_after_every_step_the_batch_caches_attend_as_caches_rebuilt_from_the_tokens_they_hold(kind, data):
+    """After every engine step with the assistant drafter (rounds that accept, defer the draft, or reject and roll
+    back), a deep copy of the batch's caches fed one probe token gives each row the log-probabilities one uncached
+    pass over that request's prompt, the tokens it went on to emit up to the count its cache holds, and the
+    probe gives (the held count may include a draft served at the next step)."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served(kind))
+    probe = data.draw(st.integers(0, target.config.vocab_size - 1), label="probe")
+    probes: list = []
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, probe=probe, probes=probes)
+    assert probes, "no step left an active batch to read: nothing was judged"
+    tol = TOLERANCES[mx.float32]
+    for step, (request, held, cached) in enumerate(probes):
+        tokens = prompts[request] + emitted[request]
+        if held > len(tokens):  # a draft verified past the budget, at the request's last step: never served
+            assert len(emitted[request]) == max_tokens, f"probe {step}: request {request} holds {held} > {len(tokens)}"
+            continue
+        rebuilt = np.array(vlm.conditional(target, tokens[:held] + [probe]))
+        assert np.allclose(cached, rebuilt, atol=tol.atol, rtol=tol.rtol), (
+            f"probe {step}: request {request}'s cache (holding {tokens[:held]}) differs from one rebuilt from them "
+            f"by up to {np.abs(cached - rebuilt).max():.3g} nats after probe {probe}; served {emitted}; {stats}"
+        )
+
+
+@pytest.mark.peer_property(1, 3, 5)
+@given(data=st.data())
+def test_the_native_mtp_branch_on_a_hybrid_target_serves_plain_decoding_and_rebuilt_caches(data, tmp_path_factory):
+    """The native MTP branch (`install_mtp_mllm` without a drafter) on mlx-vlm's hybrid Qwen 3.5 target given an MTP
+    head by vllm-mlx's own `inject_mtp_support`: at temperature 0 two requests served together each get plain
+    decoding's tokens, and after every step each row's caches (attention KV, GatedDeltaNet conv and recurrent
+    state, restored from the round's snapshot on a rejection) attend as caches rebuilt from the tokens held."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    vocab = data.draw(st.sampled_from([4, 6, 12]), label="vocab")
+    weights = data.draw(st.integers(0, 2**16), label="weights seed")
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="prompt")
+    # one length: a left-padded hybrid row is off already without MTP (the mlx-vlm server engine's finding's class)
+    other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt), max_size=len(prompt)), label="other")
+    max_tokens = data.draw(st.integers(4, 12), label="max_tokens")
+    probe = data.draw(st.integers(0, vocab - 1), label="probe")
+    target, plain_model = peer.make_native_mtp_target(weights, vocab, tmp_path_factory.mktemp("mtp"))
+    note(
+        f"make_native_mtp_target({weights}, {vocab}, dir); serve(target, {[prompt, other]}, {max_tokens}, native=True)"
+    )
+    probes: list = []
+    served_tokens, stats = peer.serve(target, [prompt, other], max_tokens, native=True, probe=probe, probes=probes)
+    assert stats.get("attempted", 0) > 0 and not stats.get("errors"), f"the MTP head did not run cleanly: {stats}"
+    for row, alone_prompt in enumerate((prompt, other)):
+        plain = vlm.generate(plain_model, alone_prompt, max_tokens, temperature=0.0)
+        assert served_tokens[row] == plain, (
+            f"row {row}: served {served_tokens[row]} != plain {plain}: {first_difference(served_tokens[row], plain)}"
+        )
+    tol = TOLERANCES[mx.float32]
+    for step, (request, held, cached) in enumerate(probes):
+        tokens = [prompt, other][request] + served_tokens[request]
+        if held > len(tokens):  # a draft verified past the budget, at the request's last step: never served
+            assert len(served_tokens[request]) == max_tokens, f"probe {step}: request {request} holds {held} tokens"
+            continue
+        tokens = tokens[:held]
+        rebuilt = np.array(vlm.conditional(plain_model, tokens + [probe]))
+        assert np.allclose(cached, rebuilt, atol=tol.atol, rtol=tol.rtol), (
+            f"probe {step}: request {request}'s caches (holding {tokens}) differ from rebuilt ones by up to "
+            f"{np.abs(cached - rebuilt).max():.3g} nats after probe {probe}; {stats}"
+        )
 
 
 def test_text_mtp_installs_on_the_mlx_lm_its_pin_admits():

@@ -27,7 +27,7 @@ from ncm_verify.report import mlx_peers as report
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"
-TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy")
+TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy")
 """What every peer environment gets beside the package: the properties' own tools."""
 
 
@@ -39,6 +39,8 @@ class MlxPeer:
     """Installed after ``pip install --no-deps <pin>``: what the judged modules import, at the package's bounds."""
     left_out: str
     """The declared dependencies not installed, and why the judged code runs without them."""
+    beside: tuple[str, ...] = ()
+    """Declared dependencies installed with ``--no-deps`` too (their own heavy extras are not needed)."""
 
     @property
     def module(self) -> str:
@@ -92,9 +94,22 @@ MLX_PEERS = (
     MlxPeer(
         "vllm-mlx",
         "vllm-mlx==0.6.0",
-        ("mlx[cpu]>=0.29.0", "mlx-lm[cpu]>=0.31.3,<0.32.0", "requests>=2.28.0", "numpy>=1.24.0"),
-        "mlx-vlm, gradio, opencv-python, torchvision, fastapi, mcp, lm-format-enforcer, llguidance, "
-        "mlx-embeddings and the rest: server, GUI and vision; the MTP modules import with requests alone",
+        (
+            "mlx[cpu]>=0.32.4",
+            "mlx-lm[cpu]>=0.31.3,<0.32.0",
+            "requests>=2.28.0",
+            "numpy>=1.24.0",
+            "transformers>=5.14.0",
+            "pillow>=10.3.0",
+            "tqdm>=4.66.2",
+            "jinja2>=3.1.0",
+            "huggingface_hub",
+        ),
+        "gradio, opencv-python, torchvision, fastapi, mcp, lm-format-enforcer, llguidance, mlx-embeddings and the "
+        "rest: server, GUI and vision; mlx-vlm's own extras (as for the mlx-vlm peer). mlx-vlm 0.7.10 (its bound "
+        ">=0.6.5) comes with --no-deps beside it, with mlx-vlm's needs (mlx>=0.32.4, transformers, pillow, tqdm, "
+        "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
+        beside=("mlx-vlm==0.7.10",),
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
@@ -120,7 +135,7 @@ def install(peer: MlxPeer) -> None:
     target = str(peer.python)
     if not peer.python.exists():
         subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(PEERS_DIR / peer.name)], check=True)
-    subprocess.run([uv(), "pip", "install", "-q", "--python", target, "--no-deps", peer.pin], check=True)
+    subprocess.run([uv(), "pip", "install", "-q", "--python", target, "--no-deps", peer.pin, *peer.beside], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 
@@ -113,10 +114,9 @@ def planted() -> Iterator[None]:
             return [*accepted, child], int(posterior_token_ids[child])
         return accepted, next_token
 
-    spec_epoch._match_acceptance_length, spec_epoch.follow_verified_tree = one_more, into_a_rejected_child
-    ddtree.match_acceptance_length = one_more  # the tree's branch walk on targets without tree caches (Gemma 4)
-    try:
+    with (
+        mock.patch.object(spec_epoch, "_match_acceptance_length", one_more),
+        mock.patch.object(spec_epoch, "follow_verified_tree", into_a_rejected_child),
+        mock.patch.object(ddtree, "match_acceptance_length", one_more),  # the branch walk without tree caches
+    ):
         yield
-    finally:
-        spec_epoch._match_acceptance_length, spec_epoch.follow_verified_tree = own_block, own_tree
-        ddtree.match_acceptance_length = own_block

@@ -24,6 +24,15 @@ MLX_VLM_BATCH_DFLASH_CRASH = (
     ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_batch_dflash.py"
 )
 
+MLX_VLM_HYBRID_MTP_COMMIT = (
+    "mlx-vlm 0.7.10 mlx_vlm/speculative/cache_state.py:216-227 -> rollback_cache_transaction (qwen3_5 "
+    "language.py:1446-1458; the faulty line not pinned): after an MTP round on the hybrid Qwen 3.5 target the "
+    "committed caches are off caches rebuilt from the accepted tokens by 3.3e-4 nats (round 1; 1.7e-4 at round 3), "
+    "25x plain cached decoding's roundoff on the same tokens (1.3e-5) and 3x tolerances.RECURRENT_LOGPROBS; the "
+    "error decays with the recurrent state. Repro: .peers/mlx-vlm/bin/python "
+    "mlx_peer_properties/repro/mlx_vlm_hybrid_mtp_commit.py"
+)
+
 DFLASH_TAPE_ON_CPU = (
     "dflash-mlx 0.1.8 dflash_mlx/engine/target_qwen_gdn.py:629-640 (the GatedDeltaNet hook off Metal): the "
     "innovation tape is computed from the block's initial state (state_in) at every step, not the state after the "
@@ -73,6 +82,18 @@ VLLM_TEXT_MTP_DEAD = (
     "'from mlx_lm.generate import BatchGenerator; print(hasattr(BatchGenerator, \"_step\"))'"
 )
 
+VLLM_MLLM_WRAPPED_RING = (
+    "vllm-mlx 0.6.0 vllm_mlx/mllm_batch_generator.py:3191-3199, 3314-3323, 3349-3351: MLLMBatchGenerator's MTP "
+    "round (install_mtp_mllm, external assistant drafter) rolls a rejected draft back with c.trim(...) only where "
+    "c.is_trimmable(); once a sliding-window layer's BatchRotatingKVCache is full, is_trimmable() is False "
+    "(mlx_vlm/models/cache.py:786), so (by its source) the round snapshots the ring's .state as if it were "
+    "recurrent state and restores that instead of trimming: on mlx-vlm's Gemma 4 sliding-window target greedy "
+    "tokens leave plain decoding's (alone: [1,1,1,1,0,1,3,1] vs [1,1,1,1,0,0,0,0], first divergent token 5; "
+    "beside a second request at token 3); a copy of the caches fed one token gives log-probabilities off a rebuilt "
+    "cache's by 0.34-2.1 nats, or raises ValueError ('[full] Negative dimensions'). Attention-only targets match. "
+    "Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_wrapped_ring.py"
+)
+
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
 _BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
@@ -111,6 +132,8 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     ),
     f"{_VLM}test_requests_served_together_get_what_each_gets_alone[attention-eagle3]": MLX_VLM_EAGLE3_SEED,
     f"{_VLM}test_the_server_engine_hands_each_row_its_exact_conditional[hybrid]": MLX_VLM_HYBRID_PADDING,
+    f"{_VLM}test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_accepted_tokens"
+    "[hybrid-mtp-own]": MLX_VLM_HYBRID_MTP_COMMIT,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[dflash]": MLX_VLM_HYBRID_PADDING,
     f"{_VLM}test_a_short_request_served_beside_a_longer_one_on_a_hybrid_target[mtp]": MLX_VLM_HYBRID_PADDING,
     **{
@@ -129,10 +152,15 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     ),
     f"{_BROOMVA}test_num_draft_tokens_is_honoured_for_an_unbounded_budget": BROOMVA_UNBOUNDED,
     "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
+    "mlx_peer_properties/test_vllm_mlx.py::test_greedy_requests_served_with_the_assistant_get_plain_decoding_each_alone"
+    "[sliding-window]": VLLM_MLLM_WRAPPED_RING,
+    "mlx_peer_properties/test_vllm_mlx.py::test_after_every_step_the_batch_caches_attend_as_caches_rebuilt_from_the_"
+    "tokens_they_hold[sliding-window]": VLLM_MLLM_WRAPPED_RING,
 }
 
 FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,),
     BROOMVA_PROCESSOR_HISTORY: (TypeError, AssertionError),
+    VLLM_MLLM_WRAPPED_RING: (AssertionError, ValueError),  # a restored ring may refuse the next token outright
 }
 """What a finding fails with when not an assertion: the package's own error."""

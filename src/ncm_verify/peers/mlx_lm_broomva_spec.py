@@ -11,7 +11,7 @@ rollback keep one rejected draft (it trims one entry fewer).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 
@@ -71,8 +71,7 @@ def conditional(target, tokens: list[int]) -> mx.array:
     return log_softmax(target(mx.array([tokens]))[0, -1])
 
 
-@contextlib.contextmanager
-def planted() -> Iterator[None]:
+def planted() -> contextlib.AbstractContextManager:
     """The loop's rollback trims one entry fewer than it rejected: one rejected draft stays attended."""
     from mlx_lm.models import cache
 
@@ -81,8 +80,4 @@ def planted() -> Iterator[None]:
     def trim_one_fewer(prompt_cache, num_tokens):
         return own(prompt_cache, max(num_tokens - 1, 0))
 
-    cache.trim_prompt_cache = trim_one_fewer
-    try:
-        yield
-    finally:
-        cache.trim_prompt_cache = own
+    return mock.patch.object(cache, "trim_prompt_cache", trim_one_fewer)

@@ -3,7 +3,8 @@
 The targets are mlx-vlm's own models at tiny sizes: `qwen3_5_text` (GatedDeltaNet layers between attention
 layers: a hybrid whose recurrent state cannot be trimmed; the family requires them) and `gemma4` (every layer
 attention, or sliding-window layers whose window of 4 wraps inside a verify pass; a one-layer vision tower that
-text requests never touch). The drafters are its own `DFlashDraftModel` (`speculative/drafters/qwen3_dflash`),
+text requests never touch). The drafters are its own `DFlashDraftModel` (`speculative/drafters/qwen3_dflash`; on
+Gemma 4 targets `gemma4_dflash.Gemma4DFlashDraftModel`),
 `Qwen3_5MTPDraftModel` (`qwen3_5_mtp`) and `Gemma4AssistantDraftModel` (`gemma4_assistant`), all seeded.
 Its rule (`speculative/common.py` `_speculative_walk*`): draw the target's token at every position of the
 verify pass, keep a draft while it equals the draw, emit the draw at the first mismatch. With a `seed` the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from unittest import mock
 
 import mlx.core as mx
 
@@ -34,6 +36,9 @@ CASES = (
 )
 """(target kind, drafter kind) pairs mlx-vlm ships drafters for: Qwen 3.5 DFlash and MTP, Gemma 4 assistant MTP,
 and its generic EAGLE-3 drafter (any target that captures hidden states; judged on the Gemma 4 attention one)."""
+MORE_CASES = (("hybrid", "eagle3"), ("sliding-window", "eagle3"), ("attention", "dflash"), ("sliding-window", "dflash"))
+"""EAGLE-3 on the other two targets and the `gemma4_dflash` drafter on the Gemma 4 ones, for greedy equality,
+call-by-call sampling and per-round rollback."""
 VOCAB = 12
 HIDDEN = 32
 
@@ -118,7 +123,15 @@ def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
         )  # fmt: skip
         return build(lambda: Eagle3DraftModel(eagle), seed)
     if draft_kind == "dflash" and is_gemma4(target):
-        raise ValueError("draft_kind: the Gemma 4 targets are judged with the assistant MTP drafter only")
+        from mlx_vlm.speculative.drafters.gemma4_dflash import Gemma4DFlashConfig, Gemma4DFlashDraftModel
+
+        gemma = Gemma4DFlashConfig.from_dict(
+            dict(model_type="qwen3", hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=1,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=vocab, block_size=block_size,
+                 target_layer_ids=[1, 3], num_target_layers=4, rope_theta=10000.0, max_position_embeddings=1024,
+                 dflash_config={"mask_token_id": vocab - 1})
+        )  # fmt: skip
+        return build(lambda: Gemma4DFlashDraftModel(gemma), seed)
     if draft_kind == "dflash":
         from mlx_vlm.speculative.drafters.qwen3_dflash import DFlashDraftModel
         from mlx_vlm.speculative.drafters.qwen3_dflash.config import DFlashConfig
@@ -264,14 +277,12 @@ def planted() -> Iterator[None]:
         "_eagle3_walk": lambda own: _planted_single_walk,
         "_eagle3_walk_batch": lambda own: _planted_walk,
     }
-    saved = [(m, n, getattr(m, n)) for m in (dflash, mtp, eagle3) for n in replacements if hasattr(m, n)]
-    try:
-        for module, name, own in saved:
-            setattr(module, name, replacements[name](own))
+    with contextlib.ExitStack() as stack:
+        for module in (dflash, mtp, eagle3):
+            for name, replace in replacements.items():
+                if hasattr(module, name):
+                    stack.enter_context(mock.patch.object(module, name, replace(getattr(module, name))))
         yield
-    finally:
-        for module, name, own in saved:
-            setattr(module, name, own)
 
 
 @contextlib.contextmanager
@@ -284,9 +295,7 @@ def planted_rollback() -> Iterator[None]:
     def keep_one_rejected(model, caches, state, accepted, block_size):
         return own(model, caches, state, min(accepted + 1, block_size - 1), block_size)
 
-    dflash.commit_speculative_round = mtp.commit_speculative_round = keep_one_rejected
-    eagle3.commit_speculative_round = keep_one_rejected
-    try:
+    with contextlib.ExitStack() as stack:
+        for module in (dflash, mtp, eagle3):
+            stack.enter_context(mock.patch.object(module, "commit_speculative_round", keep_one_rejected))
         yield
-    finally:
-        dflash.commit_speculative_round = mtp.commit_speculative_round = eagle3.commit_speculative_round = own

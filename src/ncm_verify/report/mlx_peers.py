@@ -20,7 +20,7 @@ from ncm_verify.report.output import write_json
 
 PROPERTIES = {
     1: "temperature 0 equals plain decoding",
-    2: "each sampled token is the rule's output on the exact conditional",
+    2: "each sampled token is the rule's output on the exact conditional; the first tokens' law fits",
     3: "batch equals rows",
     4: "sampling options act as on plain decoding",
     5: "rollback equals rebuilt",
