@@ -317,6 +317,30 @@ def test_a_refuted_hypothesis_is_a_finding_and_a_correct_run_still_passes(ledger
     assert (exit_status, report["run"]["verdict"]) == (0, "passed"), report["run"]["reasons"]
 
 
+def test_an_inconclusive_hypothesis_is_a_finding_a_plain_skip_is_not(ledger, passing, tmp_path):
+    claim = hypothesis_claim(ledger)
+    weak = node("properties/test_drafters.py::test_direction", ["C10"], outcome="inconclusive")
+    passing["properties"].append(weak)
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "r", **PASSING_SELFTESTS)
+    assert claims_by_id(report)["C10"]["status"] == claim_status.INCONCLUSIVE_AT_THIS_SCALE
+    assert (exit_status, report["run"]["verdict"]) == (0, "passed"), report["run"]["reasons"]
+    weak["outcome"] = "skipped"
+    claim["properties"] = [weak["property"]]
+    exit_status, report = verdict_through_files(ledger, passing, tmp_path / "s", **PASSING_SELFTESTS)
+    assert claims_by_id(report)["C10"]["status"] == claim_status.NOT_RUN and exit_status == 1
+
+
+def test_a_refuted_direction_beside_an_inconclusive_one_reads_refuted(ledger, passing):
+    hypothesis_claim(ledger)
+    passing["properties"] += [
+        refuting_node(),
+        node("properties/test_drafters.py::test_direction[features]", ["C10"], outcome="inconclusive"),
+    ]
+    assert claims_by_id(doc.build_report(ledger, passing, **PASSING_SELFTESTS))["C10"]["status"] == (
+        claim_status.REFUTED
+    )
+
+
 def test_an_error_in_a_hypothesis_property_still_fails_the_run(ledger, passing):
     hypothesis_claim(ledger)
     passing["properties"].append(

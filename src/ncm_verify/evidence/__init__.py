@@ -17,6 +17,7 @@ from ncm_verify.evidence.files import (
 from ncm_verify.evidence.records import (
     EVIDENCE_SCHEMA,
     FAILING_OUTCOMES,
+    INCONCLUSIVE,
     NOT_APPLICABLE,
     NOT_PROVIDED,
     REUSABLE_OUTCOMES,
@@ -38,6 +39,7 @@ __all__ = [
     "EVIDENCE_SCHEMA",
     "FAILING_OUTCOMES",
     "MUTANTS_FILE",
+    "INCONCLUSIVE",
     "NOT_APPLICABLE",
     "NOT_PROVIDED",
     "RECORDS_FILE",

@@ -17,6 +17,9 @@ NOT_PROVIDED = "not provided by"
 """How a skip for a protocol name the module lacks begins; the record's outcome is then `Outcome.NOT_PROVIDED`."""
 NOT_APPLICABLE = "not applicable:"
 """How a skip for a capability the module declares it lacks begins; the outcome is `Outcome.NOT_APPLICABLE`."""
+INCONCLUSIVE = "inconclusive at this scale"
+"""How a research hypothesis's skip begins when its test could not have seen the literature's effect (its detectable
+difference is larger): the outcome is `Outcome.INCONCLUSIVE`, a finding, neither a pass nor a failure."""
 
 
 class Outcome(str, enum.Enum):
@@ -32,6 +35,8 @@ class Outcome(str, enum.Enum):
     """a strict xfail that failed as expected: a known upstream bug"""
     NOT_PROVIDED = "not provided"
     NOT_APPLICABLE = "not applicable"
+    INCONCLUSIVE = "inconclusive"
+    """a research hypothesis's experiment too weak to see the effect it tests: a finding of the run"""
 
     def __str__(self) -> str:  # the plain word in messages and f-strings, on every Python version
         return self.value

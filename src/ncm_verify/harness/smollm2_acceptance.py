@@ -31,6 +31,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from ncm_verify.evidence import INCONCLUSIVE
 from ncm_verify.oracles.sparse_acceptance import SparseTargetRows, two_token_acceptance
 from ncm_verify.reference.drafting.subvocab import SubVocabConceptDrafter, SubVocabLlama
 from ncm_verify.reference.drafting.trained import SMOLLM2_DRAFTING, file_sha256, load_record, load_trained
@@ -174,7 +175,7 @@ class Direction:
             return "shown"
         if self.detectable_true < self.literature:
             return "refuted"
-        return "inconclusive at this scale"
+        return INCONCLUSIVE
 
 
 def literature_effect(source: str, baseline: Row) -> float:

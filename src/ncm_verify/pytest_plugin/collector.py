@@ -16,6 +16,7 @@ import pytest
 
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
+    INCONCLUSIVE,
     NOT_APPLICABLE,
     NOT_PROVIDED,
     Budget,
@@ -145,6 +146,8 @@ def skip_outcome(reason: str) -> Outcome:
     said = reason.removeprefix("Skipped: ")
     if said.startswith(NOT_PROVIDED):
         return Outcome.NOT_PROVIDED
+    if said.startswith(INCONCLUSIVE):
+        return Outcome.INCONCLUSIVE
     return Outcome.NOT_APPLICABLE if said.startswith(NOT_APPLICABLE) else Outcome.SKIPPED
 
 

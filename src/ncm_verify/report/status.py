@@ -51,6 +51,9 @@ REFUTED = "failed: hypothesis refuted"
 """A research hypothesis (a ledger claim with `"hypothesis": true`, e.g. C10) whose properties failed by
 assertion: the data refute it. A finding of the run, reported with its numbers, not a failure of the
 implementation; an error in such a property still fails the run."""
+INCONCLUSIVE_AT_THIS_SCALE = "inconclusive at this scale"
+"""A research hypothesis none of whose properties failed, some of whose experiments could not have seen the effect
+the literature reports (`Outcome.INCONCLUSIVE`, with its table and power): a finding, neither shown nor refuted."""
 PARTLY_PROVIDED = "partly provided"
 """A claim some of whose properties judged the module's own code, all passing, while the rest reached only names it
 inherits: a verdict on what the module provides, never 'shown' for what it does not."""
@@ -66,6 +69,7 @@ STATUSES = (
     NOT_PROVIDED,
     KNOWN_UPSTREAM_BUGS,
     REFUTED,
+    INCONCLUSIVE_AT_THIS_SCALE,
     SUITE_CHECK,
     NOT_RUN,
 )
@@ -76,6 +80,7 @@ ACCEPTABLE_CLAIM_STATUSES = (
     NOT_PROVIDED,
     KNOWN_UPSTREAM_BUGS,
     REFUTED,
+    INCONCLUSIVE_AT_THIS_SCALE,
     SUITE_CHECK,
 )
 """Claim statuses a passing run may hold; a claim of code the module does not provide is not its failure."""
@@ -364,6 +369,9 @@ def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool 
         return REFUTED, f"the data refute it: {len(failing)} of {runs} failed by assertion: {', '.join(failing)}"
     if failing:
         return FAILED, f"{len(failing)} of {runs} failed: {', '.join(failing)}"
+    weak = [s["nodeid"] for s in summaries if s["outcome"] == Outcome.INCONCLUSIVE]
+    if weak and claim.get("hypothesis"):
+        return INCONCLUSIVE_AT_THIS_SCALE, f"{len(weak)} of {runs} could not have seen the effect: {', '.join(weak)}"
     # a failure on another claim's kernel says nothing of this claim's; if its calls to this claim's kernels
     # reached only inherited names, the module does not provide what the property would have shown here
     elsewhere = [
@@ -371,7 +379,7 @@ def derive_status(claim: dict, summaries: list[dict], counts_suite_checks: bool 
     ]
     if elsewhere:
         return NOT_SHOWN, f"failed on another claim's kernel: {', '.join(elsewhere)}"
-    skipped = [s["nodeid"] for s in summaries if s["outcome"] == Outcome.SKIPPED]
+    skipped = [s["nodeid"] for s in summaries if s["outcome"] in (Outcome.SKIPPED, Outcome.INCONCLUSIVE)]
     if skipped:
         return NOT_RUN, f"{len(skipped)} of {runs} skipped: {', '.join(skipped)}"
     not_provided = [
@@ -455,8 +463,10 @@ def make_claims(ledger_claims: list[dict], nodes: list[PropertyRecord], run: dic
 
 
 def refutes_a_hypothesis(node: PropertyRecord, hypotheses: frozenset[str]) -> bool:
-    """A property of research hypotheses alone that failed by assertion: a finding (`REFUTED`), not a failure."""
-    return node.outcome == Outcome.FAILED and bool(node.claims) and set(node.claims) <= hypotheses
+    """A property of research hypotheses alone that failed by assertion or found its experiment too weak: a finding
+    (`REFUTED`, `INCONCLUSIVE_AT_THIS_SCALE`), not a failure."""
+    findings = (Outcome.FAILED, Outcome.INCONCLUSIVE)
+    return node.outcome in findings and bool(node.claims) and set(node.claims) <= hypotheses
 
 
 def outcome_counts(nodes) -> dict[str, int]:
@@ -476,7 +486,7 @@ def properties_part(evidence: Evidence | None, hypotheses: frozenset[str] = froz
         for node in evidence.properties
         if not refutes_a_hypothesis(node, hypotheses) and not never_reaches_implementation(node)
     )
-    failing = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
+    failing = (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED, Outcome.INCONCLUSIVE)
     reasons = [f"{count(outcomes[o.value], 'property run')} {o.value}" for o in failing if outcomes.get(o.value)]
     if not evidence.properties:
         reasons.append("no property ran")
