@@ -75,3 +75,13 @@ def test_p_values_of_repeated_exact_statistics_are_each_the_scalar_p_value():
     p_values = stats.p_values_of(statistics, probs, n)
     assert p_values.shape == statistics.shape
     assert p_values.ravel().tolist() == [stats.p_value_of(float(s), probs, n) for s in statistics.ravel()]
+
+
+def test_a_paired_mean_at_the_detectable_difference_stands_its_alphas_and_its_powers_t_quantiles_above_zero():
+    rng = np.random.default_rng(7)
+    difference = rng.normal(size=40)
+    difference += stats.paired_detectable_difference(difference - difference.mean(), 1e-3) - difference.mean()
+    t = stats.scipy_stats().t
+    statistic = difference.mean() / (difference.std(ddof=1) / np.sqrt(len(difference)))
+    assert statistic == pytest.approx(t.ppf(1 - 1e-3, 39) + t.ppf(stats.POWER, 39))
+    assert stats.paired_improvement_p_value(difference, np.zeros(40)) < 1e-3

@@ -32,6 +32,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.evidence import INCONCLUSIVE
+from ncm_verify.harness.stats import SMOLLM2_DIRECTION_ALPHA, paired_detectable_difference, paired_improvement_p_value
 from ncm_verify.oracles.sparse_acceptance import SparseTargetRows, two_token_acceptance
 from ncm_verify.reference.drafting.subvocab import SubVocabConceptDrafter, SubVocabLlama
 from ncm_verify.reference.drafting.trained import SMOLLM2_DRAFTING, file_sha256, load_record, load_trained
@@ -190,16 +191,13 @@ def literature_effect(source: str, baseline: Row) -> float:
 
 
 def directions(table: Sequence[Row]) -> list[Direction]:
-    from ncm_verify.harness.stats import POWER, SMOLLM2_DIRECTION_ALPHA, paired_improvement_p_value, scipy_stats
-
     by_name = {row.name: row for row in table}
     out = []
-    t = scipy_stats().t
     for challenger, baseline, source in DIRECTIONS:
         better, base = by_name[challenger].lower, by_name[baseline].upper
         diff = better - base
         n, sd = len(diff), float(diff.std(ddof=1))
-        detectable = (t.ppf(1 - SMOLLM2_DIRECTION_ALPHA, n - 1) + t.ppf(POWER, n - 1)) * sd / math.sqrt(n)
+        detectable = paired_detectable_difference(diff, SMOLLM2_DIRECTION_ALPHA)
         out.append(
             Direction(
                 challenger,
@@ -209,7 +207,7 @@ def directions(table: Sequence[Row]) -> list[Direction]:
                 n,
                 paired_improvement_p_value(better, base),
                 SMOLLM2_DIRECTION_ALPHA,
-                float(detectable),
+                detectable,
                 float((by_name[challenger].upper - better + base - by_name[baseline].lower).mean()),
                 literature_effect(source, by_name[baseline]),
                 source,

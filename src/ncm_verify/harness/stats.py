@@ -669,3 +669,10 @@ def paired_improvement_p_value(challenger: np.ndarray, baseline: np.ndarray) -> 
     if np.ptp(difference) == 0:  # no spread: the t statistic is undefined, the sign decides
         return 0.0 if difference[0] > 0 else 1.0
     return float(scipy_stats().ttest_rel(challenger, baseline, alternative="greater").pvalue)
+
+
+def paired_detectable_difference(difference: np.ndarray, alpha: float, power: float = POWER) -> float:
+    """The smallest mean of per-context `difference`s that `paired_improvement_p_value` shows at `alpha` with
+    `power`, at their sample size and observed spread (the t approximation of a one-sided paired test)."""
+    n, t = len(difference), scipy_stats().t
+    return float((t.ppf(1 - alpha, n - 1) + t.ppf(power, n - 1)) * difference.std(ddof=1) / math.sqrt(n))
