@@ -8,6 +8,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
+from ncm_verify.oracles.exact_text_drafting import sequence_law
 from ncm_verify.tolerances import TOLERANCES
 
 
@@ -81,13 +82,12 @@ first speculative round (a draft accepted or the rule's correction), so the join
 def first_tokens_law(probs: Callable[[list[int]], np.ndarray], prompt: list[int], length: int) -> np.ndarray:
     """The exact float64 law of the first `length` tokens after `prompt`, enumerated from `probs(tokens)` (the
     target's sampling law ``[V]`` after `tokens`, float64); entry ``np.ravel_multi_index(tokens, (V,) * length)``."""
-    law, prefixes = np.ones(1), [[]]
-    for _ in range(length):
-        rows = np.stack([np.asarray(probs(prompt + prefix), dtype=np.float64) for prefix in prefixes])
-        rows /= rows.sum(axis=1, keepdims=True)
-        law = (law[:, None] * rows).ravel()
-        prefixes = [prefix + [token] for prefix in prefixes for token in range(rows.shape[1])]
-    return law
+
+    def rows(sequences: np.ndarray) -> np.ndarray:
+        step = np.stack([np.asarray(probs([int(t) for t in sequence]), dtype=np.float64) for sequence in sequences])
+        return step / step.sum(axis=1, keepdims=True)
+
+    return sequence_law(rows, prompt, length)
 
 
 def tempered(logprobs, temperature: float) -> np.ndarray:

@@ -17,6 +17,8 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import llama
 
+from ncm_verify.oracles.exact_text_drafting import sequence_law
+
 KINDS = ("llama", "sliding-window llama")
 """Architectures the suite builds; the second has one sliding-window layer (mlx-lm #1423's case)."""
 
@@ -139,19 +141,13 @@ def first_tokens_law(model: nn.Module, prompt: list[int], length: int, distribut
     (temperature, top-p, top-k). Entry ``x_1 * V^(T-1) + ... + x_T`` is the
     probability of emitting ``x_1 .. x_T``.
     """
-    vocab = model.args.vocab_size
-    law = np.ones(1)
-    continuations = np.zeros((1, 0), dtype=np.int64)
-    for _ in range(length):
-        sequences = np.concatenate([np.tile(prompt, (len(continuations), 1)), continuations], axis=1)
+
+    def rows(sequences: np.ndarray) -> np.ndarray:
         logprobs = next_token_logprobs(model, mx.array(sequences, dtype=mx.int32))
         probs = np.array(distribution(logprobs)).astype(np.float64)
-        probs /= probs.sum(axis=1, keepdims=True)
-        law = (law[:, None] * probs).ravel()
-        continuations = np.concatenate(
-            [np.repeat(continuations, vocab, axis=0), np.tile(np.arange(vocab), len(continuations))[:, None]], axis=1
-        )
-    return law
+        return probs / probs.sum(axis=1, keepdims=True)
+
+    return sequence_law(rows, prompt, length)
 
 
 def outcome_index(tokens: list[int], vocab: int) -> int:

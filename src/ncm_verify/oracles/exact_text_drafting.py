@@ -69,6 +69,26 @@ def drafted_law(target_row: TargetRow, blocks: DrafterBlocks, length: int, num_d
     return dict(law_after((), length))
 
 
+def sequence_law(rows: Callable[[np.ndarray], np.ndarray], prompt: list[int], length: int) -> np.ndarray:
+    """The exact float64 law of the first `length` tokens after `prompt`, enumerated level by level: `rows(sequences
+    [N, T])` gives the sampling law ``[N, V]`` after each (prompt and a continuation, one batch a level). Entry
+    ``x_1 V^(L-1) + ... + x_L`` (`mlx_lm_real.models.outcome_index`'s order) is the probability of ``x_1 .. x_L``."""
+    law = np.ones(1)
+    continuations = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(length):
+        sequences = np.concatenate([np.tile(prompt, (len(continuations), 1)), continuations], axis=1)
+        step = np.asarray(rows(sequences), dtype=np.float64)
+        law = (law[:, None] * step).ravel()
+        continuations = np.concatenate(
+            [
+                np.repeat(continuations, step.shape[1], axis=0),
+                np.tile(np.arange(step.shape[1]), len(continuations))[:, None],
+            ],
+            axis=1,
+        )
+    return law
+
+
 def target_law(target_row: TargetRow, length: int) -> dict[tuple, float]:
     """prod_t p(x_t | prompt, x_<t) over every sequence of `length` tokens."""
     law: dict[tuple, float] = {(): 1.0}

@@ -28,6 +28,8 @@ from transformers import (
 )
 from transformers.generation import utils as generation_utils
 
+from ncm_verify.oracles.exact_text_drafting import sequence_law
+
 ACCEPTANCE_RULE = "sum min(p, q)"
 """The rule its step uses (Leviathan et al.'s optimal p/q): a draft x from q stands with probability
 min(1, p(x)/q(x)), so a first draft stands at rate sum_x min(p(x), q(x))."""
@@ -317,16 +319,7 @@ def first_tokens_law(model: CausalLM, prompt: list[int], length: int) -> np.ndar
     (the order of `mlx_lm_real.models.outcome_index`) is the probability of emitting ``x_1 .. x_L``."""
     if length < 1:
         raise ValueError(f"length: expected a positive integer, got {length!r}")
-    vocab = model.config.vocab_size
-    law = np.ones(1)
-    continuations = np.zeros((1, 0), dtype=np.int64)
-    for _ in range(length):
-        sequences = np.concatenate([np.tile(prompt, (len(continuations), 1)), continuations], axis=1)
-        law = (law[:, None] * next_token_probs(model, sequences)).ravel()
-        continuations = np.concatenate(
-            [np.repeat(continuations, vocab, axis=0), np.tile(np.arange(vocab), len(continuations))[:, None]], axis=1
-        )
-    return law
+    return sequence_law(lambda sequences: next_token_probs(model, sequences), prompt, length)
 
 
 @dataclasses.dataclass(frozen=True)
