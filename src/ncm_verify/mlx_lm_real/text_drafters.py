@@ -404,12 +404,15 @@ def enumerated_loop_law(run_loop, length: int, *, call: str) -> dict[tuple, floa
     return law
 
 
-def assert_keys_never_reused(calls: list, *, call: str) -> None:
-    """No two random calls of one generation (proposals, verifications) were handed the same key.
+def assert_keys_never_reused(calls: list, temperature: float, *, call: str) -> None:
+    """No two random calls of one generation (proposals, verifications) at `temperature` > 0 were handed the same
+    key (at 0 every draw is an argmax: a key is never read).
 
     A repeated key repeats its uniforms: across rounds the acceptances correlate, between a drafter and its
     verifier the drafts and their acceptance do, and the law is off however exact each call is.
     """
+    if temperature <= 0:
+        return
     seen: dict[bytes, str] = {}
     for number, (name, record) in enumerate(calls):
         if record.get("key") is None:
@@ -489,8 +492,7 @@ def check_drafted_calls(
         context += [int(t) for t in record["outcome"].tokens[0, : stood + 1].tolist()]
         accepted.append(stood)
         proposal = None
-    if temperature > 0:  # at 0 every draw is an argmax: a key is never read
-        assert_keys_never_reused(calls, call=call)
+    assert_keys_never_reused(calls, temperature, call=call)
     if tokens is None:  # the loop raised: judged on the calls it made
         return accepted
     replayed = context[len(prompt) :][:max_tokens]

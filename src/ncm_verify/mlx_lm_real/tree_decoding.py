@@ -161,8 +161,7 @@ def check_tree_calls(
         stood = int(outcome.num_accepted[0].item())
         rounds.append((stood, [int(n) for n in outcome.path[0, :stood].tolist()], parents))
         context += [int(t) for t in outcome.tokens[0, : stood + 1].tolist()]
-    if temperature > 0:  # at 0 every draw is an argmax: a key is never read
-        assert_keys_never_reused(calls, call=call)
+    assert_keys_never_reused(calls, temperature, call=call)
     if tokens is None:
         return rounds
     replayed = context[len(prompt) :][:max_tokens]
