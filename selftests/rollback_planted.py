@@ -13,7 +13,8 @@ import mlx.core as mx
 from mlx.utils import tree_map
 from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
 
-from ncm_verify.mlx_lm_real import exact_verifier, rollback
+from ncm_verify.reference.drafting import rollback
+from ncm_verify.reference.drafting import speculative_step as exact_verifier
 
 # Each bug is aimed at the properties that see it cheapest (the greedy and call-by-call properties catch the
 # conv-state, off-by-one and offsets-only bugs too: docs/rollback.md, measured; rerunning them here costs ~10 s)
@@ -34,7 +35,7 @@ def recurrent_layers(caches) -> list[ArraysCache]:
     ]
 
 
-def roll_back_keeping_conv_state(model, caches, saved, kept):
+def roll_back_keeping_conv_state(model, caches, saved, kept, restore=None):
     """Restores the recurrent state but leaves each convolution state (slot 0) as the rejected drafts left it."""
     conv = [layer.cache[0] for layer in recurrent_layers(caches)]
     rollback.restore_caches(caches, saved)
@@ -58,7 +59,7 @@ def draft_and_snapshot_after_the_first_draft(draft_model, cache, inputs, count, 
 def replay_accepted_off_by(shift: int):
     """`replay_accepted` replaying `shift` more (or fewer) accepted tokens than stood."""
 
-    def replay_accepted(model, draft_model, target, draft, y, draft_y, drafts, num_accepted):
+    def replay_accepted(model, draft_model, target, draft, y, draft_y, drafts, num_accepted, steps=None):
         (model_cache, saved), (draft_cache, saved_draft) = target, draft
         if num_accepted < drafts.size:
             kept = mx.concatenate([y, drafts])[: max(num_accepted + 1 + shift, 0)]
@@ -85,9 +86,9 @@ def restore_dropping_the_keep_prefix(caches, saved):
             cache.keep = 0
 
 
-def roll_back_with(restore):
-    def roll_back(model, caches, saved, kept):
-        restore(caches, saved)
+def roll_back_with(planted_restore):
+    def roll_back(model, caches, saved, kept, restore=None):
+        planted_restore(caches, saved)
         rollback.replay(model, caches, kept)
 
     return roll_back

@@ -259,6 +259,31 @@ class TreeDrafting(Protocol):
         """(mlx-lm target, mlx-lm draft, prompt [T], max_tokens, *, branching, mode, key, ...) -> TreeGeneration."""
 
 
+class SpeculativeRollback(Protocol):
+    """mlx-lm's speculative loop over any mlx-lm model, hybrid and sliding-window ones included, with its own
+    rollback (claim C18): recurrent state and wrapped rings cannot be trimmed (reference.drafting.speculative_step).
+    """
+
+    def make_sampler(self, temp=0.0, top_p=0.0, top_k=0) -> Any:
+        """(temp, top_p, top_k) -> a sampler the loop takes: mlx-lm's transforms, greedy at temp 0."""
+
+    def speculative_generate_step(
+        self,
+        prompt,
+        model,
+        draft_model,
+        *,
+        num_draft_tokens=2,
+        max_tokens=256,
+        sampler=None,
+        logits_processors=None,
+        prompt_cache=None,
+        prefill_step_size=512,
+        kernels=...,
+    ) -> Any:
+        """mlx-lm's call shape, verified by `kernels`, `prompt_cache` rolled back each round -> yields (token, ...)."""
+
+
 class ConceptModels(Protocol):
     """The source's NCM (claims C1-C4): what a checkpoint implements, without our config.
 
@@ -373,6 +398,7 @@ TREE_NAMES = protocol_members(TreeVerification)
 BLOCK_NAMES = protocol_members(BlockVerification)
 TEXT_DRAFTING_NAMES = protocol_members(TextDrafting)
 TREE_DRAFTING_NAMES = protocol_members(TreeDrafting)
+SPECULATIVE_ROLLBACK_NAMES = protocol_members(SpeculativeRollback)
 CONCEPT_NAMES = protocol_members(ConceptModels)
 CONCEPT_CODEC_NAMES = protocol_members(ConceptCodec)
 CONCEPT_LEVEL_CACHE_NAMES = protocol_members(ConceptLevelCache)
@@ -388,6 +414,7 @@ PROTOCOLS: tuple[type, ...] = (
     ConceptCodec,
     ConceptLevelCache,
     TreeDrafting,
+    SpeculativeRollback,
 )
 """Every family of the protocol; a port may provide any of them, and a property lacking one is 'not provided'."""
 

@@ -256,7 +256,8 @@ def check_speculative_sampler_calls(
             **options,
         )
     )
-    rule = RULES[decoder.ACCEPTANCE_RULE]
+    # a module without ACCEPTANCE_RULE verifies through the protocol's verify_chain: the chain rule
+    rule = RULES[getattr(decoder, "ACCEPTANCE_RULE", "sum min(p, q)")]
     return check_sampler_calls(
         log, steps, target, prompt, rule, lookahead=0, label=label, call=call, tolerance=tolerance
     )

@@ -2,6 +2,7 @@
 
 from ncm_verify.reference.block import apply_block, verify_block
 from ncm_verify.reference.drafting.loop import generate_drafted
+from ncm_verify.reference.drafting.speculative_step import make_sampler, speculative_generate_step
 from ncm_verify.reference.drafting.tree_loop import generate_tree_drafted
 from ncm_verify.reference.ncm import (
     ConceptConfig,
@@ -123,4 +124,6 @@ __all__ = [
     "make_concept_cache",
     "ConceptConfig",
     "generate_tree_drafted",
+    "make_sampler",
+    "speculative_generate_step",
 ]
