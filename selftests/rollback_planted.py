@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 from mlx.utils import tree_map
-from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
+from mlx_lm.models.cache import RotatingKVCache
 
+from ncm_verify.mutants import recurrent_layers
 from ncm_verify.reference.drafting import rollback
 from ncm_verify.reference.drafting import speculative_step as exact_verifier
 
@@ -23,16 +24,6 @@ GREEDY = "test_greedy_speculative_decoding_over_hybrid_models_emits_the_tokens_o
 SAMPLER_CALLS = "test_every_target_sampler_call_over_hybrid_models_is_handed_the_target_conditional_of_what_was_emitted"
 """Not aimed at by default; `python selftests/rollback_planted.py` runs every bug against all four."""
 BATCHED = "test_batched_caches_restored_and_replayed_equal_caches_rebuilt_from_each_row_s_accepted_tokens"
-
-
-def recurrent_layers(caches) -> list[ArraysCache]:
-    """The `ArraysCache`s of `caches`, inside a `CacheList` (falcon_h1) too."""
-    return [
-        c
-        for cache in caches
-        for c in (cache.caches if isinstance(cache, CacheList) else [cache])
-        if isinstance(c, ArraysCache)
-    ]
 
 
 def roll_back_keeping_conv_state(model, caches, saved, kept, restore=None):

@@ -124,6 +124,18 @@ MUTANTS = {
     "tree_loop_cache_keeps_rejected_branch": (
         "tree decoding: caches trimmed to the accepted length, not compacted to the path (a rejected branch kept)"
     ),
+    "rollback_port_recurrent_state_not_restored": (
+        "speculative loop over hybrid models: a rollback restores all but the recurrent state the drafts left"
+    ),
+    "rollback_port_ring_write_index_not_restored": (
+        "speculative loop over hybrid models: a rollback restores each ring but its write index"
+    ),
+    "rollback_port_draft_not_rolled_back": (
+        "speculative loop over hybrid models: the draft model's caches keep every rejected draft it ran"
+    ),
+    "rollback_port_draft_replays_one_token_short": (
+        "speculative loop over hybrid models: the draft's rollback replays one accepted token too few"
+    ),
 }
 
 

@@ -108,6 +108,8 @@ def _ring_slots(cache: RotatingKVCache) -> list[int]:
     if idx == max_size:
         idx = keep
     read = offset + 1 if offset + 1 < len(slots) else len(slots)
+    if idx >= len(slots):  # a write index past the buffer (never a sound ring's): MLX drops the write, reads the rest
+        return slots[:read]
     if read < len(slots):
         order = [s for s in range(read) if s != idx]
     else:

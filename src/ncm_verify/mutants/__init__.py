@@ -118,6 +118,11 @@ CATCHERS: dict[str, Catchers] = {
     "level_": LEVELS,
     "tree_": TREE_FILES,
     "tree_loop_": Catchers(("C13",), sweep=("properties/test_tree_loop.py",)),  # the tree-decoding loop over mlx-lm
+    # the speculative loop's rollback over hybrid models: the caches, read after every round, show each first
+    "rollback_port_": Catchers(("C18",)).catching_first(
+        "properties/test_rollback.py::"
+        "test_after_every_speculative_round_each_layer_as_attended_equals_the_cache_rebuilt_from_the_accepted_tokens"
+    ),
     "block_": BLOCKS,
     "drafting_": Catchers(("C17",)),
     "concept_": CONCEPT,
@@ -319,3 +324,24 @@ def with_tree_loop_step(**changes) -> dict:
     from ncm_verify.reference.drafting.tree_loop import REFERENCE_TREE_STEPS, generate_tree_drafted
 
     return {"generate_tree_drafted": partial(generate_tree_drafted, _steps=REFERENCE_TREE_STEPS._replace(**changes))}
+
+
+def with_rollback_step(**changes) -> dict:
+    """The speculative loop over mlx-lm models with one rollback decision (`speculative_step.RollbackSteps`)
+    swapped."""
+    from ncm_verify.reference.drafting.speculative_step import REFERENCE_ROLLBACK_STEPS, speculative_generate_step
+
+    steps = REFERENCE_ROLLBACK_STEPS._replace(**changes)
+    return {"speculative_generate_step": partial(speculative_generate_step, _steps=steps)}
+
+
+def recurrent_layers(caches) -> list:
+    """The `ArraysCache`s (recurrent layers' state) of mlx-lm `caches`, inside a `CacheList` (falcon_h1) too."""
+    from mlx_lm.models.cache import ArraysCache, CacheList
+
+    return [
+        c
+        for cache in caches
+        for c in (cache.caches if isinstance(cache, CacheList) else [cache])
+        if isinstance(c, ArraysCache)
+    ]
