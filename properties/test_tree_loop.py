@@ -87,9 +87,9 @@ def run_judged_call_by_call(impl, target, draft, prompt, max_tokens, branching, 
             kernels=RecordingKernels(impl, calls),
         )
     except Exception:
-        check_tree_calls(calls, None, *arguments, call=call)
+        check_tree_calls(calls, None, *arguments, call=call, draw=impl.draw_tree_children)
         raise
-    return check_tree_calls(calls, generation.tokens, *arguments, call=call)
+    return check_tree_calls(calls, generation.tokens, *arguments, call=call, draw=impl.draw_tree_children)
 
 
 @settings(deadline=None)

@@ -124,6 +124,9 @@ MUTANTS = {
     "tree_loop_cache_keeps_rejected_branch": (
         "tree decoding: caches trimmed to the accepted length, not compacted to the path (a rejected branch kept)"
     ),
+    "tree_loop_children_from_a_sharpened_q": (
+        "tree loop: children drawn from each node's draft row squared and renormalised, verify_tree handed the row"
+    ),
     "rollback_port_recurrent_state_not_restored": (
         "speculative loop over hybrid models: a rollback restores all but the recurrent state the drafts left"
     ),

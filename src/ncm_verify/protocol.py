@@ -258,6 +258,9 @@ class TreeDrafting(Protocol):
     ) -> Any:
         """(mlx-lm target, mlx-lm draft, prompt [T], max_tokens, *, branching, mode, key, ...) -> TreeGeneration."""
 
+    def draw_tree_children(self, q_row, count, *, mode, key) -> Any:
+        """(a node's q row [V], count, *, mode, key) -> its children as `mode` draws them; the loop's kernels draw."""
+
 
 class SpeculativeRollback(Protocol):
     """mlx-lm's speculative loop over any mlx-lm model, hybrid and sliding-window ones included, with its own

@@ -297,6 +297,12 @@ class RecordingKernels:
         record["outcome"] = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
         return record["outcome"]
 
+    def draw_tree_children(self, q_row, count, *, mode, key):
+        children = self.kernels.draw_tree_children(q_row, count, mode=mode, key=key)
+        record = {"q_row": q_row, "count": count, "mode": mode, "key": key, "children": list(children)}
+        self.calls.append(("draw_tree_children", record))
+        return children
+
     def __getattr__(self, name):
         if name == "kernels":
             raise AttributeError(name)

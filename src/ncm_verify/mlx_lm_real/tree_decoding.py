@@ -79,6 +79,51 @@ def check_children_drawn_from(q_row: np.ndarray, children: list[int], mode: str,
             left[child] = 0.0
 
 
+def check_draws(
+    draws: list[dict], q_rows: mx.array, nodes: list[int], parents: list[int], mode: str, draw, *, call: str
+) -> None:
+    """Every node's children came from one `draw_tree_children` call, in breadth-first order, handed the q row the
+    loop then handed `verify_tree` for that node and `mode`; each draw is replayed from its recorded key on that
+    row (`draw`, the implementation's own) and must give the children the tree holds.
+
+    A sampled draw is judged exactly this way: a loop that draws from any other row or law, or past the recorded
+    draws, hands a tree the replay does not give.
+    """
+    drawn_rows = sorted({parent + 1 for parent in parents})  # breadth-first: every row above the leaves
+    if drawn_rows != list(range(len(draws))):
+        raise AssertionError(
+            f"the loop made {len(draws)} draw_tree_children calls for a tree whose rows {drawn_rows} have children: "
+            f"every node's children must be drawn by one call, in breadth-first order\n  call: {call}"
+        )
+    for row, record in enumerate(draws):
+        where = f"{call}  # draw_tree_children call {row} (tree row {row})"
+        children = [nodes[n] for n in range(len(nodes)) if parents[n] == row - 1]
+        if record["mode"] != mode:
+            raise AssertionError(
+                f"draw_tree_children was told mode {record['mode']!r}, the loop drafts {mode!r}\n  call: {where}"
+            )
+        assert_close(
+            record["q_row"].reshape(-1),
+            q_rows[row],
+            dtype=mx.float32,
+            label="q row a node's children were drawn from vs the q row handed to verify_tree for it",
+            call=where,
+        )
+        assert_equal(
+            np.asarray(record["children"]),
+            np.asarray(children),
+            label="children draw_tree_children returned vs the node's children in the tree handed to verify_tree",
+            call=where,
+        )
+        replayed = draw(q_rows[row], record["count"], mode=mode, key=record["key"])
+        assert_equal(
+            np.asarray(replayed),
+            np.asarray(children),
+            label="children replayed from the recorded key on the handed q row vs the tree's",
+            call=where,
+        )
+
+
 def check_tree_calls(
     calls: list,
     tokens: list[int] | None,
@@ -91,17 +136,23 @@ def check_tree_calls(
     mode: str,
     *,
     call: str,
+    draw=None,
 ) -> list[tuple[int, list[int], list[int]]]:
     """Every `verify_tree` call got the loop's tree, the target's exact conditionals at every node and the
     draft's rows its children were drawn from; returns (accepted count, path, parents) per call.
 
     `tokens` is what the loop emitted (None when it raised: only the calls it made are judged). At
-    temperature 0 the target's rows are one-hot at its argmax and the draft's are at temperature 1.
+    temperature 0 the target's rows are one-hot at its argmax and the draft's are at temperature 1. With
+    `draw` (the implementation's `draw_tree_children`) every draw the round made is judged too (`check_draws`).
     """
     vocab = target.args.vocab_size
     context = list(prompt)
     rounds: list[tuple[int, list[int], list[int]]] = []
+    draws: list[dict] = []
     for name, record in calls:
+        if name == "draw_tree_children":
+            draws.append(record)
+            continue
         if name != "verify_tree":
             continue
         where = f"{call}  # verify_tree call {len(rounds)}, after {len(context) - len(prompt)} emitted tokens"
@@ -139,6 +190,9 @@ def check_tree_calls(
             label="q rows handed to verify_tree vs the draft's uncached conditionals of each root-to-node path",
             call=where,
         )
+        if draw is not None:
+            check_draws(draws, q, nodes, parents, mode, draw, call=where)
+        draws = []
         if mode != "top_k":
             q_rows = as_numpy(q).astype(np.float64)
             for parent in sorted(set(parents)):

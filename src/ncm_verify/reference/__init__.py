@@ -3,7 +3,7 @@
 from ncm_verify.reference.block import apply_block, verify_block
 from ncm_verify.reference.drafting.loop import generate_drafted
 from ncm_verify.reference.drafting.speculative_step import make_sampler, speculative_generate_step
-from ncm_verify.reference.drafting.tree_loop import generate_tree_drafted
+from ncm_verify.reference.drafting.tree_loop import draw_tree_children, generate_tree_drafted
 from ncm_verify.reference.ncm import (
     ConceptConfig,
     KVCache,
@@ -124,6 +124,7 @@ __all__ = [
     "make_concept_cache",
     "ConceptConfig",
     "generate_tree_drafted",
+    "draw_tree_children",
     "make_sampler",
     "speculative_generate_step",
 ]

@@ -32,7 +32,7 @@ from ncm_verify.reference import tree
 from ncm_verify.reference.drafting.base import rows_at_temperature
 from ncm_verify.reference.ncm.kv_cache import check_count
 
-__all__ = ["DraftTree", "TreeGeneration", "generate_tree_drafted", "tree_pass", "tree_shape"]
+__all__ = ["DraftTree", "TreeGeneration", "draw_tree_children", "generate_tree_drafted", "tree_pass", "tree_shape"]
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,10 @@ def tree_pass(model, tokens: mx.array, positions: mx.array, mask: mx.array, cach
     return model.lm_head(h)
 
 
-def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[int]:
+def draw_tree_children(q_row: mx.array, count: int, *, mode: str, key: mx.array) -> list[int]:
     """`count` children from draft row ``[V]`` as `mode` draws them (sequential order for without replacement;
-    then at most as many as the row has tokens of positive mass)."""
+    then at most as many as the row has tokens of positive mass): a function of the row and `key` alone."""
+    row = q_row
     if mode == "with_replacement":
         drawn = mx.random.categorical(mx.log(row), num_samples=count, key=key)
     elif mode == "without_replacement":  # Gumbel top-k: the order of sequential draws without replacement
@@ -171,8 +172,9 @@ def draw_children(row: mx.array, count: int, mode: str, key: mx.array) -> list[i
     return [int(t) for t in np.array(drawn).reshape(-1)]
 
 
-def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: TreeSteps) -> DraftTree:
-    """The draft's tree below `root`, level by level through its cache (which then holds every tree row)."""
+def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: TreeSteps, draw) -> DraftTree:
+    """The draft's tree below `root`, level by level through its cache (which then holds every tree row); each
+    node's children drawn by `draw` (a `draw_tree_children`)."""
     offset = cache[0].offset
     tokens: list[int] = []
     parents: list[int] = []
@@ -192,7 +194,7 @@ def _expand(draft, cache, root: int, branching, mode, key, temperature, steps: T
             break
         level_rows = []
         for i, node_key in enumerate(mx.random.split(mx.random.split(key, len(branching) + 1)[depth], level.shape[0])):
-            children = draw_children(steps.child_row(level, i, mode), branching[depth], mode, node_key)
+            children = draw(steps.child_row(level, i, mode), branching[depth], mode=mode, key=node_key)
             parents += [passed + i - 1] * len(children)  # tree row passed + i is node passed + i - 1
             depths += [depth + 1] * len(children)
             level_rows += children
@@ -241,7 +243,8 @@ def generate_tree_drafted(
         mode: how children are drawn, one of `tree.MODES`; temperature 0 needs "top_k".
         key: an ``mx.random.key``; each round splits it for the draft and for `verify_tree`.
         temperature: >= 0; the target's rows are ``softmax(logits / temperature)``, the draft's alike.
-        kernels: the implementation providing ``verify_tree``.
+        kernels: the implementation providing ``verify_tree``; its ``draw_tree_children`` draws every node's
+            children when it has one (so a caller sees each draw), else this module's.
         target_cache, draft_cache: empty mlx-lm caches (KVCache at every layer) to fill; made here when None.
     """
     max_tokens = check_count("max_tokens", max_tokens)
@@ -277,12 +280,13 @@ def generate_tree_drafted(
     emitted: list[int] = []
     accepted: list[int] = []
     nodes: list[int] = []
+    draw = getattr(kernels, "draw_tree_children", draw_tree_children)
     while len(emitted) < max_tokens:
         key, draft_key, verify_key = _steps.round_keys(key)
         offset = target_cache[0].offset
         # no deeper than the tokens still wanted, as the chain loop drafts: the caches never run past them
         shape = branching[: max_tokens - len(emitted)]
-        grown = _expand(draft, draft_cache, context[-1], shape, mode, draft_key, temperature, _steps)
+        grown = _expand(draft, draft_cache, context[-1], shape, mode, draft_key, temperature, _steps, draw)
         count = len(grown.tokens)
         parents, depths = grown.parents, grown.depths
         inputs = mx.array([[context[-1]] + grown.tokens], dtype=mx.int32)
