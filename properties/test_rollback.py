@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import strategies
-from ncm_verify.harness.checks import as_numpy, assert_decodings_equal, top_two_gap
+from ncm_verify.harness.checks import as_numpy, assert_close, assert_decodings_equal, top_two_gap
 from ncm_verify.mlx_lm_real.cache_views import assert_caches_equal_rebuilt
 from ncm_verify.mlx_lm_real.decoders import load_decoder
 from ncm_verify.mlx_lm_real.hybrid_models import DRAWN, HybridSpec, make_hybrid_cache, make_hybrid_model
@@ -280,4 +280,103 @@ def test_mlx_lm_refuses_a_recurrent_target_before_emitting_any_token_naming_the_
     assert emitted == [] and "trimmable" in message and all(name in message for name in untrimmable), (
         f"mlx-lm emitted {emitted} then raised {refusal.value!r}; expected a refusal naming {untrimmable} before "
         f"any token\n  call: mlx_lm.generate.{call})"
+    )
+
+
+def decode_until_refused(decoder, prompt, target, draft, **options) -> tuple[list[int], ValueError | None]:
+    """The tokens `decoder`'s speculative loop emits, and the ValueError it raised before emitting any (a refusal)."""
+    emitted: list[int] = []
+    try:
+        for step in decoder.speculative_generate_step(mx.array(prompt), target, draft, **options):
+            emitted.append(int(step[0]))
+    except ValueError as refusal:
+        if emitted:
+            raise
+        return emitted, refusal
+    return emitted, None
+
+
+@pytest.mark.claim("C18")
+@pytest.mark.parametrize("decoder_name", ["mlx-lm", DECODER])
+@settings(max_examples=LOOP_EXAMPLES)
+@given(data=st.data())
+def test_a_loop_given_a_recurrent_draft_refuses_it_or_rolls_its_caches_back_to_the_tokens_emitted(decoder_name, data):
+    """The draft's caches too must drop rejected drafts: with an attention-only target (which mlx-lm accepts) and a
+    recurrent draft, either the loop refuses before any token, or afterwards the draft's caches equal those rebuilt
+    from the prompt and the tokens emitted but the last (but the last two when the last round's drafts all stood:
+    the draft never ran its last draft). mlx-lm checks only the target's caches (`known_bugs`)."""
+    decoder = load_decoder(decoder_name)
+    draft_spec = draw_hybrid_spec(data, "recurrent", label="draft")
+    layers = data.draw(st.sampled_from(["A", "AA"]), label="target layers")
+    target_spec = HybridSpec("llama", layers, vocab_size=draft_spec.vocab_size, seed=draft_spec.seed + 1)
+    prompt = data.draw(strategies.token_lists(draft_spec.vocab_size, 1, 6), label="prompt")
+    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
+    num_draft = data.draw(strategies.rollback_draft_lengths, label="num_draft_tokens")
+    call = (
+        f"{decoder_name}: speculative_generate_step(mx.array({prompt}), make_hybrid_model({target_spec}), "
+        f"make_hybrid_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={max_tokens}, "
+        "prompt_cache=make_hybrid_cache(...) for both)"
+    )
+    note(call)
+    target, draft = hybrid_model(target_spec), hybrid_model(draft_spec)
+    draft_cache = make_hybrid_cache(draft, draft_spec)
+    emitted, refusal = decode_until_refused(
+        decoder,
+        prompt,
+        target,
+        draft,
+        num_draft_tokens=num_draft,
+        max_tokens=max_tokens,
+        prompt_cache=make_hybrid_cache(target, target_spec) + draft_cache,
+    )
+    event(f"refused: {refusal}" if refusal is not None else f"{draft_spec.kind} draft decoded")
+    if refusal is not None:
+        return
+    history = prompt + emitted
+    rebuilt = functools.partial(make_hybrid_cache, draft, draft_spec)
+    try:
+        assert_caches_equal_rebuilt(draft, draft_cache, [history[:-2]], make_cache=rebuilt, label="", call=call)
+    except AssertionError:
+        assert_caches_equal_rebuilt(
+            draft,
+            draft_cache,
+            [history[:-1]],
+            make_cache=rebuilt,
+            label=f"the draft's caches after decoding (nor rebuilt from the {len(history) - 2} tokens before)",
+            call=call,
+        )
+
+
+RING_KEEPS = ["no keep prefix", "a keep prefix"]
+"""A ring without a keep prefix, and one with (mlx-lm's `--max-kv-size` ring keeps 4): the second is a known
+upstream bug (`known_bugs.KEEP_RING_CHUNKS`)."""
+
+
+@pytest.mark.claim("C18")
+@pytest.mark.parametrize("keep", RING_KEEPS)
+@settings(max_examples=LOOP_EXAMPLES)
+@given(data=st.data())
+def test_a_sliding_window_ring_gives_every_position_the_same_logits_in_one_pass_as_one_token_at_a_time(keep, data):
+    """mlx-lm's `RotatingKVCache` alone (a llama whose last layer slides): the logits of every position of a drawn
+    sequence longer than the window are those of feeding it one token at a time, as a verify pass of several tokens
+    must give what plain decoding would. With a keep prefix, one-token steps attend to it and a multi-token pass
+    masks a plain sliding window over the buffer."""
+    window = data.draw(st.integers(2, 4), label="window")
+    prefix = data.draw(st.integers(1, window - 1), label="keep prefix") if keep == "a keep prefix" else 0
+    layers = data.draw(st.sampled_from(["AS", "SAS", "AAS"]), label="layers")
+    vocab = data.draw(st.sampled_from([8, 16, 32]), label="vocab_size")
+    spec = HybridSpec("llama", layers, vocab_size=vocab, seed=data.draw(strategies.seeds), window=window, keep=prefix)
+    tokens = data.draw(strategies.token_lists(vocab, window + 2, 12), label="tokens")
+    call = f"make_hybrid_model({spec})({tokens}) in one pass vs one token at a time, make_hybrid_cache each"
+    note(call)
+    model = hybrid_model(spec)
+    whole = model(mx.array([tokens], dtype=mx.uint32), cache=make_hybrid_cache(model, spec))[0]
+    caches = make_hybrid_cache(model, spec)
+    stepped = mx.concatenate([model(mx.array([[token]], dtype=mx.uint32), cache=caches)[0] for token in tokens])
+    assert_close(
+        whole.astype(mx.float32),
+        stepped.astype(mx.float32),
+        dtype=mx.float32,
+        label=f"logits of {len(tokens)} tokens in one pass vs one token at a time (window {window}, keep {prefix})",
+        call=call,
     )

@@ -24,7 +24,22 @@ UNBOUNDED_BUDGET = (
     "next(speculative_generate_step(mx.array([1]), target, draft, max_tokens=-1))"
 )
 
+RECURRENT_DRAFT = (
+    "unreported upstream (mlx-lm's issues searched; PR #1109, merged, refuses a non-trimmable *target* cache only): "
+    "speculative_generate_step accepts a recurrent draft, trim_prompt_cache then returns 0 for the whole draft cache "
+    "and the loop ignores it, so the draft's caches keep every rejected draft (output stays exact, drafting degrades). "
+    "Repro: .venv/bin/python mlx_peer_properties/repro/mlx_lm_recurrent_draft.py"
+)
+KEEP_RING_CHUNKS = (
+    "unreported upstream (mlx-lm's issues searched; the keep prefix is the attention-sink design of mlx-examples "
+    "PR #931, and mlx-examples #1000 notes the ring assumes one long prompt, then one token at a time): a "
+    "RotatingKVCache with keep > 0 masks a multi-token pass as a plain sliding window, so past the window no query "
+    "of the pass sees the keep prefix one-token steps attend to. Repro: "
+    ".venv/bin/python mlx_peer_properties/repro/mlx_lm_keep_ring_chunks.py"
+)
+
 _LOOP = "properties/test_mlx_lm_loop.py::"
+_ROLLBACK = "properties/test_rollback.py::"
 KNOWN_UPSTREAM_BUGS: dict[str, str] = {
     # node id (a property on [decoder-model kind]) -> the upstream reference and repro
     f"{_LOOP}test_greedy_speculative_decoding_emits_the_tokens_of_plain_greedy_decoding[mlx-lm-sliding-window llama]": (
@@ -37,6 +52,10 @@ KNOWN_UPSTREAM_BUGS: dict[str, str] = {
     f"{_LOOP}test_a_budget_of_minus_one_is_unbounded[mlx-lm-llama]": UNBOUNDED_BUDGET,
     f"{_LOOP}test_a_budget_of_minus_one_is_unbounded[mlx-lm-sliding-window llama]": UNBOUNDED_BUDGET,
     f"{_LOOP}test_a_trimmed_rotating_cache_attends_to_exactly_the_entries_it_kept[mlx-lm-cache alone]": WRAPPED_TRIM,
+    f"{_ROLLBACK}test_a_loop_given_a_recurrent_draft_refuses_it_or_rolls_its_caches_back_to_the_tokens_emitted"
+    "[mlx-lm]": RECURRENT_DRAFT,
+    f"{_ROLLBACK}test_a_sliding_window_ring_gives_every_position_the_same_logits_in_one_pass_as_one_token_at_a_time"
+    "[a keep prefix]": KEEP_RING_CHUNKS,
 }
 
 BUG_RAISES: dict[str, tuple[type[BaseException], ...]] = {UNBOUNDED_BUDGET: (AssertionError, ValueError)}
