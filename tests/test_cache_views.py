@@ -68,6 +68,18 @@ def test_a_wrapped_ring_trimmed_by_count_reads_the_rejected_entries_it_kept():
     assert [d.field for d in found] == ["keys", "values"], found
 
 
+def test_a_ring_whose_write_index_lies_past_its_buffer_reads_as_mlx_lm_attends_and_differs_from_a_sound_ring():
+    # a ring restored without its write index: MLX drops the write at an index past the buffer, the step reads it all
+    cache = RotatingKVCache(3)
+    for position in range(5):
+        cache.update_and_fetch(*entries(position, 1))
+    sound = copy.deepcopy(cache)
+    cache._idx = 5
+    attended, _ = copy.deepcopy(cache).update_and_fetch(*entries(5, 1))
+    assert sorted(attended_view(cache).fields["keys"].ravel().tolist()) == sorted(np.array(attended).ravel().tolist())
+    assert [d.field for d in cache_differences([cache], [sound])] == ["keys", "values"]
+
+
 def test_a_ring_that_lost_its_keep_prefix_differs_from_a_fresh_ring_in_keep_and_keys():
     cache = RotatingKVCache(4, keep=2)
     cache.update_and_fetch(*entries(0, 7))
