@@ -21,8 +21,8 @@ from mlx_lm.models import cache as mlx_lm_cache
 from rollback_planted import ROLLBACK_BUGS
 
 import ncm_verify.reference as reference
-from ncm_verify.reference.drafting import speculative_step as exact_verifier  # where its names are looked up
 from ncm_verify.reference import speculative
+from ncm_verify.reference.drafting import speculative_step as exact_verifier  # where its names are looked up
 from ncm_verify.reference.ncm import decode, kv_cache
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,6 @@
 """Planted bug: the tree loop draws every node's children from its draft row squared and renormalised (a sharper
 law), while verify_tree is handed the row itself: each call is judged against a q the children did not follow."""
 
-
 from ncm_verify.mutants import with_tree_loop_step
 from ncm_verify.reference import *  # noqa: F401,F403
 

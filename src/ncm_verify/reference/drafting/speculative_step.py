@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step  # noqa: F401  (the plain loop of this decoder is mlx-lm's)
@@ -73,7 +73,7 @@ class DistributionSampler:
 
     def key(self) -> mx.array:
         """A key for one verification, drawn from the global MLX random state like every draw here."""
-        return mx.random.key(mx.random.randint(0, 2**31 - 1).item())
+        return mx.random.key(cast(int, mx.random.randint(0, 2**31 - 1).item()))
 
 
 def make_sampler(temp: float = 0.0, top_p: float = 0.0, top_k: int = 0) -> DistributionSampler:
