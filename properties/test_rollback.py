@@ -64,11 +64,8 @@ def draw_hybrid_spec(data, family: str, *, keep: bool = False, label: str = "tar
     return data.draw(specs if condition is None else specs.filter(condition), label=label)
 
 
-def draw_hybrid_decoding(data, family: str = "all", *, keep: bool = False):
-    """A target spec, a draft of the same architecture (same or other weights), a prompt, budget, draft length."""
-    spec = draw_hybrid_spec(data, family, keep=keep)
-    relation = data.draw(st.sampled_from(["other weights", "same weights"]), label="draft relation")
-    draft_spec = spec if relation == "same weights" else spec.with_seed(spec.seed + 1)
+def draw_decoding(data, spec: HybridSpec, draft_spec: HybridSpec):
+    """A prompt, a budget and a draft length for `spec` and `draft_spec`, and the call (without its closing `)`)."""
     prompt = data.draw(strategies.token_lists(spec.vocab_size, 1, 6), label="prompt")
     max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
     num_draft = data.draw(strategies.rollback_draft_lengths, label="num_draft_tokens")
@@ -77,6 +74,15 @@ def draw_hybrid_decoding(data, family: str = "all", *, keep: bool = False):
         f"make_hybrid_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={max_tokens}, "
         "prompt_cache=make_hybrid_cache(...) for both"
     )
+    return prompt, max_tokens, num_draft, call
+
+
+def draw_hybrid_decoding(data, family: str = "all", *, keep: bool = False):
+    """A target spec, a draft of the same architecture (same or other weights), a prompt, budget, draft length."""
+    spec = draw_hybrid_spec(data, family, keep=keep)
+    relation = data.draw(st.sampled_from(["other weights", "same weights"]), label="draft relation")
+    draft_spec = spec if relation == "same weights" else spec.with_seed(spec.seed + 1)
+    prompt, max_tokens, num_draft, call = draw_decoding(data, spec, draft_spec)
     event(f"{spec.kind} {spec.layers}" + (f" keep {spec.keep}" if spec.keep else ""))
     return spec, draft_spec, prompt, max_tokens, num_draft, call
 
@@ -309,14 +315,8 @@ def test_a_loop_given_a_recurrent_draft_refuses_it_or_rolls_its_caches_back_to_t
     draft_spec = draw_hybrid_spec(data, "recurrent", label="draft")
     layers = data.draw(st.sampled_from(["A", "AA"]), label="target layers")
     target_spec = HybridSpec("llama", layers, vocab_size=draft_spec.vocab_size, seed=draft_spec.seed + 1)
-    prompt = data.draw(strategies.token_lists(draft_spec.vocab_size, 1, 6), label="prompt")
-    max_tokens = data.draw(st.integers(1, 10), label="max_tokens")
-    num_draft = data.draw(strategies.rollback_draft_lengths, label="num_draft_tokens")
-    call = (
-        f"{decoder_name}: speculative_generate_step(mx.array({prompt}), make_hybrid_model({target_spec}), "
-        f"make_hybrid_model({draft_spec}), num_draft_tokens={num_draft}, max_tokens={max_tokens}, "
-        "prompt_cache=make_hybrid_cache(...) for both)"
-    )
+    prompt, max_tokens, num_draft, call = draw_decoding(data, target_spec, draft_spec)
+    call = f"{decoder_name}: {call})"
     note(call)
     target, draft = hybrid_model(target_spec), hybrid_model(draft_spec)
     draft_cache = make_hybrid_cache(draft, draft_spec)
