@@ -276,8 +276,8 @@ def check_one_pass_per_block(passes: list, prompt: list[int], blocks: int, *, ca
 
 
 class RecordingKernels:
-    """An implementation whose `verify_chain` and `verify_tree` calls are logged into `calls`; every other name is
-    its own."""
+    """An implementation whose `verify_chain`, `verify_tree` and `draw_tree_children` calls are logged into `calls`;
+    every other name is its own."""
 
     def __init__(self, kernels, calls: list):
         self.kernels, self.calls = kernels, calls
@@ -297,16 +297,21 @@ class RecordingKernels:
         record["outcome"] = self.kernels.verify_tree(target_probs, draft_probs, tree_tokens, parents, **kwargs)
         return record["outcome"]
 
-    def draw_tree_children(self, q_row, count, *, mode, key):
-        children = self.kernels.draw_tree_children(q_row, count, mode=mode, key=key)
-        record = {"q_row": q_row, "count": count, "mode": mode, "key": key, "children": list(children)}
-        self.calls.append(("draw_tree_children", record))
-        return children
-
     def __getattr__(self, name):
         if name == "kernels":
             raise AttributeError(name)
-        return getattr(self.kernels, name)
+        found = getattr(self.kernels, name)
+        if name != "draw_tree_children":
+            return found
+
+        # only where the kernels draw: a tree loop given kernels without it draws with its own
+        def draw_tree_children(q_row, count, *, mode, key):
+            children = found(q_row, count, mode=mode, key=key)
+            record = {"q_row": q_row, "count": count, "mode": mode, "key": key, "children": list(children)}
+            self.calls.append(("draw_tree_children", record))
+            return children
+
+        return draw_tree_children
 
 
 class ExpandedRound(Exception):
