@@ -218,7 +218,7 @@ class EvidenceCollector:
         """Print the first failure that reached the module at once, labelled and with the line that reruns it; the
         run goes on, and its closing summary and report give every failure."""
         from ncm_verify.report.model import Failure
-        from ncm_verify.report.status import reproduce_command
+        from ncm_verify.report.status import reproduce_command, rerun_pythonpath
         from ncm_verify.report.terminal import failure_block
 
         failure = entry.failure
@@ -227,7 +227,10 @@ class EvidenceCollector:
         planned = self.policy()["planned_tests"]
         run = {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "planned_tests": planned}
         run["impl"] = self.config.getoption("--impl")
-        run["rerun_from"] = {"root": str(self.config.rootpath), "python": sys.executable}
+        # the phase runs in the suite's folder with the caller's first on PYTHONPATH (run.subprocess_environment)
+        caller = Path((os.environ.get("PYTHONPATH") or os.getcwd()).split(os.pathsep)[0])
+        found = rerun_pythonpath(run["impl"], caller, self.config.rootpath)
+        run["rerun_from"] = {"root": str(self.config.rootpath), "python": sys.executable, **found}
         block = failure_block(
             Failure(
                 nodeid=entry.nodeid,

@@ -467,6 +467,7 @@ def build_document(report: dict) -> Document:
                 p_min=p["statistics"]["p_min"],
                 min_detectable_tv=p["statistics"]["min_detectable_tv"],
                 raw_detectable_tv=p["statistics"]["raw_detectable_tv"],
+                reused=p.get("reused"),
             )
             for p in statistical
         ),

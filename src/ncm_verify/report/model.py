@@ -93,6 +93,8 @@ class StatisticalRun:
     p_min: Any
     min_detectable_tv: Any
     raw_detectable_tv: Any
+    reused: str | None = None
+    """'reused from reference run <id> (<time>)' when the run carried it from the reference's, else None."""
 
 
 @dataclasses.dataclass(frozen=True)
