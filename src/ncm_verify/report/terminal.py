@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from ncm_verify.report.model import Document, Failure, StatisticalRun, number
-from ncm_verify.report.status import INCONCLUSIVE_AT_THIS_SCALE, REFUTED
 
-FINDING_STATUSES = {REFUTED: "hypothesis refuted", INCONCLUSIVE_AT_THIS_SCALE: "inconclusive at this scale"}
-"""A research hypothesis's statuses, printed as findings: results of the run, never its failures."""
 LISTED_STATISTICAL = 8
 """Statistical properties of the module's own listed one a line; past it (or reused) summed up (all in verify.md)."""
 
@@ -81,9 +78,8 @@ def render_terminal(document: Document) -> str:
     lines += judged_lines(document)
     lines.append("  claims:")
     for claim in document.claims:
-        finding = claim.status in FINDING_STATUSES
-        status = f"finding: {FINDING_STATUSES[claim.status]}" if finding else claim.status
-        reason = "" if claim.status == "shown" else ": see the findings below" if finding else f": {claim.reason}"
+        status = f"finding: {claim.finding}" if claim.finding else claim.status
+        reason = "" if claim.status == "shown" else ": see the findings below" if claim.finding else f": {claim.reason}"
         lines.append(
             clipped(
                 f"    {claim.id:<4} {status:<26} {claim.property_count:>3} properties, "
