@@ -128,7 +128,7 @@ bench: install model
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
 	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
 	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
-	$(PY) -m ncm_verify.bench.smollm2 --out $(REPORTS)/bench-smollm2.json
+	$(PY) -m ncm_verify.bench.smollm2 --grid $(GRID) --out $(REPORTS)/bench-smollm2.json
 	$(PY) -m ncm_verify.bench.prefix_cache --out $(REPORTS)/bench-prefix-cache.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
