@@ -103,10 +103,27 @@ def test_a_failing_peers_report_puts_each_reason_in_its_verdict_table_first(tmp_
     assert 'class="status failed"' in verdict and "t.py::test_d failed" in verdict and "planted control" in verdict
 
 
+def known_findings_runs() -> list[mlx_peers.PeerRun]:
+    """Every peer with every finding `peers.mlx_findings` lists (their real texts), a pass and a caught plant each."""
+    runs = []
+    for peer in MLX_PEERS:
+        shown = [
+            record(nodeid, "finding", (2, 6), f"{reason} EVIDENCE: logits differ at position 3: 0.0412 nats")
+            for nodeid, reason in KNOWN_PEER_FINDINGS.items()
+            if nodeid.split("::")[0] == peer.tests
+        ]
+        plain = [
+            record(f"{peer.tests}::test_plain[own]", "passed"),
+            record(f"{peer.tests}::x[planted]", "planted caught"),
+        ]
+        runs.append(mlx_peers.PeerRun(peer.name, peer.pin, peer.left_out, 0, 42.0, [*plain, *shown]))
+    return runs
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_nothing_in_the_peers_report_overflows_horizontally_in_chromium(tmp_path, width):
-    page = (tmp_path / "peers-mlx.html") if mlx_peers.write([spread_run()], tmp_path) == 0 else None
-    assert page is not None
+    assert mlx_peers.write([spread_run(), *known_findings_runs()], tmp_path) == 0
+    page = tmp_path / "peers-mlx.html"
     measured = measure_overflow(page.read_text(), width, tmp_path)
     assert measured["innerWidth"] == width and measured["count"] == 0, (
         f"at {width} px the peers' report is {measured['scrollWidth']} px wide; the first that overflow:\n  "

@@ -197,7 +197,8 @@ def findings_html(findings: list[Finding]) -> str:
             f"<li><code>{html_report.breakable(node)}</code>{': ' + html_report.breakable(e) if e else ''}</li>"
             for node, e in zip(f.nodeids, f.evidence_by_node)
         )
-        runs = f"<details><summary>{len(f.nodeids)} property runs</summary><ul>{nodes}</ul></details>"
+        counted = f"{len(f.nodeids)} property run{'' if len(f.nodeids) == 1 else 's'}"
+        runs = f"<details><summary>{counted}</summary><ul>{nodes}</ul></details>"
         cells = [f.package, f.what, f.where or "see what differs", f.reproduction or "-"]
         rows.append(
             "<tr>"
