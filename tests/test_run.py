@@ -459,17 +459,18 @@ print("============================== 4 passed in 0.50s ========================
 
 @pytest.mark.parametrize("fails", [False, True], ids=["passing", "failing"])
 def test_a_phase_prints_its_tally_and_first_failure_and_in_full_only_what_failed_the_rest_to_the_log(
-    fails, tmp_path, capsys
+    fails, tmp_path, capsys, monkeypatch
 ):
     from ncm_verify import run
 
+    monkeypatch.setattr(run, "PROGRESS_EVERY_S", 0)  # a progress line at every percentage pytest prints
     log = tmp_path / files.VERIFY_LOG
     command = [sys.executable, "-c", PHASE_OUTPUT, *(["fail"] if fails else [])]
     phase = run.run_phase("planted bugs", "2/4", command, {}, log)
     printed = capsys.readouterr().out
     assert phase.exit_status == int(fails) and "PASSED" in log.read_text() and "PASSED" not in printed
     assert "  FIRST FAILURE: properties/test_x.py::test_y" in printed and "    rerun: cd /suite" in printed
-    assert "evidence written" not in printed
+    assert "evidence written" not in printed and "[2/4] planted bugs: 50% after" in printed
     if fails:
         assert "[2/4] planted bugs: 1 failed, 4 passed in" in printed and "E   AssertionError: m5 survived" in printed
     else:

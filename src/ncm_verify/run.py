@@ -187,7 +187,8 @@ PROGRESS_EVERY_S = 60
 FIRST_FAILURE_HEADING = "ncm-verify: first failure"
 """The properties phase's first failure (pytest_plugin.collector): passed through to the terminal as it is found."""
 FAILURE_SECTIONS = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
-PERCENT = re.compile(r"\[\s*(\d+)%\]\s*$")
+PERCENT = re.compile(r"\[\s*(\d+)%\]")
+"""pytest's progress: at a -q line's end, or after an xdist worker's name in -v."""
 PYTEST_TALLY = re.compile(r"^=*\s*((?:\d+ \w+(?: \w+)?, )*\d+ \w+(?: \w+)?) in [\d.]+s")
 
 
@@ -197,7 +198,8 @@ class PhaseOutput:
 
     def __init__(self, label: str) -> None:
         self.label, self.started, self.last_said = label, time.monotonic(), time.monotonic()
-        self.echoing, self.tally, self.lines = False, "", []
+        self.echoing, self.tally = False, ""
+        self.lines: list[str] = []
 
     def __call__(self, line: str) -> None:
         self.lines.append(line)

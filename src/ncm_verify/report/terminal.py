@@ -184,7 +184,7 @@ def statistical_lines(document: Document) -> list[str]:
     elif own:
         lines.append(f"  statistical properties run here: {statistical_summary(own)}; each in verify.md")
     if reused:
-        sources = sorted({s.reused for s in reused})
+        sources = sorted({s.reused or "" for s in reused})
         lines.append(
             clipped(
                 f"  statistical properties {sources[0] if len(sources) == 1 else 'reused'}: "
