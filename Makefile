@@ -60,7 +60,7 @@ install: $(VENV)/installed
 ## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
-	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
+	@$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
 		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL))) \
 		$(if $(REQUIRE),--require=$(REQUIRE))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -346,6 +347,32 @@ def report_files(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
+@pytest.fixture
+def last_report(fake_phases, tmp_path, monkeypatch) -> tuple[Path, dict[str, bytes]]:
+    """A passing run's reports folder and its files, byte for byte (the self-tests then cached)."""
+    from ncm_verify import run
+
+    monkeypatch.delenv("CI", raising=False)
+    reports = tmp_path / "reports"
+    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
+    return reports, report_files(reports)
+
+
+def stopping_in(phase: str, stop: Callable[[], None]) -> Callable:
+    """The fake phases, with `stop` called once `phase` has left its files."""
+    from ncm_verify import run
+
+    fake = run.run_phase
+
+    def stopped(name, step, command, env, log=None):
+        result = fake(name, step, command, env, log)
+        if name == phase:
+            stop()
+        return result
+
+    return stopped
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -358,15 +385,10 @@ def report_files(folder: Path) -> dict[str, bytes]:
     ],
     ids=lambda bad: next(iter(bad)),
 )
-def test_a_bad_argument_after_a_passing_run_exits_2_and_leaves_its_report_byte_for_byte(
-    bad, fake_phases, tmp_path, monkeypatch, capsys
-):
+def test_a_bad_argument_after_a_passing_run_exits_2_and_leaves_its_report_byte_for_byte(bad, last_report, capsys):
     from ncm_verify import run
 
-    monkeypatch.delenv("CI", raising=False)
-    reports = tmp_path / "reports"
-    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
-    before = report_files(reports)
+    reports, before = last_report
     assert files.VERIFY_HTML in before and files.EVIDENCE_FILE in before and files.VERIFY_LOG not in before
     capsys.readouterr()
     arguments = {"impl": "ncm_verify.reference", "profile": "ci", "jobs": 1, **bad}
@@ -377,24 +399,15 @@ def test_a_bad_argument_after_a_passing_run_exits_2_and_leaves_its_report_byte_f
     assert report_files(reports) == before
 
 
-def test_a_run_interrupted_mid_way_leaves_the_previous_report_whole_and_no_staging_folder(
-    fake_phases, tmp_path, monkeypatch
-):
+def test_a_run_interrupted_mid_way_leaves_the_previous_report_whole_and_no_staging_folder(last_report, monkeypatch):
     from ncm_verify import run
 
-    monkeypatch.delenv("CI", raising=False)
-    reports = tmp_path / "reports"
-    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
-    before = report_files(reports)
-    fake = run.run_phase
+    reports, before = last_report
 
-    def interrupted(name, step, command, env, log=None):
-        result = fake(name, step, command, env, log)  # the properties phase leaves this run's evidence first
-        if name == "planted bugs":
-            raise KeyboardInterrupt
-        return result
+    def interrupt() -> None:
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(run, "run_phase", interrupted)
+    monkeypatch.setattr(run, "run_phase", stopping_in("planted bugs", interrupt))
     monkeypatch.setenv("CI", "true")  # the self-tests rerun: the run is stopped in their phase
     with pytest.raises(KeyboardInterrupt):
         run.verify("ncm_verify.reference", "ci", reports, 1)
@@ -402,7 +415,7 @@ def test_a_run_interrupted_mid_way_leaves_the_previous_report_whole_and_no_stagi
 
 
 def test_a_run_killed_mid_way_leaves_the_previous_report_whole_and_the_next_run_sweeps_its_leftovers(
-    fake_phases, tmp_path, monkeypatch
+    last_report, monkeypatch
 ):
     """SIGKILL runs no cleanup: what the killed run wrote stays in its staging folder, never among the report."""
     import os
@@ -410,19 +423,9 @@ def test_a_run_killed_mid_way_leaves_the_previous_report_whole_and_the_next_run_
 
     from ncm_verify import run
 
-    monkeypatch.delenv("CI", raising=False)
-    reports = tmp_path / "reports"
-    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
-    before = report_files(reports)
+    reports, before = last_report
     fake = run.run_phase
-
-    def killed(name, step, command, env, log=None):
-        result = fake(name, step, command, env, log)
-        if name == "properties":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-
-    monkeypatch.setattr(run, "run_phase", killed)
+    monkeypatch.setattr(run, "run_phase", stopping_in("properties", lambda: os.kill(os.getpid(), signal.SIGKILL)))
     child = os.fork()
     if child == 0:  # the run, killed in its first phase
         try:

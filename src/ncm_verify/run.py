@@ -240,8 +240,15 @@ def run_phase(name: str, step: str, command: list[str], env: dict, log: Path | N
         with log.open("a", encoding="utf-8") as sink:
             sink.write(f"\n===== {label}: {' '.join(command)}\n")
             sink.flush()
+            unbuffered = {**env, "PYTHONUNBUFFERED": "1"}  # pytest's lines as they come, not in pipe-sized chunks
             with subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+                command,
+                cwd=ROOT,
+                env=unbuffered,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
             ) as process:
                 assert process.stdout is not None
                 for line in process.stdout:
