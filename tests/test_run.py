@@ -466,7 +466,7 @@ def test_a_phase_prints_its_tally_and_first_failure_and_in_full_only_what_failed
 ):
     from ncm_verify import run
 
-    monkeypatch.setattr(run, "PROGRESS_EVERY_S", 0)  # a progress line at every percentage pytest prints
+    monkeypatch.setattr(run, "PROGRESS_FIRST_S", 0)  # a progress line at every percentage pytest prints
     log = tmp_path / files.VERIFY_LOG
     command = [sys.executable, "-c", PHASE_OUTPUT, *(["fail"] if fails else [])]
     phase = run.run_phase("planted bugs", "2/4", command, {}, log)

@@ -182,8 +182,9 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-PROGRESS_EVERY_S = 60
-"""A phase whose test lines go to the log says how far it is at most this often: a long phase is never silent."""
+PROGRESS_FIRST_S = 60
+"""A phase whose test lines go to the log says how far it is after this long, then each time its time doubles: a
+long phase is never silent, and a slow machine's run prints a few lines more, not one a minute."""
 FIRST_FAILURE_HEADING = "ncm-verify: first failure"
 """The properties phase's first failure (pytest_plugin.collector): passed through to the terminal as it is found."""
 FAILURE_SECTIONS = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
@@ -194,10 +195,11 @@ PYTEST_TALLY = re.compile(r"^=*\s*((?:\d+ \w+(?: \w+)?, )*\d+ \w+(?: \w+)?) in [
 
 class PhaseOutput:
     """One phase's output as the terminal shows it: the first failure's block at once, a progress line at most every
-    `PROGRESS_EVERY_S` seconds (from pytest's percentages), the rest to the log only."""
+    `PROGRESS_FIRST_S` seconds, then at twice, four times... that (from pytest's percentages), the rest to the log
+    only."""
 
     def __init__(self, label: str) -> None:
-        self.label, self.started, self.last_said = label, time.monotonic(), time.monotonic()
+        self.label, self.started, self.next_s = label, time.monotonic(), float(PROGRESS_FIRST_S)
         self.echoing, self.tally = False, ""
         self.lines: list[str] = []
 
@@ -214,8 +216,9 @@ class PhaseOutput:
             self.tally = tally.group(1)
         percent = PERCENT.search(text)
         now = time.monotonic()
-        if percent and now - self.last_said >= PROGRESS_EVERY_S and 0 < int(percent.group(1)) < 100:
-            self.last_said, done, spent = now, int(percent.group(1)), now - self.started
+        if percent and now - self.started >= self.next_s and 0 < int(percent.group(1)) < 100:
+            done, spent = int(percent.group(1)), now - self.started
+            self.next_s = max(2 * self.next_s, spent)
             say(f"{self.label}: {done}% after {spent:.0f} s, about {spent * (100 - done) / done:.0f} s left")
 
     def failure_sections(self) -> list[str]:
