@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ledger, _ = read_ledger(ROOT / "ledger.json")
     text = replaced(README.read_text(encoding="utf-8"), "claims", claims_sentence(ledger))
     captured = args.sample.read_text(encoding="utf-8") if args.sample is not None else None
+    commit = git_commit_short()  # the code the run runs: taken before it, whatever is committed meanwhile
     if args.run:
         exit_status, captured = captured_run(["make", "--no-print-directory", "verify"])
         if exit_status != 0:
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return exit_status
     if captured is not None:
         when = datetime.date.today().isoformat()
-        text = replaced(text, "sample-run", sample_block(captured, git_commit_short(), when))
+        text = replaced(text, "sample-run", sample_block(captured, commit, when))
     README.write_text(text, encoding="utf-8")
     print(f"ncm-verify: README.md regenerated ({', '.join(['claims', *(['sample-run'] if captured else [])])})")
     return 0
