@@ -82,3 +82,21 @@ def test_the_machine_path_check_sees_what_it_forbids():
         assert MACHINE_PATH.search(text), text
     for text in ("reports/verify.md", "docs/peers-mlx.md", "a/tmp/b", "tissue 4"):
         assert not MACHINE_PATH.search(text), text
+
+
+def test_the_sample_is_made_repo_relative_and_only_from_a_make_verify_run():
+    root = Path("/somewhere/checkout")
+    line = f"    rerun: cd {root} && HYPOTHESIS_PROFILE=ci {root}/.venv/bin/python -m pytest 'properties/a.py::t'"
+    assert (
+        readme.machine_free(line, root)
+        == "    rerun: HYPOTHESIS_PROFILE=ci .venv/bin/python -m pytest 'properties/a.py::t'"
+    )
+    assert readme.machine_free(f"suite: properties from {root}; reports to {root}/reports", root) == (
+        "suite: properties from .; reports to reports"
+    )
+    block = readme.sample_block(
+        "make's echo\nncm-verify: run 1: implementation x\n  claims:\n", "abc1234", "2026-12-07"
+    )
+    assert "prints 2 lines (commit abc1234, 2026-12-07" in block and "make's echo" not in block
+    with pytest.raises(ValueError, match="sample"):
+        readme.sample_block("pytest: 3 passed\n", "abc1234", "2026-12-07")
