@@ -18,8 +18,11 @@ Both caches (reference evidence, self-tests) live in a folder of their own (``--
 ``.ncm-verify-cache`` at the checkout's root, or in the current folder for an installed suite), not under the
 reports folder: a port's run with its reports elsewhere reuses what the reference's run left.
 
-A bad ``--impl``, ``--profile`` or ``--require`` stops the run before any phase, with one message and no report.
-The run ends with each phase's time beside its budget (`PHASE_BUDGETS_S`).
+A bad ``--impl``, ``--profile``, ``--require``, ``--model``, ``--properties`` or ``--jobs`` stops the run before any
+phase, with one message, leaving the last report as it was. A run writes its files into a staging folder under the
+reports folder and swaps them in together at its end (`swap_in`): an interrupted run leaves the previous report whole.
+Each phase's output goes to verify.log; the terminal gets a summary (`PhaseOutput`). The run ends with each phase's
+time beside its budget (`PHASE_BUDGETS_S`).
 """
 
 from __future__ import annotations
