@@ -37,7 +37,7 @@ export LD_PRELOAD := $(BLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
 export OPENBLAS_NUM_THREADS ?= 1
 endif
 
-.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model
+.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model readme
 
 # uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
 # takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
@@ -60,9 +60,13 @@ install: $(VENV)/installed
 ## verify: every property against IMPL (module name or file path), the self-tests (cached), the report
 # One Python orchestrator runs the phases and owns the verdict: its exit status is the report's.
 verify: install
-	$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
+	@$(PY) -m ncm_verify verify --impl=$(IMPL) --profile=$(PROFILE) --reports=$(REPORTS) --cache=$(CACHE) \
 		--jobs=$(JOBS) $(if $(SEED),--seed=$(SEED)) $(if $(MODEL),--model=$(abspath $(MODEL))) \
 		$(if $(REQUIRE),--require=$(REQUIRE))
+
+## readme: run `make verify` and regenerate README.md's figures from its output and ledger.json (tests/test_readme.py)
+readme: install
+	$(PY) -m ncm_verify.readme --run
 
 ## lint: ruff's format check and lint rules, the import layers (lint-imports), types (mypy); see pyproject.toml
 lint: install
@@ -124,7 +128,7 @@ bench: install model
 	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
 	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
 	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
-	$(PY) -m ncm_verify.bench.smollm2 --out $(REPORTS)/bench-smollm2.json
+	$(PY) -m ncm_verify.bench.smollm2 --grid $(GRID) --out $(REPORTS)/bench-smollm2.json
 	$(PY) -m ncm_verify.bench.prefix_cache --out $(REPORTS)/bench-prefix-cache.json
 	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
 		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
@@ -142,7 +146,7 @@ bench-compare: install
 # PyPI's Linux torch wheel pulls CUDA packages (GBs): torch's CPU build 2.13.0 first (where pip finds it
 # locally), so that the extra's torch==2.13.0 is already met and pip pulls no other.
 # PEER=mlx-vlm (or dflash-mlx, mtplx, mlx-lm-broomva, vllm-mlx; comma-separated, or all): instead, that MLX
-# speculative decoder in an environment of its own, .peers/<name>/, at its pinned version (issue 40, docs/peers-mlx.md).
+# speculative decoder in an environment of its own, .peers/<name>/, at its pinned version (docs/peers-mlx.md).
 PEER ?=
 ## install-peers: add torch (CPU) and transformers, the peers of `make verify-peers` and `make bench` (optional); PEER=name: .peers/name
 install-peers: install

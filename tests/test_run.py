@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,15 @@ from ncm_verify.report import document as doc
 from ncm_verify.report import status as claim_status
 
 
-def test_a_misspelt_implementation_stops_the_run_before_any_phase_and_leaves_no_report(tmp_path, capsys):
+def test_a_misspelt_implementation_stops_the_run_before_any_phase_saying_the_last_report_is_unchanged(tmp_path, capsys):
     from ncm_verify import run
 
-    (tmp_path / files.VERIFY_JSON).write_text("{}")  # an earlier run's report must not pass for this one's
+    (tmp_path / files.VERIFY_JSON).write_text("{}")
     assert run.verify("ncm_verify.mutants.ratio_invrted", "ci", tmp_path, 1) == 2
     error = capsys.readouterr().err
     assert error.count("cannot import") == 1 and "Did you mean 'ncm_verify.mutants.ratio_inverted'?" in error
-    assert not (tmp_path / files.VERIFY_JSON).exists()
+    assert f"the report in {tmp_path} is the previous run's, unchanged" in error
+    assert (tmp_path / files.VERIFY_JSON).read_text() == "{}"
 
 
 def test_a_requirement_naming_no_claim_or_family_stops_the_run_listing_both(tmp_path, capsys):
@@ -40,7 +42,7 @@ def test_an_unknown_profile_stops_the_run_with_the_profiles_there_are(tmp_path, 
 
     assert run.verify("ncm_verify.reference", "nonsense", tmp_path, 1) == 2
     assert "profile: no Hypothesis profile 'nonsense'; choose one of" in capsys.readouterr().err
-    assert not (tmp_path / files.VERIFY_JSON).exists()
+    assert not list(tmp_path.iterdir()), "nothing written"
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def fake_phases(monkeypatch, passing, ledger, tmp_path):
     monkeypatch.setattr(run, "DEFAULT_CACHE", tmp_path / "cache")
     ran = []
 
-    def fake(name, step, command, env):
+    def fake(name, step, command, env, log=None):
         if name == "properties":
             folder = Path(next(a for a in command if a.startswith("--ncm-report-dir=")).split("=", 1)[1])
             run_id = next(a for a in command if a.startswith("--ncm-run-id=")).split("=", 1)[1]
@@ -100,8 +102,8 @@ def test_a_run_that_failed_only_through_a_phase_rebuilds_with_the_same_verdict_r
 
     fake = run.run_phase
 
-    def teeth_fail(name, step, command, env):
-        result = fake(name, step, command, env)
+    def teeth_fail(name, step, command, env, log=None):
+        result = fake(name, step, command, env, log)
         return dataclasses.replace(result, exit_status=1) if name == "calibration and power" else result
 
     monkeypatch.setattr(run, "run_phase", teeth_fail)
@@ -144,13 +146,16 @@ def test_a_port_run_with_its_reports_elsewhere_reuses_what_the_reference_run_lef
 
 
 def test_a_port_run_of_some_properties_carries_only_theirs_and_plans_as_the_reference_run_did(
-    properties_commands, fake_phases, port_file, tmp_path
+    properties_commands, fake_phases, port_file, tmp_path, monkeypatch
 ):
     """A quick look (``--properties``) is a part of a full run: its budget is the full run's, never overspent."""
     from ncm_verify import run
 
     run.verify("ncm_verify.reference", "ci", tmp_path / "reports", 1)
     planned = json.loads((tmp_path / "reports" / files.EVIDENCE_FILE).read_text())["policy"]["planned_tests"]
+    monkeypatch.chdir(tmp_path)  # the synthetic evidence's file, which the run checks exists before it starts
+    (tmp_path / "properties").mkdir()
+    (tmp_path / "properties" / "test_prefix.py").touch()
     run.verify(port_file, "ci", tmp_path / "elsewhere", 1, properties=["properties/test_prefix.py"])
     command = properties_commands[-1]
     assert reused_nodeids(command) == [
@@ -196,10 +201,10 @@ def properties_commands(fake_phases, passing, monkeypatch) -> list[list[str]]:
     passing["properties"][3]["looked_up"] = ["verify_greedy"]
     commands, fake = [], run.run_phase
 
-    def recorded(name, step, command, env):
+    def recorded(name, step, command, env, log=None):
         if name == "properties":
             commands.append(command)
-        return fake(name, step, command, env)
+        return fake(name, step, command, env, log)
 
     monkeypatch.setattr(run, "run_phase", recorded)
     monkeypatch.delenv("CI", raising=False)
@@ -208,8 +213,11 @@ def properties_commands(fake_phases, passing, monkeypatch) -> list[list[str]]:
 
 def reused_nodeids(command: list[str]) -> list[str] | None:
     """The node ids a properties command carries from the reference run (None: it reuses nothing)."""
-    reuse = next((a.split("=", 1)[1] for a in command if a.startswith("--ncm-reuse=")), None)
-    return None if reuse is None else sorted(e["nodeid"] for e in json.loads(Path(reuse).read_text())["properties"])
+    reuse = next((Path(a.split("=", 1)[1]) for a in command if a.startswith("--ncm-reuse=")), None)
+    if reuse is None:
+        return None
+    swapped = reuse.parent.parent / reuse.name  # the run wrote it in its staging folder, then swapped it in
+    return sorted(e["nodeid"] for e in json.loads(swapped.read_text())["properties"])
 
 
 def test_a_port_reuses_reference_evidence_only_under_the_same_suite_key_profile_and_seed(
@@ -329,3 +337,144 @@ def test_each_phase_prints_beside_its_budget_and_the_run_beside_the_goal():
     assert lines[2].split() == ["properties", "150", "s", "of", "145", "s", "OVER"]
     assert lines[3].split() == ["planted", "bugs", "60", "s", "of", "65", "s"]
     assert lines[-1].split() == ["total", "234", "s", "of", "240", "s"]
+
+
+# --- a run's files: a typo or an interrupted run leaves the last report whole; a passing run prints a summary ---
+
+
+def report_files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by relative path, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture
+def last_report(fake_phases, tmp_path, monkeypatch) -> tuple[Path, dict[str, bytes]]:
+    """A passing run's reports folder and its files, byte for byte (the self-tests then cached)."""
+    from ncm_verify import run
+
+    monkeypatch.delenv("CI", raising=False)
+    reports = tmp_path / "reports"
+    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
+    return reports, report_files(reports)
+
+
+def stopping_in(phase: str, stop: Callable[[], None]) -> Callable:
+    """The fake phases, with `stop` called once `phase` has left its files."""
+    from ncm_verify import run
+
+    fake = run.run_phase
+
+    def stopped(name, step, command, env, log=None):
+        result = fake(name, step, command, env, log)
+        if name == phase:
+            stop()
+        return result
+
+    return stopped
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"impl": "no.such.module"},
+        {"profile": "cii"},
+        {"required": ["C99"]},
+        {"model": "no/such/checkpoint.safetensors"},
+        {"properties": ["properties/test_no_such_file.py"]},
+        {"jobs": 0},
+    ],
+    ids=lambda bad: next(iter(bad)),
+)
+def test_a_bad_argument_after_a_passing_run_exits_2_and_leaves_its_report_byte_for_byte(bad, last_report, capsys):
+    from ncm_verify import run
+
+    reports, before = last_report
+    assert files.VERIFY_HTML in before and files.EVIDENCE_FILE in before and files.VERIFY_LOG not in before
+    capsys.readouterr()
+    arguments = {"impl": "ncm_verify.reference", "profile": "ci", "jobs": 1, **bad}
+    impl, profile, jobs = arguments.pop("impl"), arguments.pop("profile"), arguments.pop("jobs")
+    assert run.verify(impl, profile, reports, jobs, **arguments) == 2
+    error = capsys.readouterr().err
+    assert f"{next(iter(bad)).removesuffix('d')}" in error and "previous run's, unchanged" in error, error
+    assert report_files(reports) == before
+
+
+def test_a_run_interrupted_mid_way_leaves_the_previous_report_whole_and_no_staging_folder(last_report, monkeypatch):
+    from ncm_verify import run
+
+    reports, before = last_report
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "run_phase", stopping_in("planted bugs", interrupt))
+    monkeypatch.setenv("CI", "true")  # the self-tests rerun: the run is stopped in their phase
+    with pytest.raises(KeyboardInterrupt):
+        run.verify("ncm_verify.reference", "ci", reports, 1)
+    assert report_files(reports) == before
+
+
+def test_a_run_killed_mid_way_leaves_the_previous_report_whole_and_the_next_run_sweeps_its_leftovers(
+    last_report, monkeypatch
+):
+    """SIGKILL runs no cleanup: what the killed run wrote stays in its staging folder, never among the report."""
+    import os
+    import signal
+
+    from ncm_verify import run
+
+    reports, before = last_report
+    fake = run.run_phase
+    monkeypatch.setattr(run, "run_phase", stopping_in("properties", lambda: os.kill(os.getpid(), signal.SIGKILL)))
+    child = os.fork()
+    if child == 0:  # the run, killed in its first phase
+        try:
+            run.verify("ncm_verify.reference", "ci", reports, 1)
+        finally:
+            os._exit(3)  # never reached unless the kill failed
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    left = [path.name for path in reports.iterdir() if path.name.startswith(run.STAGING_PREFIX)]
+    assert len(left) == 1 and (reports / left[0] / files.EVIDENCE_FILE).is_file(), "it had written its evidence"
+    assert {k: v for k, v in report_files(reports).items() if not k.startswith(run.STAGING_PREFIX)} == before
+    monkeypatch.setattr(run, "run_phase", fake)
+    assert run.verify("ncm_verify.reference", "ci", reports, 1) == 0
+    assert not [path for path in reports.iterdir() if path.name.startswith(run.STAGING_PREFIX)]
+
+
+PHASE_OUTPUT = """
+import sys
+for i in range(1, 5):
+    print(f"selftests/test_mutants.py::test_caught[m{i}] PASSED [ {25 * i}%]")
+print("ncm-verify: first failure, 3 s into the properties (the run goes on to its report):")
+print("  FIRST FAILURE: properties/test_x.py::test_y (C5), failed by assertion")
+print("    rerun: cd /suite && pytest 'properties/test_x.py::test_y'")
+print("ncm-verify: evidence written to x")
+if "fail" in sys.argv:
+    print("=================================== FAILURES ===================================")
+    print("____ test_caught[m5] ____")
+    print("E   AssertionError: m5 survived")
+    print("=========================== 1 failed, 4 passed in 0.50s ============================")
+    sys.exit(1)
+print("============================== 4 passed in 0.50s ===============================")
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["passing", "failing"])
+def test_a_phase_prints_its_tally_and_first_failure_and_in_full_only_what_failed_the_rest_to_the_log(
+    fails, tmp_path, capsys, monkeypatch
+):
+    from ncm_verify import run
+
+    monkeypatch.setattr(run, "PROGRESS_FIRST_S", 0)  # a progress line at every percentage pytest prints
+    log = tmp_path / files.VERIFY_LOG
+    command = [sys.executable, "-c", PHASE_OUTPUT, *(["fail"] if fails else [])]
+    phase = run.run_phase("planted bugs", "2/4", command, {}, log)
+    printed = capsys.readouterr().out
+    assert phase.exit_status == int(fails) and "PASSED" in log.read_text() and "PASSED" not in printed
+    assert "  FIRST FAILURE: properties/test_x.py::test_y" in printed and "    rerun: cd /suite" in printed
+    assert "evidence written" not in printed and "[2/4] planted bugs: 50% after" in printed
+    if fails:
+        assert "[2/4] planted bugs: 1 failed, 4 passed in" in printed and "E   AssertionError: m5 survived" in printed
+    else:
+        assert "[2/4] planted bugs: 4 passed in" in printed and "FAILURES" not in printed

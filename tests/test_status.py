@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -377,6 +378,21 @@ def test_a_refuted_hypothesis_prints_under_findings_and_never_as_a_failure(ledge
     assert "FAILURE" not in render_markdown(document) and "Findings" in render_markdown(document)
 
 
+@pytest.mark.parametrize("impl", ["ncm_verify.reference", "my_port"])
+def test_no_line_of_a_passing_run_with_a_finding_says_failed(impl, ledger, passing):
+    """A refuted hypothesis is a result: the summary of a run that passed names it a finding, in brief."""
+    hypothesis_claim(ledger)
+    passing["properties"].append(refuting_node())
+    passing["impl"] = impl
+    report = doc.build_report(ledger, passing, **PASSING_SELFTESTS, run=PASSING_RUN)
+    assert report["run"]["exit_status"] == 0, report["run"]["reasons"]
+    printed = render_terminal(doc.build_document(report))
+    said = [line for line in printed.splitlines() if re.search(r"\bfail(ed|ure)\b", line, re.I)]
+    assert not said, said
+    if impl == "ncm_verify.reference":
+        assert "C10  finding: hypothesis refuted" in printed and "FINDING 1 of 1" in printed
+
+
 def test_a_hypothesis_whose_experiment_a_ports_run_left_out_is_the_suites_own_check_not_a_gap(ledger, passing):
     hypothesis_claim(ledger)
     passing["impl"] = "my_port"
@@ -422,7 +438,7 @@ def test_a_failing_suite_check_is_reported_apart_on_a_port_and_fails_only_the_re
     if impl == "my_port":
         assert document.verdict.exit_status == 0, document.verdict.reasons
         assert claims_by_id(document.data)["C5"]["status"] == "shown" and not document.failures
-        assert f"not a verdict on the module): 1 never called the module; 1 failed: {identity}" in printed
+        assert f"not a verdict on the module): 1 never called the module; 1 FAILED: {identity}" in printed
     else:
         assert document.verdict.reasons == (
             "claims: claims failed: C5",

@@ -18,28 +18,36 @@ Both caches (reference evidence, self-tests) live in a folder of their own (``--
 ``.ncm-verify-cache`` at the checkout's root, or in the current folder for an installed suite), not under the
 reports folder: a port's run with its reports elsewhere reuses what the reference's run left.
 
-A bad ``--impl``, ``--profile`` or ``--require`` stops the run before any phase, with one message and no report.
-The run ends with each phase's time beside its budget (`PHASE_BUDGETS_S`).
+A bad ``--impl``, ``--profile``, ``--require``, ``--model``, ``--properties`` or ``--jobs`` stops the run before any
+phase, with one message, leaving the last report as it was. A run writes its files into a staging folder under the
+reports folder and swaps them in together at its end (`swap_in`): an interrupted run leaves the previous report whole.
+Each phase's output goes to verify.log; the terminal gets a summary (`PhaseOutput`). The run ends with each phase's
+time beside its budget (`PHASE_BUDGETS_S`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import hashlib
 import json
 import os
+import re
 import resource
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ncm_verify.environment import checkout_root, git_commit, git_dirty, installed_suite_root, suite_root
 from ncm_verify.evidence import (
+    BENCH_FILE,
     CALIBRATION_FILE,
     EVIDENCE_FILE,
     MUTANTS_FILE,
@@ -49,6 +57,7 @@ from ncm_verify.evidence import (
     RUN_FILE,
     VERIFY_HTML,
     VERIFY_JSON,
+    VERIFY_LOG,
     VERIFY_MD,
     Evidence,
     Phase,
@@ -68,6 +77,7 @@ from ncm_verify.protocol import (
 from ncm_verify.report import document as doc
 from ncm_verify.report.ledger import THOROUGH_PROFILE, read_ledger, repository_problems
 from ncm_verify.report.output import print_report, write_reports
+from ncm_verify.report.status import refutes_a_hypothesis, rerun_pythonpath
 
 ROOT = suite_root()
 DEFAULT_CACHE = (checkout_root() or Path.cwd()) / ".ncm-verify-cache"
@@ -175,22 +185,102 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_phase(name: str, step: str, command: list[str], env: dict) -> Phase:
-    """Run one phase, streaming its output; record its exit status and whether that status carries a verdict,
-    its wall seconds and its CPU seconds (all its processes: on a shared machine the wall clock counts the rest)."""
-    say(f"[{step}] {name}: {' '.join(command[2:])}")
+PROGRESS_FIRST_S = 60
+"""A phase whose test lines go to the log says how far it is after this long, then each time its time doubles: a
+long phase is never silent, and a slow machine's run prints a few lines more, not one a minute."""
+FIRST_FAILURE_HEADING = "ncm-verify: first failure"
+"""The properties phase's first failure (pytest_plugin.collector): passed through to the terminal as it is found."""
+FAILURE_SECTIONS = re.compile(r"^=+ (FAILURES|ERRORS) =+$")
+PERCENT = re.compile(r"\[\s*(\d+)%\]")
+"""pytest's progress: at a -q line's end, or after an xdist worker's name in -v."""
+PYTEST_TALLY = re.compile(r"^=*\s*((?:\d+ \w+(?: \w+)?, )*\d+ \w+(?: \w+)?) in [\d.]+s")
+
+
+class PhaseOutput:
+    """One phase's output as the terminal shows it: the first failure's block at once, a progress line at most every
+    `PROGRESS_FIRST_S` seconds, then at twice, four times... that (from pytest's percentages), the rest to the log
+    only."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.started, self.next_s = label, time.monotonic(), float(PROGRESS_FIRST_S)
+        self.echoing, self.tally = False, ""
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+        text = line.rstrip("\n")
+        if text.startswith(FIRST_FAILURE_HEADING):
+            self.echoing = True
+        elif self.echoing and not text.startswith("  "):
+            self.echoing = False
+        if self.echoing:
+            print(text, flush=True)
+        if tally := PYTEST_TALLY.match(text.strip()):
+            self.tally = tally.group(1)
+        percent = PERCENT.search(text)
+        now = time.monotonic()
+        if percent and now - self.started >= self.next_s and 0 < int(percent.group(1)) < 100:
+            done, spent = int(percent.group(1)), now - self.started
+            self.next_s = max(2 * self.next_s, spent)
+            say(f"{self.label}: {done}% after {spent:.0f} s, about {spent * (100 - done) / done:.0f} s left")
+
+    def failure_sections(self) -> list[str]:
+        """pytest's FAILURES and ERRORS sections, to the end of its output: what a failed self-test printed."""
+        start = next((i for i, line in enumerate(self.lines) if FAILURE_SECTIONS.match(line.strip())), None)
+        return [line.rstrip("\n") for line in self.lines[start:]] if start is not None else []
+
+
+def run_phase(name: str, step: str, command: list[str], env: dict, log: Path | None = None) -> Phase:
+    """Run one phase; record its exit status and whether that status carries a verdict, its wall seconds and its CPU
+    seconds (all its processes: on a shared machine the wall clock counts the rest). With a `log`, the phase's output
+    goes there and the terminal gets `PhaseOutput`'s share, and in full what a failed phase printed of its failures;
+    without one, the output streams as it comes."""
+    label = f"[{step}] {name}"
     started, cpu_before = datetime.datetime.now(datetime.timezone.utc), children_cpu_seconds()
-    exit_status = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    output = PhaseOutput(label)
+    if log is None:
+        say(f"{label}: {' '.join(command[2:])}")
+        exit_status = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    else:
+        say(f"{label}: running; each test's line goes to the log")
+        with log.open("a", encoding="utf-8") as sink:
+            sink.write(f"\n===== {label}: {' '.join(command)}\n")
+            sink.flush()
+            unbuffered = {**env, "PYTHONUNBUFFERED": "1"}  # pytest's lines as they come, not in pipe-sized chunks
+            with subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=unbuffered,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            ) as process:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    sink.write(line)
+                    output(line)
+            exit_status = process.returncode
     seconds = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     cpu = children_cpu_seconds() - cpu_before
     problem = None
     if exit_status not in (PYTEST_PASSED, PYTEST_FAILED):
         problem = f"pytest exited {exit_status} (interrupted, internal or usage error, or nothing collected)"
-    say(f"[{step}] {name}: exit status {exit_status} after {seconds:.0f} s ({cpu:.0f} CPU s)")
-    return Phase(name, exit_status, round(seconds, 1), round(cpu, 1), problem)
+    took = f"{seconds:.0f} s ({cpu:.0f} CPU s)"
+    if log is None:
+        say(f"{label}: exit status {exit_status} after {took}")
+    elif name != "properties":  # the properties phase is summed up from its evidence (`properties_line`)
+        said = f"{output.tally} in {took}" if output.tally else f"pytest exit status {exit_status} after {took}"
+        say(f"{label}: {said}" + ("" if exit_status == PYTEST_PASSED else f"; its failures (log: {log}):"))
+        if exit_status != PYTEST_PASSED:
+            print("\n".join(output.failure_sections() or [line.rstrip("\n") for line in output.lines[-40:]]))
+    phase = Phase(name, exit_status, round(seconds, 1), round(cpu, 1), problem)
+    return phase
 
 
-def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: int) -> list[Phase]:
+def selftest_phases(
+    folder: Path, jobs: int, env: dict, first_step: int, steps: int, log: Path | None = None
+) -> list[Phase]:
     """Planted bugs, then calibration and power, leaving mutants.json and calibration.json in `folder`."""
     into = f"--ncm-selftest-dir={folder}"
     # the sweep deals its planted modules to `jobs` processes of its own; the other planted-bug tests run beside it
@@ -198,8 +288,8 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
     others = [f"--ignore={path}" for path in PLANTED_FILES]
     calibration = pytest_command("selftests", *others, into, "-v", jobs=jobs)
     phases = [
-        run_phase("planted bugs", f"{first_step}/{steps}", planted, env),
-        run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env),
+        run_phase("planted bugs", f"{first_step}/{steps}", planted, env, log),
+        run_phase("calibration and power", f"{first_step + 1}/{steps}", calibration, env, log),
     ]
     for phase in phases:  # a self-test that failed is a verdict the parts show; say so here too
         if phase.exit_status == PYTEST_FAILED:
@@ -208,7 +298,7 @@ def selftest_phases(folder: Path, jobs: int, env: dict, first_step: int, steps: 
 
 
 def cached_selftests(
-    reports: Path, cache_root: Path, key: str, jobs: int, env: dict, *, rerun: bool
+    reports: Path, cache_root: Path, key: str, jobs: int, env: dict, *, rerun: bool, log: Path | None = None
 ) -> tuple[list[Phase], dict]:
     """The self-tests' results for the suite hashed as `key`: reused from `cache_root`, or run now (and cached if
     they passed)."""
@@ -216,13 +306,13 @@ def cached_selftests(
     meta_path = cache / "meta.json"
     if not rerun and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
-        say(f"[2-3/4] self-tests: reusing results of {meta['ran']} from {cache} (suite and environment unchanged)")
+        say(f"[2-3/4] self-tests: reusing results of {meta['ran']} (suite and environment unchanged; {cache})")
         return [Phase.from_json(phase) for phase in meta["phases"]], {**meta, "reused": True, "folder": str(cache)}
     scratch = cache_root / SELFTEST_CACHE / f"{key}.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    phases = selftest_phases(scratch, jobs, env, 2, 4)
+    phases = selftest_phases(scratch, jobs, env, 2, 4, log)
     meta = {"key": key, "ran": ran, "phases": [phase.to_json() for phase in phases]}
     (scratch / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     if all(p.exit_status == PYTEST_PASSED for p in phases):
@@ -338,20 +428,47 @@ def plan_reuse(
     }
 
 
-def clear_previous_report(reports: Path) -> None:
-    """No file of an earlier run may be read as this run's: evidence and report are removed first."""
-    for name in (
-        EVIDENCE_FILE,
-        VERIFY_JSON,
-        VERIFY_MD,
-        VERIFY_HTML,
-        MUTANTS_FILE,
-        CALIBRATION_FILE,
-        RUN_FILE,
-        RECORDS_FILE,
-        REUSE_FILE,
-    ):
-        (reports / name).unlink(missing_ok=True)
+VERIFY_FILES = (
+    EVIDENCE_FILE,
+    RECORDS_FILE,
+    REUSE_FILE,
+    MUTANTS_FILE,
+    CALIBRATION_FILE,
+    RUN_FILE,
+    VERIFY_LOG,
+    VERIFY_JSON,
+    VERIFY_MD,
+    VERIFY_HTML,
+)
+"""The files a run owns in its reports folder (bench and peers files are other commands'): replaced together."""
+STAGING_PREFIX = ".verify-staging-"
+"""A run writes its files into a hidden folder of this name under the reports folder, then swaps them in whole."""
+
+
+def staging_folder(reports: Path, run_id: str) -> Path:
+    """A fresh folder, on the reports folder's file system, for this run's files; the leftovers of a run killed
+    before its swap are removed (the report they did not replace is intact)."""
+    for stale in reports.glob(STAGING_PREFIX + "*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = reports / f"{STAGING_PREFIX}{run_id}"
+    staging.mkdir(parents=True)
+    return staging
+
+
+def swap_in(staging: Path, reports: Path) -> None:
+    """This run's files replace the previous run's in `reports` as one step: each renamed over its old copy (one file
+    system), the previous run's others removed, interrupts held until it is done: never a mix of two runs on disk."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        for name in VERIFY_FILES:
+            if (staging / name).is_file():
+                os.replace(staging / name, reports / name)
+            else:
+                (reports / name).unlink(missing_ok=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def ledger_against_run(reports: Path, *, selected: bool = False) -> list[str]:
@@ -409,87 +526,185 @@ def verify(
         sys.path.insert(0, os.getcwd())
     if is_path(impl):  # the phases run in the suite's folder: a relative path is the caller's
         impl = str(Path(impl).expanduser().resolve())
-    try:
+    try:  # every argument is checked before anything is written: a typo leaves the last report as it was
         profile_settings = check_profile(profile)
         required = check_required(list(required or ()))
+        check_arguments(jobs, model, properties)
         module = load_implementation(impl)
         implementation = describe_implementation(module, impl)
     except (UsageError, ImplementationError) as error:
         print(f"ncm-verify: {error}", file=sys.stderr)
-        if reports.is_dir():  # an earlier run's report must not pass for this one's
-            clear_previous_report(reports)
-        print("ncm-verify: stopped before any phase; no report was written", file=sys.stderr)
+        kept = f"the report in {reports} is the previous run's, unchanged" if (reports / VERIFY_JSON).is_file() else ""
+        print(f"ncm-verify: stopped before any phase (exit status 2){'; ' + kept if kept else ''}", file=sys.stderr)
         return 2
     started = time.monotonic()
     reports = reports.resolve()
     reports.mkdir(parents=True, exist_ok=True)
     cache = Path(cache or DEFAULT_CACHE).resolve()
-    clear_previous_report(reports)
     run_id = uuid.uuid4().hex[:12]
-    say(f"run {run_id}: implementation {implementation['module']} ({implementation['path']}), profile {profile}")
-    say(f"suite: properties and self-tests from {ROOT}; reports to {reports}; cache {cache}")
+    staging = staging_folder(reports, run_id)
+    try:  # an interrupted run leaves the previous report as it was, and no half-written one
+        exit_status = run_phases(
+            Run(run_id, impl, profile, module, implementation, reports, staging, cache, jobs),
+            started,
+            derandomized=profile_settings.derandomize,
+            rerun=rerun_selftests or os.environ.get("CI", "").lower() == "true",
+            seed=seed,
+            model=model,
+            required=required,
+            selected=properties,
+            selftests=selftests,
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return exit_status
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What a run is about and where it writes: its files go to `staging`, swapped into `reports` at its end."""
+
+    run_id: str
+    impl: str
+    profile: str
+    module: Any
+    implementation: dict
+    reports: Path
+    staging: Path
+    cache: Path
+    jobs: int
+
+    @property
+    def log(self) -> Path:
+        return self.staging / VERIFY_LOG
+
+
+def check_arguments(jobs: int, model: str | None, selected: list[str] | None) -> None:
+    """The arguments a run could otherwise only find wrong after minutes: a UsageError naming the first."""
+    if jobs < 1:
+        raise UsageError(f"jobs: expected a positive number of pytest workers, got {jobs}")
+    if model is not None and not Path(model).expanduser().is_file():
+        raise UsageError(f"model: no checkpoint file {model!r}")
+    for name in selected or ():
+        path = Path(name.partition("::")[0]).expanduser()
+        if not path.exists() and not (ROOT / path).exists():
+            raise UsageError(f"properties: no property file or folder {name.partition('::')[0]!r}")
+
+
+def run_phases(
+    run: Run,
+    started: float,
+    *,
+    derandomized: bool,
+    rerun: bool,
+    seed: int | None,
+    model: str | None,
+    required: list[str],
+    selected: list[str] | None,
+    selftests: bool,
+) -> int:
+    """The phases, the report written into `run.staging` and swapped in whole; returns the verdict's exit status."""
+    staging, impl, profile = run.staging, run.impl, run.profile
+    say(
+        f"run {run.run_id}: implementation {run.implementation['module']} ({run.implementation['path']}), "
+        f"profile {profile}"
+    )
+    say(f"suite: properties and self-tests from {ROOT}; reports to {run.reports}; cache {run.cache}")
+    say(f"log: every test's line to {run.reports / VERIFY_LOG} when the run ends (until then {run.log})")
     env = subprocess_environment(profile)
-    rerun = rerun_selftests or os.environ.get("CI", "").lower() == "true"
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
     # another checkpoint's model-level evidence is not the default one's: filed apart
     checkpoint = describe_checkpoint(model)
     evidence_key = key if model is None else f"{key}-model-{checkpoint['sha256'][:16]}"
-    kept_path = reference_evidence_path(cache, evidence_key, profile, seed)
+    kept_path = reference_evidence_path(run.cache, evidence_key, profile, seed)
     say(f"[1/4] properties: model-level path (b) judges {judged_line(checkpoint)}")
-    reuse = plan_reuse(
-        module, reports, kept_path, derandomized=profile_settings.derandomize, rerun=rerun, selected=properties
-    )
+    reuse = plan_reuse(run.module, staging, kept_path, derandomized=derandomized, rerun=rerun, selected=selected)
     say(f"[1/4] properties: {reuse['why']}")
-    properties = pytest_command(
-        *(properties or ["properties"]),
+    command = pytest_command(
+        *(selected or ["properties"]),
         "-q",
         *QUIET_FAILURES,
         f"--impl={impl}",
-        f"--ncm-report-dir={reports}",
-        f"--ncm-run-id={run_id}",
+        f"--ncm-report-dir={staging}",
+        f"--ncm-run-id={run.run_id}",
         *([f"--hypothesis-seed={seed}"] if seed is not None else []),
         *([f"--ncm-model={Path(model).expanduser().resolve()}"] if model is not None else []),
         *([f"--ncm-reuse={reuse['file']}"] if reuse.get("file") else []),
         *([f"--ncm-planned-tests={reuse['planned_tests']}"] if reuse.get("planned_tests") else []),
-        jobs=jobs,
+        jobs=run.jobs,
     )
     ran = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     start_s = time.monotonic() - started
-    phases = [run_phase("properties", "1/4", properties, env)]
+    phases = [run_phase("properties", "1/4", command, env, run.log)]
+    say(f"[1/4] properties: {properties_line(staging, phases[0])}")
     if phases[0].problem:  # no evidence tells why: say how to see the tracebacks this phase did not print
-        traced = f"HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist --impl={impl}"
-        say(f"[1/4] properties: {phases[0].problem}; to see its tracebacks: {traced}")
+        traced = f"cd {ROOT} && HYPOTHESIS_PROFILE={profile} {sys.executable} -m pytest properties -q -p no:xdist"
+        say(f"[1/4] properties: {phases[0].problem}; its last lines (the rest in the log); tracebacks:")
+        say(f"  {traced} --impl={impl}")
+        print("\n".join(run.log.read_text(encoding="utf-8").splitlines()[-20:]), flush=True)
     completed = phases[0].exit_status in (PYTEST_PASSED, PYTEST_FAILED)
-    if module.__name__ == DEFAULT_IMPLEMENTATION and profile_settings.derandomize and completed:
-        keep_reference_evidence(reports, kept_path, run_id, ran)
+    if run.module.__name__ == DEFAULT_IMPLEMENTATION and derandomized and completed:
+        keep_reference_evidence(staging, kept_path, run.run_id, ran)
     # the self-tests choose the profiles of their nested runs themselves; PROFILE does not reach them
     selftest_env = {k: v for k, v in env.items() if k != "HYPOTHESIS_PROFILE"}
     selftest_cache: dict = {"key": key, "ran": None, "reused": False}
     if selftests:
-        selftest_phases, selftest_cache = cached_selftests(reports, cache, key, jobs, selftest_env, rerun=rerun)
+        selftest_phases, selftest_cache = cached_selftests(
+            staging, run.cache, key, run.jobs, selftest_env, rerun=rerun, log=run.log
+        )
         phases += selftest_phases
-        copy_selftest_results(reports, selftest_cache)
+        copy_selftest_results(staging, selftest_cache)
     else:
         say("[2-3/4] self-tests: skipped (--no-selftests): the verdict fails, the suite's teeth unproven here")
     say("[4/4] report")
     report_started = time.monotonic()
     facts = RunRecord(
-        run_id=run_id,
+        run_id=run.run_id,
         phases=phases,
         suite_commit=git_commit(ROOT),
         suite_dirty=git_dirty(ROOT),
         selftests={k: selftest_cache[k] for k in ("key", "ran", "reused")},
         reuse={k: v for k, v in reuse.items() if k != "file"},
-        ledger_problems=ledger_against_run(reports, selected=bool(properties)),
+        ledger_problems=ledger_against_run(staging, selected=bool(selected)),
         required=required,
-        rerun_from={"root": str(ROOT), "python": sys.executable},
+        rerun_from={"root": str(ROOT), "python": sys.executable, **rerun_pythonpath(impl, Path.cwd(), ROOT)},
     )
-    (reports / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
-    document = write_reports(reports)  # from the files alone, as `ncm-verify report` rebuilds it
-    print_report(document, reports)
+    (staging / RUN_FILE).write_text(json.dumps(facts.to_json(), indent=1) + "\n")
+    if (run.reports / BENCH_FILE).is_file():  # the last `make bench`'s figures, read by the report (not swapped)
+        shutil.copyfile(run.reports / BENCH_FILE, staging / BENCH_FILE)
+    document = write_reports(staging)  # from the files alone, as `ncm-verify report` rebuilds it
+    swap_in(staging, run.reports)
+    print_report(document, run.reports)
     spent = {"start": start_s, **{p.name: p.seconds or 0.0 for p in phases}}
     if not selftest_cache["ran"] or selftest_cache.get("reused"):  # reused or skipped: no time spent on them
         spent.update({"planted bugs": 0.0, "calibration and power": 0.0})
     print("\n".join(budget_lines({**spent, "report": time.monotonic() - report_started})), flush=True)
     return document.verdict.exit_status
+
+
+def properties_line(staging: Path, phase: Phase) -> str:
+    """The properties phase in one line from its evidence: runs by outcome, refuted hypotheses as findings (a
+    result, not a failure), its time."""
+    took = f"{phase.seconds or 0:.0f} s ({phase.cpu_s or 0:.0f} CPU s)"
+    evidence = Evidence.from_json(read_json(staging / EVIDENCE_FILE))
+    if evidence is None:
+        return f"no evidence after {took} (pytest exit status {phase.exit_status})"
+    ledger, _ = read_ledger(ROOT / "ledger.json")
+    hypotheses = frozenset(claim["id"] for claim in ledger["claims"] if claim.get("hypothesis"))
+    findings = [node for node in evidence.properties if refutes_a_hypothesis(node, hypotheses)]
+    tally: dict[str, int] = {}
+    for node in evidence.properties:
+        if not refutes_a_hypothesis(node, hypotheses):
+            tally[node.outcome.value] = tally.get(node.outcome.value, 0) + 1
+    parts = [
+        f"{number} {outcome.upper() if outcome in ('failed', 'error') else outcome}"
+        for outcome, number in sorted(tally.items(), key=lambda item: item[0] != "passed")
+    ]
+    if findings:
+        claims = sorted({claim for node in findings for claim in node.claims})
+        parts.append(
+            f"{len(findings)} findings ({', '.join(claims)}: a research hypothesis refuted or inconclusive, a "
+            "result of the run)"
+        )
+    return f"{len(evidence.properties)} property runs in {took}: {', '.join(parts) or 'none'}"

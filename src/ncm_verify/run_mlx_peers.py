@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from ncm_verify.progress import Progress
 from ncm_verify.report import mlx_peers as report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +144,9 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
     """Each peer's properties in its own environment, then the report; the run's exit status."""
     reports.mkdir(parents=True, exist_ok=True)
     runs = []
+    progress = Progress("ncm-verify: MLX peers", len(peers))
     for peer in peers:
+        progress.start(f"{peer.name} ({peer.pin})")
         if not peer.python.exists():
             install(peer)
         results = reports / f"peers-mlx-{peer.name}.jsonl"
@@ -157,6 +160,7 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
         runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records))
+        progress.done(f"{peer.name}: exit status {status} in {seconds:.0f} s, {len(records)} property runs")
     return report.write(runs, reports)
 
 

@@ -19,6 +19,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from ncm_verify.progress import Progress
 from ncm_verify.protocol import ImplementationError, load_implementation
 from ncm_verify.report import peers as comparison
 from ncm_verify.run import QUIET_FAILURES, ROOT, check_profile, pytest_command, run_phase, say
@@ -148,17 +149,20 @@ def verify_peers(profile: str, reports: Path, jobs: int, seed: int = 0, peers: t
     steps = len(peers) + loop
     started = datetime.datetime.now(datetime.timezone.utc)
     say(f"peers run {run_id}: {', '.join(p.name for p in peers)}{' and the assisted loop' if loop else ''}, {profile}")
+    progress = Progress("ncm-verify: peers", steps)
     for number, peer in enumerate(peers, 1):
         folder = root / peer.name
         folder.mkdir(parents=True, exist_ok=True)
         facts = run_peer(peer, folder, run_id, jobs, env, f"{number}/{steps}", seed)
         facts.update(profile=profile, seed=seed)
         (folder / comparison.PEER_FILE).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+        progress.done(peer.name)
     if loop:
         folder = root / "transformers_assisted"
         folder.mkdir(parents=True, exist_ok=True)
         facts = run_loop(folder, run_id, jobs, env, f"{steps}/{steps}")
         (folder / comparison.PEER_FILE).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+        progress.done("transformers assisted generation")
     return rebuild_comparison(reports, started)
 
 

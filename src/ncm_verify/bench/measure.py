@@ -51,6 +51,7 @@ from ncm_verify.oracles.numpy_steps import (
     numpy_uniforms,
 )
 from ncm_verify.peers import transformers_step
+from ncm_verify.progress import Progress
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 from ncm_verify.reference.ncm import accounting
 from ncm_verify.reference.speculative import CDF_BLOCK
@@ -602,15 +603,19 @@ def run_bench(
     loaded_peer, peer_note = load_transformers_step()
     progress(peer_note)
     kernels = []
-    for case in cases if cases is not None else make_grid(grid):
-        kernels.append(run_kernel_case(impl, case, loaded_peer, rounds, budget_s))
-        progress(format_kernel_rows(kernels[-1:]))
-    generations = []
+    cases = cases if cases is not None else make_grid(grid)
     if cache_configs is None:
         cache_configs = {} if grid == "smollm2" else CACHE_CONFIGS
+    tracker = Progress(f"bench ({grid} grid)", len(cases) + len(cache_configs), say=progress)
+    for case in cases:
+        kernels.append(run_kernel_case(impl, case, loaded_peer, rounds, budget_s))
+        progress(format_kernel_rows(kernels[-1:]))
+        tracker.done(kernels[-1]["case"])
+    generations = []
     for label, overrides in cache_configs.items():
         generations.append(run_cache_case(impl, label, overrides, 8, rounds, budget_s))
         progress(format_cache_rows(generations[-1:]))
+        tracker.done(label)
     environment = describe_environment()
     return {
         "schema": BENCH_SCHEMA,

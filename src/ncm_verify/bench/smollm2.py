@@ -1,4 +1,4 @@
-"""C12 on a real target (issue 42; measured, never asserted): drafted decoding of SmolLM2-135M against mlx-lm's
+"""C12 on a real target (measured, never asserted): drafted decoding of SmolLM2-135M against mlx-lm's
 `generate_step`, in both forms (quantised as the GGUF is, float32), per drafter and draft length k.
 
 The drafters: prompt lookup (S17, transformers' rule), SmolLM2's own first layers under its head (an early-exit AR
@@ -8,7 +8,8 @@ imply, the cost ratio c of a drafted token to a one-token target step, Leviathan
 (which assumes a verify pass costs one step), the prediction from the measured parts (proposal, verify pass,
 verify_chain), the measured wall-time speedup, and the verify pass's cost against a one-token step: the reason a
 speedup can or cannot exist here. Everything of one k is timed interleaved (`time_side_by_side`), so the
-machine's load hits all alike. `make bench` runs it (docs/smollm2.md).
+machine's load hits all alike. `make bench` runs its quick grid (`GRIDS`; GRID=full for every form, prompt,
+drafter and k: about 25 minutes on 2 cores), a line per case with the time left (docs/smollm2.md).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ncm_verify.bench.measure import time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.mlx_lm_real import smollm2
 from ncm_verify.mlx_lm_real.smollm2_drafters import PromptLookupDrafter, make_early_exit
+from ncm_verify.progress import Progress
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 
 PROMPTS = {
@@ -75,6 +77,20 @@ def held_out_prompt(characters: int = 400) -> str:
 
 EARLY_EXIT_LAYERS = 8
 TEMPERATURE = 0.3
+GRIDS = {
+    "quick": {
+        "forms": ["float32"],
+        "ks": [2],
+        "tokens": 16,
+        "repeats": 2,
+        "prompts": ["verse (repeats itself)", HELD_OUT_PROMPT],
+        "drafters": ["prompt lookup (S17)", "ar_distilled"],
+    },
+    "full": {"forms": list(smollm2.FORMS), "ks": [2, 4], "tokens": 24, "repeats": 3, "prompts": None, "drafters": None},
+}
+"""`--grid`'s defaults. quick (`make bench`): the float32 form at k = 2, prompt lookup on the repeating verse and the
+distilled AR drafter on held-out text, beside the target alone (a few minutes on 2 cores); full: every form,
+prompt, drafter and k (about 25 minutes). An option given on the command line wins over its grid's."""
 
 
 def _as_drafter(model, max_block: int):
@@ -117,6 +133,7 @@ def measure_form(
     temperature: float,
     only_prompts: list[str] | None = None,
     only_drafters: list[str] | None = None,
+    progress: Progress | None = None,
 ) -> list:
     """Rows of one target form, per prompt: every drafter at every k beside `generate_step` on that prompt.
 
@@ -136,6 +153,9 @@ def measure_form(
         entries = [entry for entry in drafters if k == min(ks) or "early exit" not in entry.name]
         # the trained drafters know the pydoc text alone: they run on its held-out prompt
         entries = [e for e in entries if prompt_name == HELD_OUT_PROMPT or not e.note.startswith("make train")]
+        case = f"{form}, {prompt_name}, k={k}: {', '.join(e.name for e in entries) or 'no drafter'}"
+        if progress is not None:
+            progress.start(case)
 
         def alone(prompt=prompt) -> None:
             for _ in generate_step(mx.array(prompt), target, max_tokens=tokens, sampler=sampler):
@@ -176,7 +196,14 @@ def measure_form(
             row["verify_pass_over_step"] = part_times[f"target pass ({k + 1} tokens)"] / step
             row["speedup_predicted_with_prefill"] = with_prefill(row, tokens)
             rows.append(row)
+        if progress is not None:
+            progress.done(case)
     return rows
+
+
+def case_count(forms: list[str], ks: list[int], prompts: list[str] | None) -> int:
+    """How many (form, prompt, k) cases `measure_form` runs over `forms`."""
+    return len(forms) * len(ks) * len(prompts if prompts is not None else [*PROMPTS, HELD_OUT_PROMPT])
 
 
 def with_prefill(row: dict, tokens: int) -> float:
@@ -212,16 +239,21 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument("--forms", nargs="+", default=list(smollm2.FORMS), choices=smollm2.FORMS)
-    parser.add_argument("--ks", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--tokens", type=int, default=24)
-    parser.add_argument("--repeats", type=int, default=3, help="generations per prompt and contender (after a warm-up)")
+    parser.add_argument("--grid", choices=GRIDS, default="quick", help="quick (make bench) or full (GRID=full)")
+    parser.add_argument("--forms", nargs="+", choices=smollm2.FORMS, help="default: the grid's")
+    parser.add_argument("--ks", nargs="+", type=int, help="draft lengths (default: the grid's)")
+    parser.add_argument("--tokens", type=int, help="tokens a generation (default: the grid's)")
+    parser.add_argument("--repeats", type=int, help="generations per prompt and contender after a warm-up")
     parser.add_argument("--temperature", type=float, default=TEMPERATURE)
     parser.add_argument("--prompts", nargs="+", help=f"only these prompts (of {[*PROMPTS, HELD_OUT_PROMPT]})")
     parser.add_argument("--drafters", nargs="+", help="only these drafters (by the table's name)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    for name, value in GRIDS[args.grid].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     impl = load_implementation(args.impl)
+    progress = Progress("bench.smollm2", case_count(args.forms, args.ks, args.prompts))
     rows = []
     for form in args.forms:
         rows += measure_form(
@@ -233,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             temperature=args.temperature,
             only_prompts=args.prompts,
             only_drafters=args.drafters,
+            progress=progress,
         )
     print(f"C12 on SmolLM2-135M (temperature {args.temperature}, {args.tokens} tokens a generation; measured):")
     print(format_rows(rows))
@@ -241,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "tokens": args.tokens,
             "temperature": args.temperature,
-            "prompts": list(PROMPTS) + [HELD_OUT_PROMPT],
+            "grid": args.grid,
+            "prompts": args.prompts or list(PROMPTS) + [HELD_OUT_PROMPT],
             "environment": describe_environment(),
         }
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -11,6 +11,7 @@ from ncm_verify.evidence.files import (
     RUN_FILE,
     VERIFY_HTML,
     VERIFY_JSON,
+    VERIFY_LOG,
     VERIFY_MD,
     read_json,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "RUN_FILE",
     "VERIFY_HTML",
     "VERIFY_JSON",
+    "VERIFY_LOG",
     "VERIFY_MD",
     "Budget",
     "Evidence",

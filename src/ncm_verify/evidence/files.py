@@ -19,6 +19,8 @@ REUSE_FILE = "reuse.json"
 VERIFY_JSON = "verify.json"
 VERIFY_MD = "verify.md"
 VERIFY_HTML = "verify.html"
+VERIFY_LOG = "verify.log"
+"""Every phase's full output (each test's line, tracebacks): the terminal shows a summary of it."""
 
 
 def read_json(path: Path) -> dict | None:

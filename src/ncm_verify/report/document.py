@@ -414,6 +414,13 @@ def calibration(section: dict | None) -> Calibration | None:
     )
 
 
+FINDING_STATUSES = {
+    claim_status.REFUTED: "hypothesis refuted",
+    claim_status.INCONCLUSIVE_AT_THIS_SCALE: "inconclusive at this scale",
+}
+"""A research hypothesis's statuses that are findings, as the terminal names them: results, never failures."""
+
+
 def claim(c: dict) -> Claim:
     return Claim(
         id=c["id"],
@@ -426,6 +433,7 @@ def claim(c: dict) -> Claim:
         distinct_examples=c["distinct_examples"],
         properties=tables.properties_table(c) if c["properties"] else None,
         nodeids=tuple(p["nodeid"] for p in c["properties"]),
+        finding=FINDING_STATUSES.get(c["status"]),
     )
 
 
@@ -467,6 +475,7 @@ def build_document(report: dict) -> Document:
                 p_min=p["statistics"]["p_min"],
                 min_detectable_tv=p["statistics"]["min_detectable_tv"],
                 raw_detectable_tv=p["statistics"]["raw_detectable_tv"],
+                reused=p.get("reused"),
             )
             for p in statistical
         ),

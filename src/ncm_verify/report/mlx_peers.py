@@ -10,6 +10,7 @@ report as peers-mlx.md, peers-mlx.html and peers-mlx.json. A finding is a strict
 from __future__ import annotations
 
 import dataclasses
+import re
 from html import escape
 from pathlib import Path
 
@@ -27,6 +28,8 @@ PROPERTIES = {
     6: "no request parameter silently ignored",
 }
 """The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
+WHERE_CHARS = 160
+"""A finding's head longer than this is prose, not a place: its whole text reads under 'what differs'."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +83,68 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One finding of `peers.mlx_findings` in one package, with every property run (node id) that showed it."""
+
+    package: str
+    what: str
+    where: str
+    reproduction: str
+    evidence: str
+    nodeids: tuple[str, ...]
+    evidence_by_node: tuple[str, ...]
+
+
+def top_level_colon(text: str) -> int:
+    """Where the first ': ' outside parentheses is in `text` (-1: none)."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith(": ", i):
+            return i
+    return -1
+
+
+def split_reason(reason: str, pin: str) -> tuple[str, str, str]:
+    """A `peers.mlx_findings` reason as (what differs, where, reproduction): it reads 'package version where: what.
+    Repro: command'; `where` only when that head names a source line (file.py:N) in a few words."""
+    body, _, reproduction = reason.partition(" Repro: ")
+    name, _, version = pin.partition("==")
+    body = body.removeprefix(f"{name} {version} ") if version else body
+    colon = top_level_colon(body)
+    head = body[:colon] if colon > 0 else ""
+    if re.search(r"\.py:\d", head) and len(head) <= WHERE_CHARS:
+        return body[colon + 2 :], head, reproduction
+    return body, "", reproduction
+
+
+def findings_of(runs: list[PeerRun]) -> list[Finding]:
+    """The findings, one per package and reason: the property runs showing the same reason are one finding."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        for record in run.records:
+            if record["status"] == "finding":
+                reason = record["detail"].partition(" EVIDENCE: ")[0]
+                grouped.setdefault((run.pin, reason), []).append(record)
+    found = []
+    for (pin, reason), records in grouped.items():
+        what, where, reproduction = split_reason(reason, pin)
+        evidence = [record["detail"].partition(" EVIDENCE: ")[2] for record in records]
+        found.append(
+            Finding(
+                pin,
+                what,
+                where,
+                reproduction,
+                next((e for e in evidence if e), ""),
+                tuple(record["nodeid"] for record in records),
+                tuple(evidence),
+            )
+        )
+    return found
+
+
 def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
     verdicts = Table(
         "MLX speculative decoders: per package and property",
@@ -98,13 +163,12 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
     )
     findings = Table(
         "Findings",
-        ("package", "property run", "what differs, where, reproduction"),
+        ("package", "what differs", "where", "reproduction", "evidence", "property runs"),
         [
-            (run.pin, r["nodeid"].split("::", 1)[1], r["detail"])
-            for run in runs
-            for r in run.records
-            if r["status"] == "finding"
+            (f.package, f.what, f.where or "-", f.reproduction or "-", f.evidence or "-", ", ".join(f.nodeids))
+            for f in findings_of(runs)
         ],
+        note="One row per finding; its property runs (node ids) are those that showed it.",
     )
     environments = Table(
         "Environments",
@@ -112,6 +176,57 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
     return verdicts, findings, environments
+
+
+def verdict_table(runs: list[PeerRun], found: list[str]) -> Table:
+    """The verdict first: passed or failed, and each reason it failed (a peer with no verdict, a new failure, a
+    vanished finding, a planted control not caught)."""
+    judged = f"{len(runs)} packages judged, {len(findings_of(runs))} findings"
+    rows = [("failed", problem) for problem in found] or [
+        ("passed", f"{judged}; every peer judged, every planted control caught")
+    ]
+    return Table("Verdict", ("verdict", "why"), rows)
+
+
+def findings_html(findings: list[Finding]) -> str:
+    """The findings table with each finding's property runs folded under it, each with its own evidence."""
+    header = "".join(f"<th>{escape(h)}</th>" for h in ("package", "what differs", "where", "reproduction", "evidence"))
+    rows = []
+    for f in findings:
+        nodes = "".join(
+            f"<li><code>{html_report.breakable(node)}</code>{': ' + html_report.breakable(e) if e else ''}</li>"
+            for node, e in zip(f.nodeids, f.evidence_by_node)
+        )
+        counted = f"{len(f.nodeids)} property run{'' if len(f.nodeids) == 1 else 's'}"
+        runs = f"<details><summary>{counted}</summary><ul>{nodes}</ul></details>"
+        cells = [f.package, f.what, f.where or "see what differs", f.reproduction or "-"]
+        rows.append(
+            "<tr>"
+            + "".join(f"<td>{html_report.breakable(cell)}</td>" for cell in cells)
+            + f"<td>{html_report.breakable(f.evidence)}{runs}</td></tr>"
+        )
+    note = "<p class='note'>One row per finding; the property runs (node ids) that showed it are folded under it.</p>"
+    table = f"<table><tr>{header}</tr>{''.join(rows)}</table>" if rows else "<p>None.</p>"
+    return f"<h2>Findings</h2>{note}{table}"
+
+
+def render_page(verdict: Table, verdicts: Table, findings: list[Finding], environments: Table) -> str:
+    """peers-mlx.html, styled as verify.html (its CSS): the verdict first, then each package's properties, the
+    findings one row each, the environments."""
+    body = "\n".join(
+        [
+            html_report.render_table(verdict),
+            html_report.render_table(verdicts),
+            findings_html(findings),
+            html_report.render_table(environments),
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>MLX speculative decoders</title><style>{html_report.CSS}</style></head><body>\n"
+        f"<h1>MLX speculative decoders</h1>\n{body}\n</body></html>\n"
+    )
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
@@ -123,11 +238,8 @@ def write(runs: list[PeerRun], reports: Path) -> int:
         ["# MLX speculative decoders", "", f"Verdict: {verdict}", ""] + [render_table(t) for t in parts]
     )
     (reports / "peers-mlx.md").write_text(markdown, encoding="utf-8")
-    body = "\n".join(html_report.render_table(t) for t in parts)
-    page = (
-        f"<!doctype html><meta charset='utf-8'><title>MLX speculative decoders</title>"
-        f"<h1>MLX speculative decoders</h1><p>Verdict: {escape(verdict)}</p>\n{body}\n"
-    )
+    verdicts, _, environments = parts
+    page = render_page(verdict_table(runs, found), verdicts, findings_of(runs), environments)
     (reports / "peers-mlx.html").write_text(page, encoding="utf-8")
     record = {"schema": "ncm-verify/peers-mlx/1", "verdict": verdict, "runs": [dataclasses.asdict(r) for r in runs]}
     write_json(record, reports / "peers-mlx.json")

@@ -51,6 +51,8 @@ class Claim:
     properties: Table | None
     """The claim's property runs, one row each, in the order of `nodeids`; None when it has none."""
     nodeids: tuple[str, ...]
+    finding: str | None = None
+    """A research hypothesis's result ('hypothesis refuted', 'inconclusive at this scale'): a finding, not a failure."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +95,8 @@ class StatisticalRun:
     p_min: Any
     min_detectable_tv: Any
     raw_detectable_tv: Any
+    reused: str | None = None
+    """'reused from reference run <id> (<time>)' when the run carried it from the reference's, else None."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ncm_verify.evidence import VERIFY_HTML, VERIFY_JSON, VERIFY_MD
+from ncm_verify.evidence import VERIFY_HTML, VERIFY_JSON, VERIFY_LOG, VERIFY_MD
 from ncm_verify.report import document as doc
 from ncm_verify.report.model import Document
 
@@ -35,3 +35,5 @@ def print_report(document: Document, reports_dir: Path) -> None:
     print(render_terminal(document))
     names = ", ".join(str(reports_dir / name) for name in (VERIFY_JSON, VERIFY_MD, VERIFY_HTML))
     print(f"  report: {names}")
+    if (reports_dir / VERIFY_LOG).is_file():
+        print(f"  log: {reports_dir / VERIFY_LOG} (each test's line, every phase's full output)")

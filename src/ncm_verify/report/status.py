@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from pathlib import Path
 
 from ncm_verify.evidence import (
     EVIDENCE_FILE,
@@ -34,7 +35,7 @@ from ncm_verify.evidence import (
 )
 from ncm_verify.evidence.chi_square import LAW_DECIMALS, power_case_names
 from ncm_verify.evidence.thresholds import MAX_FILTERED_FRACTION, MIN_DISTINCT_EXAMPLES
-from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, family_named, protocol_members
+from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, family_named, is_path, protocol_members
 from ncm_verify.report.ledger import claim_properties, ledger_kernel_claims
 
 SHOWN = "shown"
@@ -130,10 +131,21 @@ def reproduce_command(node: PropertyRecord, run: dict) -> str:
     cd, python = (
         (f"cd {shlex.quote(where['root'])} && ", shlex.quote(where["python"])) if where else ("", ".venv/bin/python")
     )
+    found = f"PYTHONPATH={shlex.quote(where['pythonpath'])} " if where and where.get("pythonpath") else ""
     return (
-        f"{cd}HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
+        f"{cd}{found}HYPOTHESIS_PROFILE={run.get('profile', 'ci')} {python} -m pytest '{node.nodeid}' "
         f"-p no:xdist --impl={impl}{planned_option}"
     )
+
+
+def rerun_pythonpath(impl: str, folder: Path, root: Path) -> dict:
+    """``{"pythonpath": folder}`` when `impl` names a module that imports from `folder` (the run's current folder, as
+    ``python -m`` finds it) and `folder` is not the suite's `root`: a rerun line runs in the suite's folder, so it puts
+    `folder` on PYTHONPATH and works from anywhere; else nothing."""
+    if is_path(impl) or folder.resolve() == root.resolve():
+        return {}
+    top = impl.split(".")[0]
+    return {"pythonpath": str(folder)} if (folder / top).is_dir() or (folder / f"{top}.py").is_file() else {}
 
 
 # --- one property ---

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ncm_verify.report.model import Document, Failure, number
+from ncm_verify.report.model import Document, Failure, StatisticalRun, number
+
+LISTED_STATISTICAL = 8
+"""Statistical properties of the module's own listed one a line; past it (or reused) summed up (all in verify.md)."""
 
 MESSAGE_LINES = 6
 """Lines of a failure's message printed; the whole message, example and reproduction are in verify.md."""
@@ -14,9 +17,22 @@ def clipped(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def finding_block(f: Failure, index: int, total: int) -> list[str]:
+    """A refuted (or inconclusive) research hypothesis in brief: a result of the run, not a failure. Its headline and
+    rerun line; its table and power are in verify.md and verify.html."""
+    message = [line.strip() for line in f.message.strip().splitlines() if line.strip()]
+    headline = message[0].removeprefix("AssertionError: ") if message else "(no message)"
+    what = "refutes" if f.outcome == "failed" else "is inconclusive for"
+    return [
+        f"  FINDING {index} of {total}: {f.nodeid} {what} {', '.join(f.claims) or 'its hypothesis'}",
+        f"    {clipped(headline)} (its table and power: verify.md)",
+        f"    rerun: {f.command}",
+    ]
+
+
 def failure_block(f: Failure, index: int | None, total: int | None, label: str = "FAILURE") -> list[str]:
     """One failed property: what failed, its message (or worst bins), its example, and the line that reruns it.
-    `label` heads it: FAILURE, or FINDING for a refuted hypothesis (a result, not a failure); no `total`: no count."""
+    `label` heads it: FAILURE (FIRST FAILURE as it is found); no `total`: no count."""
     kernels = f" on {', '.join(f.kernels)}" if f.kernels else ""
     kind = "by assertion" if f.kind == "assertion" else f"with {f.kind}"
     counted = f" {index} of {total}" if total else ""
@@ -62,20 +78,15 @@ def render_terminal(document: Document) -> str:
     lines += judged_lines(document)
     lines.append("  claims:")
     for claim in document.claims:
+        status = f"finding: {claim.finding}" if claim.finding else claim.status
+        reason = "" if claim.status == "shown" else ": see the findings below" if claim.finding else f": {claim.reason}"
         lines.append(
-            f"    {claim.id:<4} {claim.status:<14} {claim.property_count:>3} properties, "
-            f"{claim.distinct_examples:>5} distinct examples"
-            + ("" if claim.status == "shown" else f": {claim.reason[:300]}")
+            clipped(
+                f"    {claim.id:<4} {status:<26} {claim.property_count:>3} properties, "
+                f"{claim.distinct_examples:>5} distinct examples{reason}"
+            )
         )
-    if document.statistical:
-        lines.append("  statistical properties:")
-    for s in document.statistical:
-        lines.append(
-            f"    {s.nodeid}: {s.distinct_laws} distinct laws, "
-            f"n={number(s.n_min)}..{number(s.n_max)} "
-            f"min p={number(s.p_min)} min detectable TV={number(s.min_detectable_tv)} "
-            f"(raw law {number(s.raw_detectable_tv)})"
-        )
+    lines += statistical_lines(document)
     mutants = document.mutants
     lines.append(
         "  planted bugs: not run"
@@ -94,9 +105,9 @@ def render_terminal(document: Document) -> str:
     )
     lines += suite_checks_lines(document)
     if document.findings:
-        lines.append("  findings (research hypotheses the data refute: results of the run, not failures):")
+        lines.append("  findings (research hypotheses the data refute or leave open: results of the run, not faults):")
     for index, f in enumerate(document.findings, 1):
-        lines += failure_block(f, index, len(document.findings), "FINDING")
+        lines += finding_block(f, index, len(document.findings))
     for index, f in enumerate(document.failures, 1):
         lines += failure_block(f, index, len(document.failures))
     return "\n".join(lines)
@@ -108,7 +119,10 @@ def judged_lines(document: Document) -> list[str]:
     judged = document.judged
     if not judged or not (judged["inherited"] or judged["missing"]):
         return []  # the module provides every name: the claims say it all
-    own = [f"{name} ({entry['runs']} runs, {entry['failed']} failed)" for name, entry in judged["judged"].items()]
+    own = [
+        f"{name} ({entry['runs']} runs, " + (f"{entry['failed']} FAILED)" if entry["failed"] else "all passed)")
+        for name, entry in judged["judged"].items()
+    ]
     claims = judged["claims"]
     lines = [
         f"  judged, the module's own code: {', '.join(own) or 'nothing'}",
@@ -133,4 +147,48 @@ def suite_checks_lines(document: Document) -> list[str]:
         else ("not a verdict on the module")
     )
     line = f"  the suite's own checks ({counted}): {len(document.suite_checks)} never called the module"
-    return [line + (f"; {len(failed)} failed: {', '.join(failed)}" if failed else ", none failed")]
+    return [line + (f"; {len(failed)} FAILED: {', '.join(failed)}" if failed else ", all passed")]
+
+
+def statistical_summary(runs: list[StatisticalRun]) -> str:
+    """Several statistical properties in one line: how many, their sizes, worst p-value and detectable deviation."""
+    numbers = [r for r in runs if r.n_min is not None]
+    if not numbers:
+        return f"{len(runs)}"
+    return (
+        f"{len(runs)}, n={number(min(r.n_min for r in numbers))}..{number(max(r.n_max for r in numbers))}, "
+        f"min p={number(min(r.p_min for r in numbers))}, min detectable TV at most "
+        f"{number(max(r.min_detectable_tv for r in numbers))} "
+        f"(raw law {number(max(r.raw_detectable_tv for r in numbers))})"
+    )
+
+
+def statistical_lines(document: Document) -> list[str]:
+    """The statistical properties: those this run ran (one a line when few), apart from those reused from the
+    reference's run (summed up, with the run they come from); each in full in verify.md."""
+    own = [s for s in document.statistical if not s.reused]
+    reused = [s for s in document.statistical if s.reused]
+    if not document.statistical:
+        return []
+    lines = []
+    if own and len(own) <= LISTED_STATISTICAL and reused:
+        lines.append(f"  statistical properties run here: {len(own)}")
+        lines += [
+            clipped(
+                f"    {s.nodeid}: {s.distinct_laws} distinct laws, n={number(s.n_min)}..{number(s.n_max)} "
+                f"min p={number(s.p_min)} min detectable TV={number(s.min_detectable_tv)} "
+                f"(raw law {number(s.raw_detectable_tv)})"
+            )
+            for s in own
+        ]
+    elif own:
+        lines.append(f"  statistical properties run here: {statistical_summary(own)}; each in verify.md")
+    if reused:
+        sources = sorted({s.reused or "" for s in reused})
+        lines.append(
+            clipped(
+                f"  statistical properties {sources[0] if len(sources) == 1 else 'reused'}: "
+                f"{statistical_summary(reused)}"
+            )
+        )
+    return lines

@@ -14,6 +14,8 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ncm_verify.progress import time_left
+
 
 class Task(Protocol):
     """What a run trains on: a differentiable loss per step, and how many tokens one step reads."""
@@ -61,12 +63,12 @@ def _load_checkpoint(directory: Path, model: nn.Module, opt: optim.Optimizer) ->
     return int(done["step"]), float(done["wall_seconds"])
 
 
-def _bar(name: str, step: int, total: int, loss: float, tokens_per_s: float) -> str:
+def _bar(name: str, step: int, total: int, loss: float, tokens_per_s: float, timing: str = "") -> str:
     width = 24
     filled = int(width * step / max(total, 1))
     return (
         f"\r{name:<16} [{'#' * filled}{'.' * (width - filled)}] {step:>5}/{total} "
-        f"loss {loss:6.3f}  {tokens_per_s:8.0f} tok/s"
+        f"loss {loss:6.3f}  {tokens_per_s:8.0f} tok/s  {timing}"
     )
 
 
@@ -93,8 +95,11 @@ def train(model: nn.Module, task: Task, spec: RunSpec, checkpoint_dir: Path) -> 
         tokens += task.tokens_per_step
         loss_value = 0.9 * loss_value + 0.1 * loss.item() if loss_value == loss_value else loss.item()
         if (step + 1) % 10 == 0 or step + 1 == spec.steps:
-            rate = tokens / max(time.perf_counter() - window_began, 1e-9)
-            print(_bar(spec.name, step + 1, spec.steps, loss_value, rate), end="", file=sys.stderr, flush=True)
+            spent = time.perf_counter() - window_began
+            # the time left from this session's steps (a resumed run's earlier steps ran at another time)
+            timing = time_left(step + 1 - start, spec.steps - start, spent)
+            bar = _bar(spec.name, step + 1, spec.steps, loss_value, tokens / max(spent, 1e-9), timing)
+            print(bar, end="", file=sys.stderr, flush=True)
         if (step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps:
             _save_checkpoint(checkpoint_dir, model, opt, step + 1, time.perf_counter() - began)
     print(file=sys.stderr)

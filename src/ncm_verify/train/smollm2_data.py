@@ -27,6 +27,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from ncm_verify.mlx_lm_real.smollm2 import SmolLM2, encode, load_smollm2
+from ncm_verify.progress import time_left
 from ncm_verify.reference.drafting.base import softmax_rows
 from ncm_verify.reference.drafting.text import HELD_OUT_FRACTION, load_text
 
@@ -138,7 +139,8 @@ def target_data(smol: SmolLM2 | None = None) -> dict[str, np.ndarray]:
             parts.append({k: stored[k] for k in stored.files})
         done = min(begin + CHUNK, len(windows))
         print(
-            f"\rsmollm2 target rows  {done:>4}/{len(windows)} windows  {time.perf_counter() - began:6.1f} s",
+            f"\rsmollm2 target rows  {done:>4}/{len(windows)} windows  "
+            f"{time_left(done, len(windows), time.perf_counter() - began)}   ",
             end="",
             file=sys.stderr,
             flush=True,
