@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +42,8 @@ class MlxPeer:
     """The declared dependencies not installed, and why the judged code runs without them."""
     beside: tuple[str, ...] = ()
     """Declared dependencies installed with ``--no-deps`` too (their own heavy extras are not needed)."""
+    requires_python: tuple[int, int] = (3, 10)
+    """The oldest Python its metadata admits: the environment is made with an interpreter found on the machine."""
 
     @property
     def module(self) -> str:
@@ -111,8 +114,70 @@ MLX_PEERS = (
         "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
         beside=("mlx-vlm==0.7.10",),
     ),
+    MlxPeer(
+        "yunshu",
+        "yunshu==0.1.5",
+        ("mlx[cpu]>=0.32.3,<0.32.4", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0"),
+        "fastapi, transformers, tokenizers, llguidance, openai, opentelemetry, pydantic, uvicorn and the rest: the "
+        "gateway, server and tooling; `yunshu_engine.speculative_decoder` imports mlx and mlx-lm only",
+        requires_python=(3, 13),
+    ),
+    MlxPeer(
+        "dspark-mlx",
+        "dspark-mlx==0.1.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0", "numpy"),
+        "mlx-vlm: only its Gemma 4 unified host (`hosts/gemma4_unified.py`) imports it; the mlx-lm host is judged",
+    ),
+    MlxPeer(
+        "mlx-dspark",
+        "mlx-dspark==0.20.3",
+        ("mlx[cpu]>=0.32.0", "mlx-lm[cpu]>=0.31.3", "numpy", "huggingface-hub"),
+        "mlx-vlm: only its vision loading imports it; `generate`, `target` and `model` import mlx and mlx-lm",
+    ),
+    MlxPeer(
+        "dfly-mlx",
+        "dfly-mlx==0.1.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0"),
+        "torch, safetensors, huggingface-hub: its `convert` extra (checkpoint conversion), not the drafter backend; "
+        "dflash-mlx 0.1.8 (its bound >=0.1.8,<0.2) comes with --no-deps beside it",
+        beside=("dflash-mlx==0.1.8",),
+    ),
+    MlxPeer(
+        "mlx-flash",
+        "mlx-flash==0.9.2",
+        ("mlx[cpu]>=0.24.0", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0", "psutil>=5.9.0"),
+        "huggingface-hub, safetensors, tabulate: downloading, conversion and tables; `mlx_flash_compress.dflash` "
+        "and `eagle3` import mlx and numpy only",
+    ),
+    MlxPeer(
+        "nunspark",
+        "nunspark==0.13.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0", "numpy>=1.26"),
+        "nothing: mlx, mlx-lm and numpy are its only dependencies (fastapi, uvicorn: its `web` extra)",
+        requires_python=(3, 11),
+    ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
+
+
+def interpreter(peer: MlxPeer) -> str | None:
+    """A Python on this machine that `peer.requires_python` admits: this project's, else one on PATH or under
+    pyenv (``~/.pyenv/versions/*/bin``), newest first; None where there is none."""
+    if sys.version_info[:2] >= peer.requires_python:
+        return sys.executable
+    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"]
+    found = sorted(
+        (path for root in roots if root.is_dir() for path in root.glob("*/bin/python3.*") if path.name[8:].isdigit()),
+        key=lambda path: int(path.name[8:]),
+        reverse=True,
+    )
+    names = [f"python{peer.requires_python[0]}.{minor}" for minor in range(20, peer.requires_python[1] - 1, -1)]
+    candidates = [str(path) for path in found] + [p for n in names if (p := shutil.which(n))]
+    for candidate in candidates:
+        version = subprocess.run([candidate, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True)
+        if version.returncode == 0 and tuple(map(int, version.stdout.split())) >= peer.requires_python:
+            return candidate
+    return None
 
 
 def select(names: str) -> list[MlxPeer]:
@@ -134,7 +199,10 @@ def install(peer: MlxPeer) -> None:
     """``.peers/<name>/``: the package at its pin with --no-deps, then `peer.needs` and the properties' tools."""
     target = str(peer.python)
     if not peer.python.exists():
-        subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(PEERS_DIR / peer.name)], check=True)
+        python = interpreter(peer)
+        if python is None:
+            raise ValueError(f"peer: {peer.name} needs Python >= {'.'.join(map(str, peer.requires_python))}")
+        subprocess.run([uv(), "venv", "-q", "--python", python, str(PEERS_DIR / peer.name)], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, "--no-deps", peer.pin, *peer.beside], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
@@ -144,6 +212,9 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     runs = []
     for peer in peers:
+        if not peer.python.exists() and interpreter(peer) is None:
+            runs.append(unavailable(peer))
+            continue
         if not peer.python.exists():
             install(peer)
         results = reports / f"peers-mlx-{peer.name}.jsonl"
@@ -160,6 +231,15 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
     return report.write(runs, reports)
 
 
+def unavailable(peer: MlxPeer) -> report.PeerRun:
+    """The run of a peer that needs a Python this machine lacks: every property not applicable, saying why."""
+    need = ".".join(map(str, peer.requires_python))
+    reason = f"not applicable: {peer.pin} requires Python >= {need} and this machine has none (PATH, pyenv)"
+    records = [dict(nodeid=f"{peer.tests}::no interpreter", property=list(report.PROPERTIES), status="not applicable",
+                    detail=reason, seconds=0.0)]  # fmt: skip
+    return report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, records)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.run_mlx_peers")
     parser.add_argument("action", choices=("install", "verify"))
@@ -173,8 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ncm-verify: {error}")
         return 2
     if args.action == "install":
-        for peer in peers:
-            install(peer)
+        try:
+            for peer in peers:
+                install(peer)
+        except ValueError as error:  # a peer needing a Python this machine lacks
+            print(f"ncm-verify: {error}")
+            return 2
         return 0
     return verify(peers, args.reports, args.examples)
 

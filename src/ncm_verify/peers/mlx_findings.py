@@ -164,3 +164,8 @@ FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     VLLM_MLLM_WRAPPED_RING: (AssertionError, ValueError),  # a restored ring may refuse the next token outright
 }
 """What a finding fails with when not an assertion: the package's own error."""
+
+from ncm_verify.peers.mlx_findings_more import MORE_FINDING_RAISES, MORE_PEER_FINDINGS  # noqa: E402
+
+KNOWN_PEER_FINDINGS.update(MORE_PEER_FINDINGS)
+FINDING_RAISES.update(MORE_FINDING_RAISES)

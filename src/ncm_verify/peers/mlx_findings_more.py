@@ -1,0 +1,70 @@
+"""Findings in the six MLX speculative decoders added in late 2026 (yunshu, dspark-mlx, mlx-dspark, dfly-mlx,
+mlx-flash, nunspark): strict expected failures by node id, merged into `mlx_findings.KNOWN_PEER_FINDINGS`.
+
+Kept apart from `mlx_findings` so that each package's rows stay together; the rules are the same: each row says
+the version, file:line, what differs and a reproduction script that runs in seconds and exits 1 while it stands.
+"""
+
+from __future__ import annotations
+
+YUNSHU_ROLLBACK_REFUSED = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:1270 (and :1148-1195, verify_draft :525): generate rolls "
+    "the target cache back with mlx-lm's trim_prompt_cache and ignores its result; it trims nothing when any cache "
+    "is not trimmable (a GatedDeltaNet layer's ArraysCache always, a RotatingKVCache once its ring is full), so "
+    "rejected drafts stay attended and greedy output leaves plain decoding (hybrid: first divergent token at 2, "
+    "[1, 0, 3, 2] vs [1, 0, 2, 1]; sliding window: at 3; a probe of the cache is off by 1.9-5.7 nats). Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_rollback.py"
+)
+YUNSHU_RULE_LAW = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:572-589,608-672 (verify_draft): a rejected draft is "
+    "corrected by a draw from the target's tempered p itself, not from norm(max(p - q, 0)), and the acceptance "
+    "ratio uses the untempered target log-probability against the draft's untempered log-softmax, even when the "
+    "draft was drawn greedily (the batched engine's draft_temperature=0.0): the emitted law is not p. TV 0.009 "
+    "(draft at temperature 1), 0.165 (greedy draft: its token always accepted). No lossy mode is documented. "
+    "Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_rule_law.py"
+)
+YUNSHU_BATCH_VERIFY_GREEDY = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:766-773 (batch_verify_drafts): no temperature-0 branch: "
+    "drafts are accepted by U < min(1, p(x)/q(x)) on raw logits at temperature 0, where verify_draft (:585-589) "
+    "accepts only the target's argmax: request 0 (context [0], draft [0], argmax 3) gets [0] + bonus 3 in the "
+    "batch, [] + bonus 3 alone. Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_batch_verify.py"
+)
+YUNSHU_LOGIT_BIAS = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:1159 (generate, SP-PEN): with any penalty or logit_bias a "
+    "round that accepts no draft raises AttributeError ('int' object has no attribute 'item': last_tok is an int); "
+    "otherwise the bias reaches only each round's bonus (the first token :1039 and accepted drafts never see it), "
+    "the bonus is an argmax at any temperature (:1193), and it is computed after feeding the last accepted token "
+    "a second time (:1163-1164). Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_logit_bias.py"
+)
+YUNSHU_SEED = (
+    "yunshu 0.1.5: engine_speculative.py:423 serves a request's seed by mx.random.seed only, but the speculative "
+    "rule's coins come from an unseeded random.Random() (speculative_decoder.py:364) and its correction sampler "
+    "from _build_temp_sampler(seed=None) (:617, :1022), seeded by time.time_ns() (engine_sampling.py:126-131): "
+    "the same seeded request decodes differently each time ([3, 2, 2, 1, ...], [3, 2, 2, 2, ...], [2, 1, ...]). "
+    "Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_seed.py"
+)
+
+_YUNSHU = "mlx_peer_properties/test_yunshu.py::"
+MORE_PEER_FINDINGS: dict[str, str] = {
+    **{
+        f"{_YUNSHU}test_greedy_speculative_decoding_emits_plain_greedy_decoding[{kind}-own]": YUNSHU_ROLLBACK_REFUSED
+        for kind in ("hybrid", "sliding-window")
+    },
+    **{
+        f"{_YUNSHU}test_at_every_round_the_target_cache_attends_as_the_tokens_it_holds_uncached[{kind}]": (
+            YUNSHU_ROLLBACK_REFUSED
+        )
+        for kind in ("hybrid", "sliding-window")
+    },
+    **{
+        f"{_YUNSHU}test_the_rule_emits_exactly_the_target_law[{draft}-own]": YUNSHU_RULE_LAW
+        for draft in ("default draft", "engine's greedy draft")
+    },
+    f"{_YUNSHU}test_batch_verification_gives_each_request_what_verifying_it_alone_gives": YUNSHU_BATCH_VERIFY_GREEDY,
+    f"{_YUNSHU}test_logit_bias_acts_on_the_speculative_path_as_on_plain_decoding": YUNSHU_LOGIT_BIAS,
+    f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_twice": YUNSHU_SEED,
+}
+
+MORE_FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
+    YUNSHU_LOGIT_BIAS: (AttributeError, AssertionError),
+}
