@@ -117,3 +117,22 @@ def assert_first_tokens_follow_the_law(
         return {"first tokens": np.array(outcomes)}
 
     assert_joint_sample_fits({"first tokens": law}, sample, target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)
+
+
+def assert_cache_attends_as_uncached(target, cache, tokens: list[int], held: int, tolerance, label: str) -> None:
+    """A copy of `cache`, which claims to hold ``tokens[:held]``, fed ``tokens[held]`` gives the next-token
+    log-probabilities one uncached forward pass over ``tokens[:held + 1]`` gives (within `tolerance`)."""
+    import copy
+
+    probed = np.array(_log_softmax(target(mx.array([[tokens[held]]]), cache=copy.deepcopy(cache))[0, -1]))
+    want = np.array(_log_softmax(target(mx.array([tokens[: held + 1]]))[0, -1]))
+    error = float(np.abs(probed - want).max())
+    assert np.allclose(probed, want, atol=tolerance.atol, rtol=tolerance.rtol), (
+        f"{label}: the cache claims {held} tokens; fed token {tokens[held]} it is off one uncached pass over "
+        f"{tokens[: held + 1]} by {error:.3g} nats"
+    )
+
+
+def _log_softmax(logits):
+    logits = logits.astype(mx.float32)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)

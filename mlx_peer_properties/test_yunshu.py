@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, first_difference, run_variant, tempered
+from peer_checks import Decoding, assert_cache_attends_as_uncached, first_difference, run_variant, tempered
 
 from ncm_verify.peers import yunshu_spec as peer
 from ncm_verify.peers.mlx_tiny import WINDOW
@@ -141,24 +141,15 @@ def test_at_every_round_the_target_cache_attends_as_the_tokens_it_holds_uncached
     the next held token gives the log-probabilities one uncached pass over those tokens gives (float32 tolerance;
     `tolerances.RECURRENT_LOGPROBS` on the hybrid target)."""
     target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases(kind))
-    mx.random.seed(0)
-    tokens = prompt + [
-        int(t) for t in peer.decoder(target, drafter, draft_length).generate(mx.array([prompt]), max_tokens, 0.0)
-    ]
     spec = peer.decoder(target, drafter, draft_length)
-    probes = peer.probe_after_rounds(spec, target, lambda offset: tokens[offset] if offset < len(tokens) else None)
-    mx.random.seed(0)  # the same run again (its drafts sampled alike), probed at each round's entry
-    again = [int(t) for t in spec.generate(mx.array([prompt]), max_tokens, 0.0)]
-    assert prompt + again == tokens, f"the same call emitted {tokens[len(prompt) :]} then {again}"
-    note(f"emitted {again}; {len(probes)} rounds probed")
+    rounds = peer.caches_at_rounds(spec)  # copied at each round's entry
+    mx.random.seed(0)
+    tokens = prompt + [int(t) for t in spec.generate(mx.array([prompt]), max_tokens, 0.0)]
+    note(f"emitted {tokens[len(prompt) :]}; {len(rounds)} rounds")
     tolerance = RECURRENT_LOGPROBS if kind == "hybrid" else TOLERANCES[mx.float32]
-    for number, (offset, probed) in enumerate(probes):
-        want = np.array(peer.conditional(target, tokens[: offset + 1]))
-        error = float(np.abs(probed - want).max())
-        assert np.allclose(probed, want, atol=tolerance.atol, rtol=tolerance.rtol), (
-            f"round {number}: the cache claims {offset} tokens; fed token {tokens[offset]} it is off one uncached "
-            f"pass over {tokens[: offset + 1]} by {error:.3g} nats\n  call: {call}"
-        )
+    for number, (held, cache) in enumerate(rounds):
+        if held < len(tokens):
+            assert_cache_attends_as_uncached(target, cache, tokens, held, tolerance, f"round {number} ({call})")
 
 
 @pytest.mark.peer_property(6)

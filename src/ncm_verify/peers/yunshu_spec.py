@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from unittest import mock
 
 import mlx.core as mx
@@ -201,21 +201,17 @@ def recorded_target_caches(target) -> Iterator[list]:
         yield made
 
 
-def probe_after_rounds(spec, target, probe_tokens: Callable[[int], int | None]) -> list[tuple[int, np.ndarray]]:
-    """Wraps `spec.verify_draft` so that, at each round's entry, a deep copy of the target cache is fed the next
-    held token (`probe_tokens(offset)`); returns (offset, log-probabilities) per round."""
-    own, probes = spec.verify_draft, []
+def caches_at_rounds(spec) -> list[tuple[int, list]]:
+    """Wraps `spec.verify_draft` to record, at each round's entry, a copy of the target cache and the offset it
+    claims (its attention layers' largest)."""
+    own, rounds = spec.verify_draft, []
 
     def verify(draft, input_ids, cache, *args, **kwargs):
-        offset = max(int(getattr(c, "offset", 0) or 0) for c in cache)
-        token = probe_tokens(offset)
-        if token is not None:
-            out = target(mx.array([[token]]), cache=copy.deepcopy(cache))
-            probes.append((offset, np.array(log_softmax(out[0, -1]))))
+        rounds.append((max(int(getattr(c, "offset", 0) or 0) for c in cache), copy.deepcopy(cache)))
         return own(draft, input_ids, cache, *args, **kwargs)
 
     spec.verify_draft = verify
-    return probes
+    return rounds
 
 
 def planted() -> contextlib.AbstractContextManager:
