@@ -152,8 +152,10 @@ MLX_PEERS = (
     MlxPeer(
         "nunspark",
         "nunspark==0.13.0",
-        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0", "numpy>=1.26"),
-        "nothing: mlx, mlx-lm and numpy are its only dependencies (fastapi, uvicorn: its `web` extra)",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0,<0.32", "numpy>=1.26"),
+        "nothing: mlx, mlx-lm and numpy are its only dependencies (fastapi, uvicorn: its `web` extra); mlx-lm is "
+        "held below 0.32 (0.31.3, inside its bound >=0.31.0): with 0.32.x, what its bound resolves, every "
+        "speculative path raises at engine.py:132 (a finding, docs/peers-mlx.md)",
         requires_python=(3, 11),
     ),
 )

@@ -44,7 +44,23 @@ YUNSHU_SEED = (
     "Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_seed.py"
 )
 
+NUNSPARK_TREE_SLIDING = (
+    "nunspark 0.13.0 nunspark/engine.py:1012-1022 (StreamingEngine.tree_forward): tree verification gives every "
+    "layer a plain KVCache and one mask and calls slot(h, mask=mask, cache=ephem) as for a Llama block; on a "
+    "gemma4_text target (in its architecture table; window 4 here) it raises TypeError (the layer's tuple return "
+    "fed on as h) or ValueError (mask (3, 6) against keys of 8): tree_speculative_generate cannot decode there, "
+    "where its linear loop and plain decoding do. Repro: .peers/nunspark/bin/python "
+    "mlx_peer_properties/repro/nunspark_tree_gemma4.py"
+)
+NUNSPARK_SERVER_TEMPERATURE = (
+    "nunspark 0.13.0 nunspark/server.py:132-143 (stream_chat_completion): with a draft model loaded, the request's "
+    "temperature (read at :415 and :463, passed in as temp) is not handed to speculative_generate, which decodes "
+    "greedily; without a draft model it reaches stream_generate (:146). Dropped without an error. Repro: "
+    ".peers/nunspark/bin/python mlx_peer_properties/repro/nunspark_server_temperature.py"
+)
+
 _YUNSHU = "mlx_peer_properties/test_yunshu.py::"
+_NUNSPARK = "mlx_peer_properties/test_nunspark.py::"
 MORE_PEER_FINDINGS: dict[str, str] = {
     **{
         f"{_YUNSHU}test_greedy_speculative_decoding_emits_plain_greedy_decoding[{kind}-own]": YUNSHU_ROLLBACK_REFUSED
@@ -63,8 +79,13 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_YUNSHU}test_batch_verification_gives_each_request_what_verifying_it_alone_gives": YUNSHU_BATCH_VERIFY_GREEDY,
     f"{_YUNSHU}test_logit_bias_acts_on_the_speculative_path_as_on_plain_decoding": YUNSHU_LOGIT_BIAS,
     f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_twice": YUNSHU_SEED,
+    f"{_NUNSPARK}test_greedy_speculative_decoding_emits_plain_greedy_decoding[sliding-window-tree-own]": (
+        NUNSPARK_TREE_SLIDING
+    ),
+    f"{_NUNSPARK}test_a_served_request_s_temperature_reaches_the_speculative_loop": NUNSPARK_SERVER_TEMPERATURE,
 }
 
 MORE_FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     YUNSHU_LOGIT_BIAS: (AttributeError, AssertionError),
+    NUNSPARK_TREE_SLIDING: (TypeError, ValueError),
 }
