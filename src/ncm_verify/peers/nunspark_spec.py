@@ -132,7 +132,7 @@ def rule_law(p_logits: np.ndarray, q_logits: np.ndarray, children: int, temp: fl
             decisions = [False] * (children if accepted_at is None else accepted_at) + [True]
             scripted, thresholds = ScriptedRandom(decisions), []
 
-            def recorded_min(*args):  # the rule's ``min(1.0, ratio)``: each coin's acceptance probability
+            def recorded_min(*args, thresholds=thresholds):  # the rule's ``min(1.0, ratio)``: a coin's chance
                 thresholds.append(float(min(*args)))
                 return thresholds[-1]
 
