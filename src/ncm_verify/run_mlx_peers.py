@@ -24,12 +24,17 @@ import sys
 import time
 from pathlib import Path
 
+from ncm_verify.peers import mlx_reach, reach
+from ncm_verify.peers.reach import Reason, Scope
 from ncm_verify.report import mlx_peers as report
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"
-TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy")
-"""What every peer environment gets beside the package: the properties' own tools."""
+TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy", "coverage>=7.6")
+"""What every peer environment gets beside the package: the properties' own tools (coverage.py measures reach)."""
+REACH_BEFORE = ROOT / "mlx_peer_properties" / "reach_before.json"
+"""Each package's reach by the properties before the reach work (`make verify-peers PEERS=all` at the commit it
+names): the report's "before" column."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +49,10 @@ class MlxPeer:
     """Declared dependencies installed with ``--no-deps`` too (their own heavy extras are not needed)."""
     requires_python: tuple[int, int] = (3, 10)
     """The oldest Python its metadata admits: the environment is made with an interpreter found on the machine."""
+    reach: tuple[Scope, ...] = ()
+    """The package's speculative code, whose branch coverage by the properties the report gives (`peers.reach`)."""
+    unreached: tuple[Reason, ...] = ()
+    """Why branches of `reach` stay unreached, keyed by file and line range; the rest show as unexplained."""
 
     @property
     def module(self) -> str:
@@ -52,6 +61,14 @@ class MlxPeer:
     @property
     def python(self) -> Path:
         return PEERS_DIR / self.name / "bin" / "python"
+
+    @property
+    def site(self) -> Path:
+        """The environment's site-packages, where `reach`'s globs are resolved."""
+        found = sorted((PEERS_DIR / self.name / "lib").glob("python*/site-packages"))
+        if not found:
+            raise ValueError(f"peer: {self.name} has no environment under {PEERS_DIR / self.name}")
+        return found[0]
 
     @property
     def tests(self) -> str:
@@ -74,12 +91,16 @@ MLX_PEERS = (
         "datasets, sentencepiece, miniaudio, llguidance, mlx-audio, opencv-python, fastapi, python-multipart, "
         "starlette, uvicorn, websockets, cryptography: audio, vision preprocessing, server and training extras; "
         "`mlx_vlm.generate.ar` and `mlx_vlm.speculative` import without them",
+        reach=mlx_reach.MLX_VLM,
+        unreached=mlx_reach.MLX_VLM_REASONS,
     ),
     MlxPeer(
         "dflash-mlx",
         "dflash-mlx==0.1.8",
         ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0"),
         "nothing: mlx and mlx-lm are its only dependencies",
+        reach=mlx_reach.DFLASH_MLX,
+        unreached=mlx_reach.DFLASH_MLX_REASONS,
     ),
     MlxPeer(
         "mtplx",
@@ -87,12 +108,16 @@ MLX_PEERS = (
         ("mlx[cpu]>=0.31", "mlx-lm[cpu]>=0.31,<0.32", "numpy>=2"),
         "fastapi, huggingface-hub, pillow, pydantic, rich, safetensors, uvicorn, transformers, nanobind: the server, "
         "CLI and loading; its rule and cache modules (sampling.py, cache_state.py) import mlx and numpy only",
+        reach=mlx_reach.MTPLX,
+        unreached=mlx_reach.MTPLX_REASONS,
     ),
     MlxPeer(
         "mlx-lm-broomva",
         "mlx-lm-broomva==0.31.3",
         ("mlx[cpu]>=0.31.2", "numpy", "transformers>=5.0.0", "pyyaml", "jinja2", "protobuf", "sentencepiece"),
         "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]",
+        reach=mlx_reach.MLX_LM_BROOMVA,
+        unreached=mlx_reach.MLX_LM_BROOMVA_REASONS,
     ),
     MlxPeer(
         "vllm-mlx",
@@ -113,6 +138,8 @@ MLX_PEERS = (
         ">=0.6.5) comes with --no-deps beside it, with mlx-vlm's needs (mlx>=0.32.4, transformers, pillow, tqdm, "
         "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
         beside=("mlx-vlm==0.7.10",),
+        reach=mlx_reach.VLLM_MLX,
+        unreached=mlx_reach.VLLM_MLX_REASONS,
     ),
     MlxPeer(
         "yunshu",
@@ -209,9 +236,11 @@ def install(peer: MlxPeer) -> None:
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
 
-def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
-    """Each peer's properties in its own environment, then the report; the run's exit status."""
+def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach: bool = True) -> int:
+    """Each peer's properties in its own environment (its `reach` measured unless told not), then the report; the
+    run's exit status."""
     reports.mkdir(parents=True, exist_ok=True)
+    before = json.loads(REACH_BEFORE.read_text(encoding="utf-8")) if REACH_BEFORE.exists() else {}
     runs = []
     for peer in peers:
         if not peer.python.exists() and interpreter(peer) is None:
@@ -224,12 +253,24 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
         command = [str(peer.python), "-m", "pytest", peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
         command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
-        print(f"ncm-verify: {peer.name}: {' '.join(command)}", flush=True)
+        files = reach.resolve(peer.site, peer.reach) if measure_reach else []
+        raw = reports / f"peers-mlx-{peer.name}-reach.json"
+        raw.unlink(missing_ok=True)
+        if files:
+            command += [f"--mlx-peers-reach={raw}", *(f"--mlx-peers-reach-file={f}" for f in files)]
+        print(f"ncm-verify: {peer.name}: {' '.join(command[:9])} (+{len(files)} files measured)", flush=True)
         started = time.monotonic()
         status = subprocess.run(command, cwd=ROOT, env=env).returncode
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records))
+        reached = (
+            reach.judge(json.loads(raw.read_text()), peer.site, peer.reach, peer.unreached) if raw.exists() else None
+        )
+        runs.append(
+            report.PeerRun(
+                peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records, reached, before.get(peer.name)
+            )
+        )
     return report.write(runs, reports)
 
 
@@ -248,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("peers", help=f"comma-separated among {', '.join(BY_NAME)}, or 'all'")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     parser.add_argument("--examples", type=int, default=3, help="Hypothesis examples per property (some ask more)")
+    parser.add_argument("--no-reach", action="store_true", help="do not measure the branch coverage (its overhead)")
     args = parser.parse_args(argv)
     try:
         peers = select(args.peers)
@@ -262,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ncm-verify: {error}")
             return 2
         return 0
-    return verify(peers, args.reports, args.examples)
+    return verify(peers, args.reports, args.examples, measure_reach=not args.no_reach)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import dataclasses
 from html import escape
 from pathlib import Path
 
+from ncm_verify.peers.reach import UNEXPLAINED, compact
 from ncm_verify.report import html as html_report
 from ncm_verify.report.markdown import render_table
 from ncm_verify.report.model import Table
@@ -37,6 +38,10 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
+    reach: dict | None = None
+    """`peers.reach.judge`'s verdict on the package's speculative branches, when measured."""
+    before: dict | None = None
+    """The reach the properties had before the reach work (``reached``, ``runnable``, ``percent``, ``commit``)."""
 
 
 def property_cell(records: list[dict]) -> str:
@@ -81,6 +86,56 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
+def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
+    """Per package: reach (runnable branches reached / runnable, before and now); every unreached branch grouped
+    by its reason (NO REASON where none is given); and each reason's file, lines and branch count."""
+    measured = [(run, run.reach) for run in runs if run.reach]
+    summary = Table(
+        "Reach: branches of each package's speculative code the properties executed",
+        ("package", "reached / runnable", "percent", "before", "not runnable here", "unreached: explained",
+         "unreached: NO REASON", "reasons that ran anyway"),
+        [
+            (
+                run.pin,
+                f"{judged['reached']} / {judged['runnable']}",
+                f"{judged['percent']}",
+                f"{run.before['reached']} / {run.before['runnable']} ({run.before['percent']})" if run.before else "-",
+                str(judged["not_runnable"]),
+                str(len([u for u in judged["unreached"] if u["reason"] != UNEXPLAINED])),
+                str(len([u for u in judged["unreached"] if u["reason"] == UNEXPLAINED])),
+                compact(judged["ran_though_not_runnable"]) or "none",
+            )
+            for run, judged in measured
+        ],
+        note="coverage.py branch coverage (a branch: one exit of a line with several), measured in the package's own "
+        "environment while its properties ran; scopes and reasons in ncm_verify.peers.mlx_reach. 'Not runnable here' "
+        "branches (macOS-only, Metal, ...) leave the runnable total; 'before' is the properties before the reach work.",
+    )  # fmt: skip
+    grouped = []
+    for run, judged in measured:
+        by_reason: dict[str, list[str]] = {}
+        for entry in judged["unreached"]:
+            by_reason.setdefault(entry["reason"], []).append(entry["branch"])
+        for why, branches in sorted(by_reason.items(), key=lambda item: item[0] != UNEXPLAINED):
+            grouped.append((run.pin, why, str(len(branches)), compact(branches)))
+    unreached = Table(
+        "Unreached runnable branches, by reason",
+        ("package", "reason", "branches", "branch lines (file: lines)"),
+        grouped,
+        note="Every runnable branch the properties did not take; the JSON report lists each as file:line->destination.",
+    )
+    reasons = Table(
+        "Reasons, per package: file and lines",
+        ("package", "file", "lines", "runnable", "branches", "reason"),
+        [
+            (run.pin, r["path"], r["lines"], "yes" if r["runnable"] else "no", str(r["branches"]), r["reason"])
+            for run, judged in measured
+            for r in judged["reasons"]
+        ],
+    )
+    return summary, unreached, reasons
+
+
 def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
     verdicts = Table(
         "MLX speculative decoders: per package and property",
@@ -119,7 +174,7 @@ def write(runs: list[PeerRun], reports: Path) -> int:
     """peers-mlx.{md,html,json} under `reports`; returns the exit status (1 when `problems` found any)."""
     found = [problem for run in runs for problem in problems(run)]
     verdict = "fail: " + "; ".join(found) if found else "pass: every peer judged, every planted control caught"
-    parts = tables(runs)
+    parts = (*tables(runs), *reach_tables(runs))
     markdown = "\n".join(
         ["# MLX speculative decoders", "", f"Verdict: {verdict}", ""] + [render_table(t) for t in parts]
     )
