@@ -59,7 +59,28 @@ NUNSPARK_SERVER_TEMPERATURE = (
     ".peers/nunspark/bin/python mlx_peer_properties/repro/nunspark_server_temperature.py"
 )
 
+MLX_FLASH_SAMPLER_PROBABILITIES = (
+    "mlx-flash 0.9.2 mlx_flash_compress/dflash.py:310 (verify_tokens; also :268 drafts and :455 its plain "
+    "_generate_fallback): at temperature > 0 it hands mx.random.categorical the probabilities softmax(l / T), "
+    "which categorical takes as logits: tokens are drawn from softmax(softmax(l / T)), far flatter than the "
+    "target's law (TV 0.414 at T=1: [0.183, 0.184, 0.213, 0.42] for p = [0.005, 0.006, 0.154, 0.835]). Repro: "
+    ".peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_sampling.py"
+)
+MLX_FLASH_EAGLE3_TEMPERATURE = (
+    "mlx-flash 0.9.2 mlx_flash_compress/eagle3.py:336 (EAGLE3Engine.verify): the target's tokens are its argmax "
+    "whatever EAGLE3Config.temperature says (which only tempers the drafts, :296-300): at temperature > 0 the "
+    "engine emits greedy decoding, the temperature ignored without an error. Repro: .peers/mlx-flash/bin/python "
+    "mlx_peer_properties/repro/mlx_flash_sampling.py"
+)
+MLX_FLASH_MAX_TOKENS = (
+    "mlx-flash 0.9.2 mlx_flash_compress/dflash.py:392 and eagle3.py:412: generate adds every token a round "
+    "accepts and stops only once the count reaches max_tokens, so a round accepting drafts near the end returns "
+    "more (DFlash: 11 for max_tokens=10; EAGLE-3: 4 for 3); its plain decoding returns exactly max_tokens. Repro: "
+    ".peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_max_tokens.py"
+)
+
 _YUNSHU = "mlx_peer_properties/test_yunshu.py::"
+_FLASH = "mlx_peer_properties/test_mlx_flash.py::"
 _NUNSPARK = "mlx_peer_properties/test_nunspark.py::"
 MORE_PEER_FINDINGS: dict[str, str] = {
     **{
@@ -83,6 +104,18 @@ MORE_PEER_FINDINGS: dict[str, str] = {
         NUNSPARK_TREE_SLIDING
     ),
     f"{_NUNSPARK}test_a_served_request_s_temperature_reaches_the_speculative_loop": NUNSPARK_SERVER_TEMPERATURE,
+    f"{_FLASH}test_at_a_rejected_draft_the_engine_draws_from_the_target_s_tempered_conditional[dflash]": (
+        MLX_FLASH_SAMPLER_PROBABILITIES
+    ),
+    f"{_FLASH}test_at_a_rejected_draft_the_engine_draws_from_the_target_s_tempered_conditional[eagle3]": (
+        MLX_FLASH_EAGLE3_TEMPERATURE
+    ),
+    **{
+        f"{_FLASH}test_the_engine_returns_max_tokens_tokens_when_a_block_is_accepted_near_the_end[{kind}]": (
+            MLX_FLASH_MAX_TOKENS
+        )
+        for kind in ("dflash", "eagle3")
+    },
 }
 
 MORE_FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
