@@ -158,8 +158,21 @@ MLX_PEERS = (
     MlxPeer(
         "mlx-dspark",
         "mlx-dspark==0.20.3",
-        ("mlx[cpu]>=0.32.0", "mlx-lm[cpu]>=0.31.3", "numpy", "huggingface-hub"),
-        "mlx-vlm: only its vision loading imports it; `generate`, `target` and `model` import mlx and mlx-lm",
+        (
+            "mlx[cpu]>=0.32.4",
+            "mlx-lm[cpu]>=0.31.3",
+            "numpy",
+            "huggingface-hub",
+            "transformers>=5.14.0",
+            "pillow>=10.3.0",
+            "tqdm>=4.66.2",
+            "jinja2>=3.1.0",
+            "requests>=2.31.0",
+        ),
+        "nothing of its own; mlx-vlm 0.7.10 (its bound >=0.6.12) comes with --no-deps beside it, with mlx-vlm's "
+        "needs (transformers, pillow, tqdm, jinja2, requests), not its audio, vision-preprocessing and server "
+        "extras: `mlx_dspark.model` imports `mlx_vlm.models.rope_utils`",
+        beside=("mlx-vlm==0.7.10",),
     ),
     MlxPeer(
         "dfly-mlx",

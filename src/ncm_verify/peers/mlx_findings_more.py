@@ -79,7 +79,17 @@ MLX_FLASH_MAX_TOKENS = (
     ".peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_max_tokens.py"
 )
 
+MLX_DSPARK_MAX_TOKENS = (
+    "mlx-dspark 0.20.3 mlx_dspark/generate.py:1486 (speculative_generate): a round's committed tokens (accepted "
+    "drafts + the bonus) are all appended; the loop stops only once max_new_tokens is reached (:1269), and neither "
+    "the drafter block (:1378) nor the bonus is clamped to what is left (lookup drafts are, :1275, but not their "
+    "bonus): it returns more tokens than asked (9 for max_new_tokens=8; 8 for 7 on the hybrid), where "
+    "greedy_generate returns exactly max_new_tokens; the first max_new_tokens equal plain decoding. Repro: "
+    ".peers/mlx-dspark/bin/python mlx_peer_properties/repro/mlx_dspark_max_tokens.py"
+)
+
 _YUNSHU = "mlx_peer_properties/test_yunshu.py::"
+_DSPARK = "mlx_peer_properties/test_mlx_dspark.py::"
 _FLASH = "mlx_peer_properties/test_mlx_flash.py::"
 _NUNSPARK = "mlx_peer_properties/test_nunspark.py::"
 MORE_PEER_FINDINGS: dict[str, str] = {
@@ -104,6 +114,10 @@ MORE_PEER_FINDINGS: dict[str, str] = {
         NUNSPARK_TREE_SLIDING
     ),
     f"{_NUNSPARK}test_a_served_request_s_temperature_reaches_the_speculative_loop": NUNSPARK_SERVER_TEMPERATURE,
+    **{
+        f"{_DSPARK}test_speculative_decoding_returns_max_new_tokens_tokens[{kind}]": MLX_DSPARK_MAX_TOKENS
+        for kind in ("attention", "hybrid")
+    },
     f"{_FLASH}test_at_a_rejected_draft_the_engine_draws_from_the_target_s_tempered_conditional[dflash]": (
         MLX_FLASH_SAMPLER_PROBABILITIES
     ),
