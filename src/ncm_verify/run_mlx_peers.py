@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from ncm_verify.peers import mlx_reach, reach
+from ncm_verify.peers import mlx_reach, mlx_reach_more, reach
 from ncm_verify.peers.reach import Reason, Scope
 from ncm_verify.report import mlx_peers as report
 
@@ -148,12 +148,16 @@ MLX_PEERS = (
         "fastapi, transformers, tokenizers, llguidance, openai, opentelemetry, pydantic, uvicorn and the rest: the "
         "gateway, server and tooling; `yunshu_engine.speculative_decoder` imports mlx and mlx-lm only",
         requires_python=(3, 13),
+        reach=mlx_reach_more.YUNSHU,
+        unreached=mlx_reach_more.YUNSHU_REASONS,
     ),
     MlxPeer(
         "dspark-mlx",
         "dspark-mlx==0.1.0",
         ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0", "numpy"),
         "mlx-vlm: only its Gemma 4 unified host (`hosts/gemma4_unified.py`) imports it; the mlx-lm host is judged",
+        reach=mlx_reach_more.DSPARK_MLX,
+        unreached=mlx_reach_more.DSPARK_MLX_REASONS,
     ),
     MlxPeer(
         "mlx-dspark",
@@ -173,6 +177,8 @@ MLX_PEERS = (
         "needs (transformers, pillow, tqdm, jinja2, requests), not its audio, vision-preprocessing and server "
         "extras: `mlx_dspark.model` imports `mlx_vlm.models.rope_utils`",
         beside=("mlx-vlm==0.7.10",),
+        reach=mlx_reach_more.MLX_DSPARK,
+        unreached=mlx_reach_more.MLX_DSPARK_REASONS,
     ),
     MlxPeer(
         "dfly-mlx",
@@ -181,6 +187,8 @@ MLX_PEERS = (
         "torch, safetensors, huggingface-hub: its `convert` extra (checkpoint conversion), not the drafter backend; "
         "dflash-mlx 0.1.8 (its bound >=0.1.8,<0.2) comes with --no-deps beside it",
         beside=("dflash-mlx==0.1.8",),
+        reach=mlx_reach_more.DFLY_MLX,
+        unreached=mlx_reach_more.DFLY_MLX_REASONS,
     ),
     MlxPeer(
         "mlx-flash",
@@ -188,6 +196,8 @@ MLX_PEERS = (
         ("mlx[cpu]>=0.24.0", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0", "psutil>=5.9.0"),
         "huggingface-hub, safetensors, tabulate: downloading, conversion and tables; `mlx_flash_compress.dflash` "
         "and `eagle3` import mlx and numpy only",
+        reach=mlx_reach_more.MLX_FLASH,
+        unreached=mlx_reach_more.MLX_FLASH_REASONS,
     ),
     MlxPeer(
         "nunspark",
@@ -197,6 +207,8 @@ MLX_PEERS = (
         "held below 0.32 (0.31.3, inside its bound >=0.31.0): with 0.32.x, what its bound resolves, every "
         "speculative path raises at engine.py:132 (a finding, docs/peers-mlx.md)",
         requires_python=(3, 11),
+        reach=mlx_reach_more.NUNSPARK,
+        unreached=mlx_reach_more.NUNSPARK_REASONS,
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
