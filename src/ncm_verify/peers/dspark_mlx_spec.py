@@ -91,7 +91,8 @@ class ScriptedGenerator:
     argmax (the rule's correction and bonus draws)."""
 
     def __init__(self, uniform: float):
-        self.uniform, self.choices = uniform, []
+        self.uniform = uniform
+        self.choices: list[np.ndarray] = []
 
     def random(self) -> float:
         return self.uniform

@@ -93,7 +93,8 @@ class ScriptedRandom:
     records the law softmax(logits) and returns its argmax."""
 
     def __init__(self, decisions: list[bool]):
-        self.decisions, self.laws = list(decisions), []
+        self.decisions = list(decisions)
+        self.laws: list[np.ndarray] = []
 
     def uniform(self, *args, **kwargs):
         value = 0.0 if (self.decisions.pop(0) if self.decisions else False) else 1.0
@@ -130,7 +131,7 @@ def rule_law(p_logits: np.ndarray, q_logits: np.ndarray, children: int, temp: fl
         target = {n: mx.array(p_logits, dtype=mx.float32) for n in range(children + 1)}
         for accepted_at in [*range(children), None]:
             decisions = [False] * (children if accepted_at is None else accepted_at) + [True]
-            scripted, thresholds = ScriptedRandom(decisions), []
+            scripted, thresholds = ScriptedRandom(decisions), list[float]()
 
             def recorded_min(*args, thresholds=thresholds):  # the rule's ``min(1.0, ratio)``: a coin's chance
                 thresholds.append(float(min(*args)))
