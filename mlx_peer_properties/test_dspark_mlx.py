@@ -44,13 +44,15 @@ def cases(draw):
 @given(data=st.data())
 def test_greedy_speculative_decoding_emits_plain_greedy_decoding(loop, variant, data):
     """Both loops emit the package's own plain greedy decoding (`cli._base_greedy`) token for token, and each token
-    is the argmax of one uncached forward pass ("output is identical to base greedy", its docstrings say)."""
+    is the argmax of one uncached forward pass ("output is identical to base greedy", its docstrings say); the
+    eager loop with and without its confidence gate."""
     target, drafter, prompt, max_tokens, call = data.draw(cases())
+    gate = data.draw(st.sampled_from([0.0, 0.5]), label="confidence_threshold") if loop == "eager" else 0.0
     if variant == "planted":
         with peer.planted():
-            spec = peer.generate(target, drafter, prompt, max_tokens, loop)
+            spec = peer.generate(target, drafter, prompt, max_tokens, loop, confidence_threshold=gate)
     else:
-        spec = peer.generate(target, drafter, prompt, max_tokens, loop)
+        spec = peer.generate(target, drafter, prompt, max_tokens, loop, confidence_threshold=gate)
     plain = peer.plain(target, prompt, max_tokens)
     assert spec == plain, f"{loop}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
     for position, token in enumerate(spec):

@@ -60,16 +60,20 @@ def loops():
     return importlib.import_module("dspark_mlx.generate"), importlib.import_module("dspark_mlx.loop")
 
 
-def generate(target, drafter, prompt: list[int], max_tokens: int, loop: str = "eager", host=None) -> list[int]:
-    """The tokens of dspark-mlx's `loop` on `prompt` (a fresh host adapter unless `host` is given)."""
+def generate(target, drafter, prompt: list[int], max_tokens: int, loop: str = "eager", host=None,
+             confidence_threshold: float = 0.0) -> list[int]:  # fmt: skip
+    """The tokens of dspark-mlx's `loop` on `prompt` (a fresh host adapter unless `host` is given); the eager loop's
+    `confidence_threshold` (> 0: its confidence head truncates each block) is its CLI's option."""
     from dspark_mlx.events import TokenEvent
 
     legacy, eager = loops()
 
     host = host or adapter(target)
     drafter.reset()
-    run = eager.generate_eager if loop == "eager" else legacy.generate
-    events = run(host, drafter, prompt, max_new_tokens=max_tokens)
+    if loop == "eager":
+        events = eager.generate_eager(host, drafter, prompt, max_tokens, confidence_threshold=confidence_threshold)
+    else:
+        events = legacy.generate(host, drafter, prompt, max_new_tokens=max_tokens)
     return [int(e.token) for e in events if isinstance(e, TokenEvent)]
 
 
