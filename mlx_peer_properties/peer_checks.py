@@ -136,3 +136,12 @@ def assert_cache_attends_as_uncached(target, cache, tokens: list[int], held: int
 def _log_softmax(logits):
     logits = logits.astype(mx.float32)
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def assert_greedy_equals_plain(spec: list[int], plain: list[int], conditional: Callable, prompt, label: str) -> None:
+    """Greedy speculative tokens `spec` equal plain decoding's `plain` token for token, and each is the argmax of
+    one uncached forward pass (`conditional(tokens)`: the target's row after `tokens`)."""
+    assert spec == plain, f"{label}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+    for position, token in enumerate(spec):
+        want = int(np.asarray(conditional(prompt + spec[:position])).argmax())
+        assert token == want, f"{label}: token {position}: emitted {token}, the uncached argmax is {want}"

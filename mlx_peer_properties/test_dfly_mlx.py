@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, first_difference
+from peer_checks import Decoding, assert_greedy_equals_plain
 
 from ncm_verify.peers import dfly_mlx_spec as peer
 
@@ -68,10 +68,7 @@ def test_greedy_dfly_decoding_emits_plain_greedy_decoding(kind, variant, data):
     assert events and not any(e.fallback_ar for e in events), "the engine fell back to plain decoding"
     assert blocks or len(spec) <= 1, f"dfly-mlx's backend drafted nothing in {len(spec)} tokens"
     plain = peer.plain(target, prompt, max_tokens)
-    assert spec == plain, f"dfly {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"greedy ({call})")
 
 
 @pytest.mark.peer_property(4)

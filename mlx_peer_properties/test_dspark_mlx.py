@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, assert_cache_attends_as_uncached, first_difference
+from peer_checks import Decoding, assert_cache_attends_as_uncached, assert_greedy_equals_plain
 
 from ncm_verify.peers import dspark_mlx_spec as peer
 from ncm_verify.tolerances import TOLERANCES
@@ -54,10 +54,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(loop, variant, 
     else:
         spec = peer.generate(target, drafter, prompt, max_tokens, loop, confidence_threshold=gate)
     plain = peer.plain(target, prompt, max_tokens)
-    assert spec == plain, f"{loop}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"{loop} ({call})")
 
 
 @pytest.mark.peer_property(1)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, assert_cache_attends_as_uncached, first_difference
+from peer_checks import Decoding, assert_cache_attends_as_uncached, assert_greedy_equals_plain, first_difference
 
 from ncm_verify.peers import mlx_dspark_spec as peer
 from ncm_verify.tolerances import RECURRENT_LOGPROBS, TOLERANCES
@@ -59,10 +59,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, mode, var
     spec = [int(t) for t in result.token_ids][:max_tokens]
     note(f"emitted {spec}; accept lengths {result.accept_lengths}; lookup rounds {result.lookup_rounds}")
     plain = peer.plain(target, prompt, max_tokens)
-    assert spec == plain, f"{mode}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"{mode} ({call})")
 
 
 @pytest.mark.peer_property(2)

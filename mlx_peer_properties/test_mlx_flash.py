@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, first_difference, tempered
+from peer_checks import Decoding, assert_greedy_equals_plain, tempered
 
 from ncm_verify.peers import mlx_flash_spec as peer
 
@@ -50,10 +50,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, variant, 
     else:
         spec = peer.generate(engine, prompt, max_tokens)[:max_tokens]
     plain = peer.plain(target, prompt, max_tokens)
-    assert spec == plain, f"{kind}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"{kind} ({call})")
 
 
 @pytest.mark.peer_property(2)

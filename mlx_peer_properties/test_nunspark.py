@@ -6,13 +6,12 @@ make install-peers PEER=nunspark && make verify-peers PEERS=nunspark
 from __future__ import annotations
 
 import inspect
-from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, first_difference, tempered
+from peer_checks import Decoding, assert_greedy_equals_plain, first_difference, tempered
 
 from ncm_verify.peers import nunspark_spec as peer
 
@@ -64,10 +63,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, loop, var
     else:
         spec = peer.generate(streaming, drafter, prompt, max_tokens, loop, **options)
     plain = peer.plain(peer.engine(target), prompt, max_tokens)
-    assert spec == plain, f"{loop}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"{loop} ({call})")
 
 
 @pytest.mark.peer_property(1)
@@ -131,34 +127,12 @@ def test_what_the_speculative_loops_do_not_offer(what):
 def test_a_served_request_s_temperature_reaches_the_speculative_loop():
     """With a draft model loaded, nunspark's server (`server.stream_chat_completion`, called by `_events` with the
     request's temperature) must hand the temperature to the speculative loop or refuse it."""
-    from nunspark import generate, server
+    from nunspark import generate
 
-    calls = []
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs)
-        yield from ()
-
-    tokenizer = mock.Mock(eos_token_ids={0})
-    tokenizer.detokenizer.last_segment = ""
-    with mock.patch.object(generate, "speculative_generate", recording):
-        events = list(
-            server.stream_chat_completion(
-                engine=None,
-                tokenizer=tokenizer,
-                prompt_ids=[1, 2],
-                max_tokens=4,
-                temp=0.8,
-                kv_budget=1 << 30,
-                prefetch=False,
-                stop_sequences=[],
-                draft_model=object(),
-            )  # fmt: skip
-        )
-    assert calls, f"the speculative loop was not called (events {events})"
-    handed = {k: v for k, v in calls[0].items() if k in ("temp", "temperature")}
+    kwargs = peer.served_speculative_call(0.8)
+    handed = {k: v for k, v in kwargs.items() if k in ("temp", "temperature")}
     accepted = sorted(inspect.signature(generate.speculative_generate).parameters)
     assert handed.get("temp", handed.get("temperature")) == 0.8, (
         f"a request at temperature 0.8 served with a draft model: speculative_generate was called with "
-        f"{sorted(calls[0])} (it takes {accepted}: greedy only); the temperature is dropped without an error"
+        f"{sorted(kwargs)} (it takes {accepted}: greedy only); the temperature is dropped without an error"
     )

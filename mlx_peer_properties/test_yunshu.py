@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, assert_cache_attends_as_uncached, first_difference, run_variant, tempered
+from peer_checks import (
+    Decoding,
+    assert_cache_attends_as_uncached,
+    assert_greedy_equals_plain,
+    first_difference,
+    run_variant,
+    tempered,
+)
 
 from ncm_verify.peers import yunshu_spec as peer
 from ncm_verify.peers.mlx_tiny import WINDOW
@@ -52,10 +59,7 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, variant, 
     mx.random.seed(0)  # the draft model samples its drafts at its draft_temperature (1.0) from MLX's generator
     spec = run_variant(peer, variant, target, drafter, prompt, max_tokens, draft_length)
     plain = peer.plain(target, prompt, max_tokens)
-    assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  call: {call}"
-    for position, token in enumerate(spec):
-        want = int(peer.conditional(target, prompt + spec[:position]).argmax())
-        assert token == want, f"token {position}: emitted {token}, the uncached argmax is {want}"
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"greedy ({call})")
 
 
 @pytest.mark.peer_property(2)

@@ -4,22 +4,12 @@
 """
 
 import sys
-from unittest import mock
+from pathlib import Path
 
-from nunspark import generate, server
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-calls = []
+from ncm_verify.peers.nunspark_spec import served_speculative_call  # noqa: E402
 
-
-def recording(*args, **kwargs):
-    calls.append(kwargs)
-    yield from ()
-
-
-tokenizer = mock.Mock(eos_token_ids={0})
-tokenizer.detokenizer.last_segment = ""
-with mock.patch.object(generate, "speculative_generate", recording):
-    list(server.stream_chat_completion(None, tokenizer, [1, 2], max_tokens=4, temp=0.8, kv_budget=1 << 30,
-                                       prefetch=False, stop_sequences=[], draft_model=object()))  # fmt: skip
-print(f"request temperature 0.8; speculative_generate called with {sorted(calls[0])}")
-sys.exit(0 if "temp" in calls[0] or "temperature" in calls[0] else 1)
+kwargs = served_speculative_call(0.8)
+print(f"request temperature 0.8; speculative_generate called with {sorted(kwargs)}")
+sys.exit(0 if "temp" in kwargs or "temperature" in kwargs else 1)

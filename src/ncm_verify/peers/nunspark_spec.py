@@ -151,6 +151,28 @@ def rule_law(p_logits: np.ndarray, q_logits: np.ndarray, children: int, temp: fl
     return law
 
 
+def served_speculative_call(temperature: float) -> dict:
+    """The keyword arguments nunspark's server (`server.stream_chat_completion`, as its request handler calls it
+    with the request's temperature and a draft model loaded) hands `generate.speculative_generate`, recorded."""
+    from nunspark import generate, server
+
+    calls = []
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        yield from ()
+
+    tokenizer = mock.Mock(eos_token_ids={0})
+    tokenizer.detokenizer.last_segment = ""
+    with mock.patch.object(generate, "speculative_generate", recording):
+        list(server.stream_chat_completion(None, tokenizer, [1, 2], max_tokens=4, temp=temperature,
+                                           kv_budget=1 << 30, prefetch=False, stop_sequences=[],
+                                           draft_model=object()))  # fmt: skip
+    if not calls:
+        raise AssertionError("stream_chat_completion did not call speculative_generate with a draft model")
+    return calls[0]
+
+
 @contextlib.contextmanager
 def planted() -> Iterator[None]:
     """Both loops commit one verified row more than they accepted: a rejected draft's K/V stays attended."""
