@@ -159,14 +159,18 @@ def test_at_every_round_the_target_cache_attends_as_the_tokens_it_holds_uncached
 @pytest.mark.peer_property(6)
 @settings(max_examples=2)
 @given(data=st.data())
-def test_a_seeded_request_decodes_the_same_tokens_twice(data):
+def test_a_seeded_request_decodes_the_same_tokens_each_time(data):
     """yunshu's engine serves a request's `seed` by ``mx.random.seed(seed)`` before `decoder.generate`
-    (`engine_speculative._run_spec`); at temperature 1 two such runs must emit the same tokens."""
-    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases())
+    (`engine_speculative._run_spec`); at temperature 1 such runs must emit the same tokens (four runs of 16 tokens,
+    so that different generators rarely agree by chance)."""
+    target, drafter, draft_length, prompt, _, call = data.draw(cases())
     seed = data.draw(st.integers(0, 2**16), label="request seed")
     runs = []
-    for _ in range(2):
+    for _ in range(4):
         spec = peer.decoder(target, drafter, draft_length, rng_seed=None)  # the generator yunshu gives it
         mx.random.seed(seed)
-        runs.append([int(t) for t in spec.generate(mx.array([prompt]), max_tokens, 1.0)])
-    assert runs[0] == runs[1], f"seed {seed}: {runs[0]} then {runs[1]}: {first_difference(*runs)}\n  call: {call}"
+        runs.append([int(t) for t in spec.generate(mx.array([prompt]), 16, 1.0)])
+    differing = next((run for run in runs if run != runs[0]), runs[0])
+    assert differing == runs[0], (
+        f"seed {seed}: {runs[0]}, then {differing}: {first_difference(runs[0], differing)}\n  {call}"
+    )

@@ -109,7 +109,7 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     },
     f"{_YUNSHU}test_batch_verification_gives_each_request_what_verifying_it_alone_gives": YUNSHU_BATCH_VERIFY_GREEDY,
     f"{_YUNSHU}test_logit_bias_acts_on_the_speculative_path_as_on_plain_decoding": YUNSHU_LOGIT_BIAS,
-    f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_twice": YUNSHU_SEED,
+    f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_each_time": YUNSHU_SEED,
     f"{_NUNSPARK}test_greedy_speculative_decoding_emits_plain_greedy_decoding[sliding-window-tree-own]": (
         NUNSPARK_TREE_SLIDING
     ),
