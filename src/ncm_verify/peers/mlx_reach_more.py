@@ -115,6 +115,7 @@ DSPARK_MLX_REASONS = (
     Reason(
         "dspark_mlx/loop.py", "65", "the loop always leaves by its break (the budget is checked there)", runnable=True
     ),
+    Reason("dspark_mlx/loop.py", "38", "generate_eager calls it only with a threshold above 0", runnable=True),
 )
 
 MLX_DSPARK = (
