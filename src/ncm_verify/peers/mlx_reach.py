@@ -110,27 +110,6 @@ MLX_VLM_REASONS = (
     Reason("mlx_vlm/speculative/eagle3.py", "_eagle3_block_settings", ADAPTIVE, True),
     Reason("mlx_vlm/speculative/mtp.py", "_effective_mtp_block_size", ADAPTIVE, True),
     Reason(
-        "mlx_vlm/speculative/eagle3.py",
-        "_eagle3_hot_logits_from_hidden",
-        "a draft vocabulary smaller than the target's (EAGLE-3 hot tokens, d2t): not yet built by the adapter",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/eagle3.py", "_eagle3_hot_token_ids", "EAGLE-3 hot-token vocabulary: not yet built", True
-    ),
-    Reason(
-        "mlx_vlm/speculative/eagle3.py",
-        "_eagle3_verify_target_hot",
-        "EAGLE-3 hot-token vocabulary: not yet built",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/drafters/eagle3/eagle3.py",
-        "Eagle3DraftModel._draft_to_target",
-        "EAGLE-3 d2t: not yet built",
-        True,
-    ),
-    Reason(
         "mlx_vlm/speculative/mtp.py",
         "_mtp_verify_target",
         "target-verify fallbacks for models without the exact verifier or logits (other model families)",
