@@ -37,17 +37,25 @@ BATCH_RAGGED = (
 )
 ADAPTIVE = "adaptive block sizing: driven by acceptance statistics over many rounds or by environment variables"
 
+MLX_VLM_DRAFTER_CLASSES = (
+    ("qwen3_5_mtp/qwen3_5_mtp.py", "Qwen3_5MTPDraftModel"),
+    ("eagle3/eagle3.py", "Eagle3DraftModel"),
+    ("qwen3_dflash/dflash.py", "DFlashDraftModel"),
+    ("gemma4_assistant/gemma4_assistant.py", "Gemma4AssistantDraftModel"),
+)
+BIND = "binding to target variants (untied or quantised heads, other model layouts)"
+
 MLX_VLM_REASONS = (
+    *(
+        Reason(f"mlx_vlm/speculative/drafters/{path}", f"{name}.sanitize", LOADING)
+        for path, name in MLX_VLM_DRAFTER_CLASSES
+    ),
+    *(
+        Reason(f"mlx_vlm/speculative/drafters/{path}", f"{name}.bind", BIND, True)
+        for path, name in MLX_VLM_DRAFTER_CLASSES
+    ),
     Reason("mlx_vlm/speculative/drafters/*/parity_check.py", WHOLE, "a parity script against Hugging Face weights"),
     Reason("mlx_vlm/speculative/drafters/qwen3_5_mtp/split.py", WHOLE, LOADING + ": splits a full checkpoint"),
-    Reason("mlx_vlm/speculative/drafters/qwen3_5_mtp/qwen3_5_mtp.py", "Qwen3_5MTPDraftModel.sanitize", LOADING),
-    Reason("mlx_vlm/speculative/drafters/eagle3/eagle3.py", "Eagle3DraftModel.sanitize", LOADING),
-    Reason("mlx_vlm/speculative/drafters/qwen3_dflash/dflash.py", "DFlashDraftModel.sanitize", LOADING),
-    Reason(
-        "mlx_vlm/speculative/drafters/gemma4_assistant/gemma4_assistant.py",
-        "Gemma4AssistantDraftModel.sanitize",
-        LOADING,
-    ),
     Reason("mlx_vlm/speculative/drafters/qwen3_dflash/config.py", "DFlashConfig.from_dict", LOADING, True),
     Reason("mlx_vlm/speculative/drafters/eagle3/config.py", "Eagle3Config.from_dict", LOADING, True),
     Reason("mlx_vlm/speculative/drafters/eagle3/config.py", "Eagle3Config.__post_init__", LOADING, True),
@@ -128,30 +136,6 @@ MLX_VLM_REASONS = (
         "mlx_vlm/speculative/cache_state.py",
         "_RotatingCacheTransaction.commit",
         "rotating-ring replay across several rows and lengths: one sliding-window request at a time here",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/drafters/gemma4_assistant/gemma4_assistant.py",
-        "Gemma4AssistantDraftModel.bind",
-        "binding to target variants (untied or quantised heads, other model layouts)",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/drafters/qwen3_dflash/dflash.py",
-        "DFlashDraftModel.bind",
-        "binding to target variants (untied or quantised heads, other model layouts)",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/drafters/eagle3/eagle3.py",
-        "Eagle3DraftModel.bind",
-        "binding to target variants (untied or quantised heads, other model layouts)",
-        True,
-    ),
-    Reason(
-        "mlx_vlm/speculative/drafters/qwen3_5_mtp/qwen3_5_mtp.py",
-        "Qwen3_5MTPDraftModel.bind",
-        "binding to target variants (untied or quantised heads, other model layouts)",
         True,
     ),
     Reason(

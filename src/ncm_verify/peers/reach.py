@@ -119,14 +119,9 @@ def covers(reason: Reason, span: tuple[int, int], line: int, text: list[str]) ->
     return not reason.lines.startswith("re:") or re.search(reason.lines[3:], text[line - 1]) is not None
 
 
-@dataclasses.dataclass(frozen=True)
-class Branch:
-    file: str
-    line: int
-    dest: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}->{self.dest if self.dest > 0 else 'exit'}"
+def branch_name(file: str, line: int, dest: int) -> str:
+    """``file:line->destination`` (``->exit`` where the branch leaves the function)."""
+    return f"{file}:{line}->{dest if dest > 0 else 'exit'}"
 
 
 def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reason, ...]) -> dict:
@@ -170,7 +165,7 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
             for dest in missing:
                 unreached.append(
                     {
-                        "branch": str(Branch(relative, line, dest)),
+                        "branch": branch_name(relative, line, dest),
                         "reason": reason.reason if reason else UNEXPLAINED,
                         "runnable": True,
                     }
