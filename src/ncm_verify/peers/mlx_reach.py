@@ -158,6 +158,40 @@ MLX_VLM_REASONS = (
         "legacy model adapters returning their own rollback state (other model families)",
         True,
     ),
+    Reason(
+        "mlx_vlm/*/*.py",
+        r"re:% 256 == 0|% DEFAULT_CACHE_EVAL_INTERVAL",
+        "memory housekeeping every 256 tokens: the properties generate at most 20",
+        True,
+    ),
+    Reason(
+        "mlx_vlm/speculative/*.py",
+        r"re:while emitted < max_tokens|if bs <= 1",
+        "the round loop's exits other than its budget return: a block of one token (no draft left)",
+        True,
+    ),
+    Reason(
+        "mlx_vlm/speculative/*.py",
+        r"re:hasattr\(embed, \"scales\"\)|if quantized",
+        "quantised embeddings (published checkpoints): the properties build float32 models",
+        True,
+    ),
+    Reason(
+        "mlx_vlm/generate/ar.py",
+        r"re:prompt_cache_checkpoint|checkpoint_lengths|thinking_budget|decoder_input_ids|cross_attention_states"
+        r"|logits_processors is not None",
+        "server and encoder-decoder features: prompt-cache checkpoints, thinking budgets, encoder-decoder targets, "
+        "extra logits processors",
+        True,
+    ),
+    Reason(
+        "mlx_vlm/speculative/*.py",
+        r"re:callable\((choose_block_ceiling|choose_initial_block_size|prefill_draft|verify_logits|sample_proposal"
+        r"|verify_hidden)\)|hasattr\(lm, \"rollback_speculative_cache\"\)",
+        "hooks other model families provide (block ceilings, draft prefill, verify hooks): absent on these targets",
+        True,
+    ),
+    Reason("mlx_vlm/generate/ar.py", "SpeculativeGenerationBatch.next", BATCH_RAGGED, True),
 )
 
 DFLASH_MLX = (
