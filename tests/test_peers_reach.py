@@ -72,3 +72,13 @@ def test_unreached_branches_are_grouped_by_reason_in_the_report(site, tmp_path):
     summary, unreached, _ = mlx_peers.reach_tables([run])
     assert summary.rows[0][1:4] == ("3 / 6", "50.0", "1 / 6 (16.7)")
     assert unreached.rows == [("pkg==1", reach.UNEXPLAINED, "3", "pkg/engine.py: 2, 14")]
+
+
+def test_a_pattern_reason_explains_the_branch_lines_whose_text_matches(site):
+    judged = reach.judge(
+        table(site, {2: [3], 8: [9]}), site, (Scope("pkg/*.py"),), (Reason("pkg/*.py", "re:^def metal|    if x", "x"),)
+    )
+    assert [u["reason"] for u in judged["unreached"]] == []
+    assert judged["not_runnable"] == 6
+    unmatched = reach.judge(table(site, {2: [3]}), site, (Scope("pkg/*.py"),), (Reason("pkg/*.py", "re:while", "x"),))
+    assert [u["reason"] for u in unmatched["unreached"]] == [reach.UNEXPLAINED]

@@ -22,6 +22,7 @@ import dataclasses
 import fnmatch
 import glob
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ class Reason:
 
     path: str
     lines: str
-    """``"120-180"``, ``"77"`` or a qualified name (``"_metal_kernel"``, ``"Engine.serve"``)."""
+    """``"120-180"``, ``"77"``, a qualified name (``"_metal_kernel"``, ``"Engine.serve"``), or ``"re:PATTERN"``: the
+    branch lines whose text the regular expression matches (``"re:if profile_cycles"``), robust to moved lines."""
     reason: str
     runnable: bool = False
     """False: the branches cannot run here (macOS-only, Metal kernel, dead code) and leave the runnable total.
@@ -100,6 +102,8 @@ def qualified_ranges(source: str) -> dict[str, tuple[int, int]]:
 
 def line_spans(spec: str, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
     """A `Reason.lines` or `Scope.within` entry as an inclusive line span."""
+    if spec.startswith("re:"):
+        return 1, 10**9  # every line of the file; `covers` reads the pattern
     if spec in ranges:
         return ranges[spec]
     first, _, last = spec.partition("-")
@@ -108,14 +112,16 @@ def line_spans(spec: str, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]
     return int(first), int(last or first)
 
 
-@dataclasses.dataclass(frozen=True)
-class Branch:
-    file: str
-    line: int
-    dest: int
+def covers(reason: Reason, span: tuple[int, int], line: int, text: list[str]) -> bool:
+    """Whether `reason` (its lines resolved to `span`) explains the branch from `line` (`text`: the file's lines)."""
+    if not span[0] <= line <= span[1]:
+        return False
+    return not reason.lines.startswith("re:") or re.search(reason.lines[3:], text[line - 1]) is not None
 
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}->{self.dest if self.dest > 0 else 'exit'}"
+
+def branch_name(file: str, line: int, dest: int) -> str:
+    """``file:line->destination`` (``->exit`` where the branch leaves the function)."""
+    return f"{file}:{line}->{dest if dest > 0 else 'exit'}"
 
 
 def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reason, ...]) -> dict:
@@ -131,7 +137,8 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
     per_reason = {reason: 0 for reason in reasons}
     for file, entry in sorted(raw.items()):
         relative = Path(file).resolve().relative_to(site.resolve()).as_posix()
-        ranges = qualified_ranges(Path(file).read_text(encoding="utf-8"))
+        source = Path(file).read_text(encoding="utf-8")
+        ranges, text = qualified_ranges(source), source.splitlines()
         scope_spans = [
             [line_spans(name, ranges) for name in scope.within] or [(1, 10**9)]
             for scope in scopes
@@ -146,7 +153,7 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
             if not any(a <= line <= b for a, b in spans):
                 continue
             missing = entry["missing"].get(line_text, [])
-            reason = next((r for r, (a, b) in reason_spans if a <= line <= b), None)
+            reason = next((r for r, span in reason_spans if covers(r, span, line, text)), None)
             if reason is not None:
                 per_reason[reason] += count
             if reason is not None and not reason.runnable:
@@ -158,7 +165,7 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
             for dest in missing:
                 unreached.append(
                     {
-                        "branch": str(Branch(relative, line, dest)),
+                        "branch": branch_name(relative, line, dest),
                         "reason": reason.reason if reason else UNEXPLAINED,
                         "runnable": True,
                     }
