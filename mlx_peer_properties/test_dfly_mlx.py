@@ -24,10 +24,12 @@ def cases(draw, kind: str):
     prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
     max_tokens = draw(st.integers(4, 20), label="max_tokens")
     block = draw(st.integers(2, 6), label="block_size")
+    correction = draw(st.booleans(), label="hidden correction")
     target = peer.make_target(kind, seed, vocab)
-    drafter = peer.make_drafter(target, seed + 1, block)
+    drafter = peer.make_drafter(target, seed + 1, block, correction)
     call = (
-        f"target = make_target({kind!r}, {seed}, {vocab}); drafter = make_drafter(target, {seed + 1}, {block}); "
+        f"target = make_target({kind!r}, {seed}, {vocab}); "
+        f"drafter = make_drafter(target, {seed + 1}, {block}, {correction}); "
         f"generate(target, drafter, {prompt}, {max_tokens})"
     )
     note(f"from ncm_verify.peers.dfly_mlx_spec import *; {call}")

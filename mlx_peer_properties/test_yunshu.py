@@ -62,6 +62,26 @@ def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, variant, 
     assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"greedy ({call})")
 
 
+@pytest.mark.peer_property(1)
+@settings(max_examples=4)
+@given(data=st.data())
+def test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding(data):
+    """With a tokenizer's `eos_token_id`, greedy `generate` emits plain greedy decoding up to and including the
+    first end-of-sequence token and nothing after it (the token drawn from the plain output, so that it occurs)."""
+    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases())
+    plain = peer.plain(target, prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos token")
+    want = plain[: plain.index(eos) + 1]
+    mx.random.seed(0)
+    spec = [
+        int(t)
+        for t in peer.decoder(target, drafter, draft_length, eos=eos).generate(mx.array([prompt]), max_tokens, 0.0)
+    ]
+    assert spec == want, (
+        f"EOS {eos}: speculative {spec}, plain up to EOS {want}: {first_difference(spec, want)}\n  {call}"
+    )
+
+
 @pytest.mark.peer_property(2)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("draft_temperature", [1.0, 0.0], ids=["default draft", "engine's greedy draft"])

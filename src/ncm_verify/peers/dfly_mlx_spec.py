@@ -19,12 +19,13 @@ TARGET_KINDS = ("attention", "sliding-window")
 """qwen3 (the family its checkpoints target) and gemma4_text; on qwen3_next dflash-mlx's tape finding repeats."""
 
 
-def make_drafter(target, seed: int, block_size: int = 4):
-    """dfly-mlx's own `DFlyDraftModel` (hidden correction on) over target layers 1 and 3, seeded."""
+def make_drafter(target, seed: int, block_size: int = 4, correction: bool = True):
+    """dfly-mlx's own `DFlyDraftModel` over target layers 1 and 3, seeded; `correction`: its hidden-state
+    correction (on by default, off in checkpoints that ship none)."""
     from dfly_mlx.model import DFlyDraftModel
 
     return dflash_mlx_spec.make_drafter(
-        target, seed, block_size, model_class=DFlyDraftModel, num_target_layers=2, enable_hidden_correction=True
+        target, seed, block_size, model_class=DFlyDraftModel, num_target_layers=2, enable_hidden_correction=correction
     )
 
 

@@ -44,6 +44,12 @@ YUNSHU_SEED = (
     "Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_seed.py"
 )
 
+YUNSHU_FIRST_TOKEN_EOS = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:1043 (generate): the prefill's token is never checked "
+    "against the tokenizer's EOS ids; the loop runs a speculative round and only then sees it (:1304): with EOS "
+    "as the first token it emits [3, 2] where plain decoding stops at [3]. Repro: .peers/yunshu/bin/python "
+    "mlx_peer_properties/repro/yunshu_first_token_eos.py"
+)
 NUNSPARK_TREE_SLIDING = (
     "nunspark 0.13.0 nunspark/engine.py:1012-1022 (StreamingEngine.tree_forward): tree verification gives every "
     "layer a plain KVCache and one mask and calls slot(h, mask=mask, cache=ephem) as for a Llama block; on a "
@@ -110,6 +116,9 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_YUNSHU}test_batch_verification_gives_each_request_what_verifying_it_alone_gives": YUNSHU_BATCH_VERIFY_GREEDY,
     f"{_YUNSHU}test_logit_bias_acts_on_the_speculative_path_as_on_plain_decoding": YUNSHU_LOGIT_BIAS,
     f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_each_time": YUNSHU_SEED,
+    f"{_YUNSHU}test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding": (
+        YUNSHU_FIRST_TOKEN_EOS
+    ),
     f"{_NUNSPARK}test_greedy_speculative_decoding_emits_plain_greedy_decoding[sliding-window-tree-own]": (
         NUNSPARK_TREE_SLIDING
     ),

@@ -171,18 +171,9 @@ DFLY_MLX_REASONS = (
     Reason("dfly_mlx/backend.py", "52-53", "float32 drafters: no compute dtype to cast to", runnable=True),
     Reason("dfly_mlx/backend.py", "65-68", "the engine's synchronous launch only", runnable=True),
     Reason("dfly_mlx/model.py", "41-45", "argument check (layer count) not exercised", runnable=True),
-    Reason(
-        "dfly_mlx/model.py", "49-57", "the drafter is built with its hidden correction on (its default)", runnable=True
-    ),
     Reason("dfly_mlx/model.py", "61-66", "argument check (feature width) not exercised", runnable=True),
     Reason("dfly_mlx/model.py", "71-72", "argument check (context width) not exercised", runnable=True),
     Reason("dfly_mlx/model.py", "103-106", "argument check (no cache) not exercised", runnable=True),
-    Reason(
-        "dfly_mlx/model.py",
-        "115-116",
-        "the drafter is built with its hidden correction on (its default)",
-        runnable=True,
-    ),
 )
 
 MLX_FLASH = (

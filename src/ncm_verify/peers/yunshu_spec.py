@@ -36,13 +36,21 @@ def make_drafter(seed: int, vocab: int = 12):
     return make_mlx_lm_target("attention", seed, vocab)
 
 
-def decoder(target, drafter, draft_length: int = 3, draft_temperature: float = 1.0, rng_seed: int | None = 0):
-    """yunshu's `SpeculativeDecoder` (no tokenizer, so no EOS), its acceptance coins from ``random.Random(rng_seed)``
-    (None: the unseeded generator yunshu gives it)."""
+class EosTokenizer:
+    """What `SpeculativeDecoder` reads of a tokenizer: its `eos_token_id`."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+
+def decoder(target, drafter, draft_length: int = 3, draft_temperature: float = 1.0, rng_seed: int | None = 0,
+            eos: int | None = None):  # fmt: skip
+    """yunshu's `SpeculativeDecoder` (no tokenizer, so no EOS, unless `eos`), its acceptance coins from
+    ``random.Random(rng_seed)`` (None: the unseeded generator yunshu gives it)."""
     from yunshu_engine.speculative_decoder import SpecDecodingConfig, SpeculativeDecoder
 
     config = SpecDecodingConfig(draft_length=draft_length, draft_temperature=draft_temperature)
-    spec = SpeculativeDecoder(target, drafter, None, config=config)
+    spec = SpeculativeDecoder(target, drafter, None if eos is None else EosTokenizer(eos), config=config)
     if rng_seed is not None:
         spec.rng = random.Random(rng_seed)
     return spec
