@@ -44,7 +44,10 @@ YUNSHU_REASONS = (
     ),
     *(
         Reason(
-            "yunshu_engine/speculative_decoder.py", lines, "no tokenizer, so no EOS, in the judged cases", runnable=True
+            "yunshu_engine/speculative_decoder.py",
+            lines,
+            "EOS is judged as a single id, emitted by plain decoding; not drafted, nor a list of ids",
+            runnable=True,
         )
         for lines in ("1002-1010", "1108-1110", "1219-1220", "1229-1230")
     ),
