@@ -9,12 +9,17 @@ applicable. ``--mlx-peers-examples=N`` sets the examples per property (default 3
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from ncm_verify.harness import run_state, stats
+from ncm_verify.peers import reach
 from ncm_verify.peers.mlx_findings import FINDING_RAISES, KNOWN_PEER_FINDINGS, PLANTED
+
+REACH = pytest.StashKey[object]()
+"""The running coverage.py measurement of the package's speculative files (`peers.reach`), when asked for."""
 
 LAW_TESTS = 20
 """Chi-square tests one `make verify-peers PEERS=all` plans at most (one per `peer_law` test and example: 14 now,
@@ -25,9 +30,16 @@ def pytest_addoption(parser):
     group = parser.getgroup("mlx-peers", "the MLX speculative decoders (issue 40)")
     group.addoption("--mlx-peers-results", default=None, help="append one JSON line per property run to this file")
     group.addoption("--mlx-peers-examples", type=int, default=3, help="Hypothesis examples per property")
+    group.addoption(
+        "--mlx-peers-reach", default=None, help="write the branch coverage of the --mlx-peers-reach-file files here"
+    )
+    group.addoption("--mlx-peers-reach-file", action="append", default=[], help="a file whose branches are measured")
 
 
 def pytest_configure(config):
+    files = config.getoption("--mlx-peers-reach-file")
+    if config.getoption("--mlx-peers-reach") and files:  # before any test module imports the package
+        config.stash[REACH] = reach.measure(files)
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
     config.addinivalue_line("markers", "peer_law: a chi-square test of a sampled law, one per example (`LAW_TESTS`)")
     run_state.install(config, policy=stats.Policy(planned_tests=LAW_TESTS, selftest_budget=0.0))
@@ -45,6 +57,10 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    if REACH in config.stash:
+        reach.dump(
+            config.stash[REACH], config.getoption("--mlx-peers-reach-file"), Path(config.getoption("--mlx-peers-reach"))
+        )
     run_state.uninstall(config)
 
 

@@ -117,3 +117,31 @@ def assert_first_tokens_follow_the_law(
         return {"first tokens": np.array(outcomes)}
 
     assert_joint_sample_fits({"first tokens": law}, sample, target_tv=stats.LOOP_TARGET_TV, seed=seed, call=call)
+
+
+def assert_cache_attends_as_uncached(target, cache, tokens: list[int], held: int, tolerance, label: str) -> None:
+    """A copy of `cache`, which claims to hold ``tokens[:held]``, fed ``tokens[held]`` gives the next-token
+    log-probabilities one uncached forward pass over ``tokens[:held + 1]`` gives (within `tolerance`)."""
+    import copy
+
+    probed = np.array(_log_softmax(target(mx.array([[tokens[held]]]), cache=copy.deepcopy(cache))[0, -1]))
+    want = np.array(_log_softmax(target(mx.array([tokens[: held + 1]]))[0, -1]))
+    error = float(np.abs(probed - want).max())
+    assert np.allclose(probed, want, atol=tolerance.atol, rtol=tolerance.rtol), (
+        f"{label}: the cache claims {held} tokens; fed token {tokens[held]} it is off one uncached pass over "
+        f"{tokens[: held + 1]} by {error:.3g} nats"
+    )
+
+
+def _log_softmax(logits):
+    logits = logits.astype(mx.float32)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def assert_greedy_equals_plain(spec: list[int], plain: list[int], conditional: Callable, prompt, label: str) -> None:
+    """Greedy speculative tokens `spec` equal plain decoding's `plain` token for token, and each is the argmax of
+    one uncached forward pass (`conditional(tokens)`: the target's row after `tokens`)."""
+    assert spec == plain, f"{label}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+    for position, token in enumerate(spec):
+        want = int(np.asarray(conditional(prompt + spec[:position])).argmax())
+        assert token == want, f"{label}: token {position}: emitted {token}, the uncached argmax is {want}"

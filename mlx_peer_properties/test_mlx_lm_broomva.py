@@ -204,3 +204,26 @@ def test_num_draft_tokens_is_honoured_for_an_unbounded_budget(data):
         steps = mtp_speculative_generate_step(mx.array(prompt), target, drafter, num_draft_tokens=drafts, max_tokens=-1)
         emitted = [int(step[0]) for step in itertools.islice(steps, 12)]
     assert calls, f"12 tokens {emitted} with max_tokens=-1, num_draft_tokens={drafts}: the drafter never ran"
+
+
+@pytest.mark.peer_property(1, 2)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@given(data=st.data())
+def test_the_draft_model_loop_emits_plain_decoding_greedy_and_each_sampled_token_on_its_conditional(kind, data):
+    """The fork's other speculative entry point, `speculative_generate_step` with a separate draft model (a smaller
+    gemma4_text of the same vocabulary, seeded): at temperature 0 it emits `generate_step`'s tokens; sampled, each
+    emitted token is a target-sampler output on the uncached conditional of the tokens before it."""
+    from mlx_lm.sample_utils import make_sampler
+
+    target, _, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
+    vocab = target.args.vocab_size
+    draft = peer.make_target(kind, data.draw(st.integers(0, 2**16), label="draft seed"), vocab)
+    greedy = peer.generate_with_draft_model(target, draft, prompt, max_tokens, drafts)
+    plain = peer.generate(target, prompt, max_tokens)
+    assert greedy == plain, f"draft-model loop {greedy} != plain {plain}: {first_difference(greedy, plain)}"
+    mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
+    sampler = RecordingSampler(make_sampler(temp=data.draw(st.sampled_from([0.7, 1.2]), label="temp")))
+    spec = peer.generate_with_draft_model(target, draft, prompt, max_tokens, drafts, sampler=sampler)
+    assert_each_token_is_a_sampler_output_on_its_conditional(
+        spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
+    )

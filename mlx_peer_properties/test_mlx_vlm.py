@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 from peer_checks import (
     Decoding,
@@ -346,3 +346,118 @@ def test_after_every_round_the_committed_cache_attends_as_one_rebuilt_from_the_a
             f"round {number}: the committed cache (holding {tokens[:held]}) differs from one rebuilt from them "
             f"by up to {np.abs(cached - rebuilt).max():.3g} nats after probe {probe}"
         )
+
+
+SAMPLER_VALUES = {
+    "temperature": [0.7, 1.3],
+    "top_p": [0.9, 0.6],
+    "min_p": [0.05, 0.2],
+    "top_k": [2, 3],
+    "top_n_sigma": [1.0, 2.0],
+    "p_less": [True],
+    "typical_p": [0.9, 0.5],
+}
+"""A non-default value per sampler option; the options themselves are read from `generate_step`'s signature."""
+
+
+def sampler_options() -> list[str]:
+    """`generate_step`'s parameters that its sampler (`make_sampler`, temperature as ``temp``) consumes."""
+    import inspect
+
+    from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.sample_utils import make_sampler
+
+    consumed = set(inspect.signature(make_sampler).parameters) | {"temperature"}
+    return [name for name in inspect.signature(generate_step).parameters if name in consumed]
+
+
+def test_every_sampler_option_generate_step_accepts_has_a_drawn_value():
+    """The option property below draws every sampler option `generate_step` accepts: a new one fails here."""
+    assert set(sampler_options()) <= set(SAMPLER_VALUES), (
+        f"options without a value: {set(sampler_options()) - set(SAMPLER_VALUES)}"
+    )
+
+
+@pytest.mark.peer_property(2, 4)
+@pytest.mark.parametrize("target_kind, draft_kind", CASES)
+@settings(max_examples=2)  # 10-20 s a case on 2 shared cores
+@given(data=st.data())
+def test_every_sampler_option_hands_each_token_its_exact_conditional(target_kind, draft_kind, data):
+    """Every sampler option `generate_step` accepts (read from its signature), drawn with temperature > 0 and no
+    seed (mlx-vlm's `make_sampler` path): each emitted token is the output of a call of the sampler plain decoding
+    builds with those options, handed the target's uncached conditional of the tokens before it (call by call)."""
+    import sys
+    from unittest import mock
+
+    from mlx_vlm.sample_utils import make_sampler
+
+    generate_module = sys.modules["mlx_vlm.generate"]  # the module `generate_step` reads overrides from
+
+    target, drafter, prompt, max_tokens = data.draw(decodings(target_kind, draft_kind))
+    names = data.draw(st.sets(st.sampled_from(sampler_options()), min_size=1, max_size=3), label="options")
+    options = {name: data.draw(st.sampled_from(SAMPLER_VALUES[name]), label=name) for name in sorted(names)}
+    options.setdefault("temperature", 1.0)
+    recorders: list[RecordingSampler] = []
+
+    def recording(**kwargs):
+        recorders.append(RecordingSampler(make_sampler(**kwargs)))
+        return recorders[-1]
+
+    mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
+    with mock.patch.object(generate_module, "make_sampler", recording, create=True):
+        spec = peer.generate(target, prompt, max_tokens, drafter, draft_kind, **options)
+    note(f"options {options}; emitted {spec}; accepted per round {drafter.accept_lens}")
+    assert len(recorders) == 1, f"{len(recorders)} samplers built for {options}: expected make_sampler once"
+    assert_each_token_is_a_sampler_output_on_its_conditional(
+        spec, recorders[0].rows(), lambda tokens: peer.conditional(target, tokens), prompt
+    )
+
+
+DRAFT_VOCAB_CASES = [
+    ("attention", "greedy"),
+    ("attention", "sampled"),
+    ("sliding-window", "greedy"),
+    ("sliding-window", "sampled"),
+    ("hybrid", "greedy"),
+]
+"""Not sampled on the hybrid Qwen 3.5 target: it has no `logits_from_hidden`, so EAGLE-3 verifies over the full
+vocabulary there, and its sampled rows carry finding 13's epsilon (up to 1.6e-5 nats, past float32's tolerance)."""
+
+
+@pytest.mark.peer_property(1, 2)
+@pytest.mark.parametrize("target_kind, mode", DRAFT_VOCAB_CASES)
+@example(seed=5, prompt=[1, 3, 5], max_tokens=12, draft_vocab=6, temperature=1.2, stream=0)
+@given(
+    seed=st.integers(0, 2**16),
+    prompt=st.lists(st.integers(0, peer.VOCAB - 1), min_size=1, max_size=6),
+    max_tokens=st.integers(8, 16),
+    draft_vocab=st.integers(2, peer.VOCAB // 2),
+    temperature=st.sampled_from([0.8, 1.2]),
+    stream=st.integers(0, 2**31 - 1),
+)
+def test_a_draft_vocabulary_smaller_than_the_targets_leaves_every_token_the_targets(
+    target_kind, mode, seed, prompt, max_tokens, draft_vocab, temperature, stream
+):
+    """An EAGLE-3 drafter whose vocabulary is a subset of the target's (``draft_vocab_size`` < the target's, its
+    ``d2t`` map to the target's even ids): greedy, the loop emits plain greedy decoding; sampled (mlx-vlm's
+    `make_sampler` at `temperature`, ``mx.random.seed(stream)``), each emitted token is a target-sampler output on
+    its uncached conditional. A target token outside the draft vocabulary must stay reachable."""
+    from mlx_vlm.sample_utils import make_sampler
+
+    target = peer.make_target(target_kind, seed, peer.VOCAB)
+    drafter = peer.make_drafter("eagle3", target, seed + 1, block_size=3, draft_vocab=draft_vocab)
+    note(
+        f"target = make_target({target_kind!r}, {seed}); drafter = make_drafter('eagle3', target, {seed + 1}, "
+        f"block_size=3, draft_vocab={draft_vocab}); generate(target, {prompt}, {max_tokens}, drafter, 'eagle3', ...)"
+    )
+    if mode == "greedy":
+        plain = peer.generate(target, prompt, max_tokens, temperature=0.0)
+        spec = peer.generate(target, prompt, max_tokens, drafter, "eagle3", temperature=0.0)
+        assert spec == plain, f"speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+        return
+    sampler = RecordingSampler(make_sampler(temp=temperature))
+    mx.random.seed(stream)
+    spec = peer.generate(target, prompt, max_tokens, drafter, "eagle3", sampler=sampler)
+    assert_each_token_is_a_sampler_output_on_its_conditional(
+        spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
+    )

@@ -18,18 +18,24 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ncm_verify.peers import mlx_reach, mlx_reach_more, reach
+from ncm_verify.peers.reach import Reason, Scope
 from ncm_verify.progress import Progress
 from ncm_verify.report import mlx_peers as report
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS_DIR = ROOT / ".peers"
-TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy")
-"""What every peer environment gets beside the package: the properties' own tools."""
+TOOLS = ("pytest>=8", "hypothesis>=6.100", "numpy", "scipy", "coverage>=7.6")
+"""What every peer environment gets beside the package: the properties' own tools (coverage.py measures reach)."""
+REACH_BEFORE = ROOT / "mlx_peer_properties" / "reach_before.json"
+"""Each package's reach by the properties before the reach work (`make verify-peers PEERS=all` at the commit it
+names): the report's "before" column."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +48,12 @@ class MlxPeer:
     """The declared dependencies not installed, and why the judged code runs without them."""
     beside: tuple[str, ...] = ()
     """Declared dependencies installed with ``--no-deps`` too (their own heavy extras are not needed)."""
+    requires_python: tuple[int, int] = (3, 10)
+    """The oldest Python its metadata admits: the environment is made with an interpreter found on the machine."""
+    reach: tuple[Scope, ...] = ()
+    """The package's speculative code, whose branch coverage by the properties the report gives (`peers.reach`)."""
+    unreached: tuple[Reason, ...] = ()
+    """Why branches of `reach` stay unreached, keyed by file and line range; the rest show as unexplained."""
 
     @property
     def module(self) -> str:
@@ -50,6 +62,14 @@ class MlxPeer:
     @property
     def python(self) -> Path:
         return PEERS_DIR / self.name / "bin" / "python"
+
+    @property
+    def site(self) -> Path:
+        """The environment's site-packages, where `reach`'s globs are resolved."""
+        found = sorted((PEERS_DIR / self.name / "lib").glob("python*/site-packages"))
+        if not found:
+            raise ValueError(f"peer: {self.name} has no environment under {PEERS_DIR / self.name}")
+        return found[0]
 
     @property
     def tests(self) -> str:
@@ -72,12 +92,16 @@ MLX_PEERS = (
         "datasets, sentencepiece, miniaudio, llguidance, mlx-audio, opencv-python, fastapi, python-multipart, "
         "starlette, uvicorn, websockets, cryptography: audio, vision preprocessing, server and training extras; "
         "`mlx_vlm.generate.ar` and `mlx_vlm.speculative` import without them",
+        reach=mlx_reach.MLX_VLM,
+        unreached=mlx_reach.MLX_VLM_REASONS,
     ),
     MlxPeer(
         "dflash-mlx",
         "dflash-mlx==0.1.8",
         ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0"),
         "nothing: mlx and mlx-lm are its only dependencies",
+        reach=mlx_reach.DFLASH_MLX,
+        unreached=mlx_reach.DFLASH_MLX_REASONS,
     ),
     MlxPeer(
         "mtplx",
@@ -85,12 +109,16 @@ MLX_PEERS = (
         ("mlx[cpu]>=0.31", "mlx-lm[cpu]>=0.31,<0.32", "numpy>=2"),
         "fastapi, huggingface-hub, pillow, pydantic, rich, safetensors, uvicorn, transformers, nanobind: the server, "
         "CLI and loading; its rule and cache modules (sampling.py, cache_state.py) import mlx and numpy only",
+        reach=mlx_reach.MTPLX,
+        unreached=mlx_reach.MTPLX_REASONS,
     ),
     MlxPeer(
         "mlx-lm-broomva",
         "mlx-lm-broomva==0.31.3",
         ("mlx[cpu]>=0.31.2", "numpy", "transformers>=5.0.0", "pyyaml", "jinja2", "protobuf", "sentencepiece"),
         "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]",
+        reach=mlx_reach.MLX_LM_BROOMVA,
+        unreached=mlx_reach.MLX_LM_BROOMVA_REASONS,
     ),
     MlxPeer(
         "vllm-mlx",
@@ -111,9 +139,100 @@ MLX_PEERS = (
         ">=0.6.5) comes with --no-deps beside it, with mlx-vlm's needs (mlx>=0.32.4, transformers, pillow, tqdm, "
         "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
         beside=("mlx-vlm==0.7.10",),
+        reach=mlx_reach.VLLM_MLX,
+        unreached=mlx_reach.VLLM_MLX_REASONS,
+    ),
+    MlxPeer(
+        "yunshu",
+        "yunshu==0.1.5",
+        ("mlx[cpu]>=0.32.3,<0.32.4", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0"),
+        "fastapi, transformers, tokenizers, llguidance, openai, opentelemetry, pydantic, uvicorn and the rest: the "
+        "gateway, server and tooling; `yunshu_engine.speculative_decoder` imports mlx and mlx-lm only",
+        requires_python=(3, 13),
+        reach=mlx_reach_more.YUNSHU,
+        unreached=mlx_reach_more.YUNSHU_REASONS,
+    ),
+    MlxPeer(
+        "dspark-mlx",
+        "dspark-mlx==0.1.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0", "numpy"),
+        "mlx-vlm: only its Gemma 4 unified host (`hosts/gemma4_unified.py`) imports it; the mlx-lm host is judged",
+        reach=mlx_reach_more.DSPARK_MLX,
+        unreached=mlx_reach_more.DSPARK_MLX_REASONS,
+    ),
+    MlxPeer(
+        "mlx-dspark",
+        "mlx-dspark==0.20.3",
+        (
+            "mlx[cpu]>=0.32.4",
+            "mlx-lm[cpu]>=0.31.3",
+            "numpy",
+            "huggingface-hub",
+            "transformers>=5.14.0",
+            "pillow>=10.3.0",
+            "tqdm>=4.66.2",
+            "jinja2>=3.1.0",
+            "requests>=2.31.0",
+        ),
+        "nothing of its own; mlx-vlm 0.7.10 (its bound >=0.6.12) comes with --no-deps beside it, with mlx-vlm's "
+        "needs (transformers, pillow, tqdm, jinja2, requests), not its audio, vision-preprocessing and server "
+        "extras: `mlx_dspark.model` imports `mlx_vlm.models.rope_utils`",
+        beside=("mlx-vlm==0.7.10",),
+        reach=mlx_reach_more.MLX_DSPARK,
+        unreached=mlx_reach_more.MLX_DSPARK_REASONS,
+    ),
+    MlxPeer(
+        "dfly-mlx",
+        "dfly-mlx==0.1.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0"),
+        "torch, safetensors, huggingface-hub: its `convert` extra (checkpoint conversion), not the drafter backend; "
+        "dflash-mlx 0.1.8 (its bound >=0.1.8,<0.2) comes with --no-deps beside it",
+        beside=("dflash-mlx==0.1.8",),
+        reach=mlx_reach_more.DFLY_MLX,
+        unreached=mlx_reach_more.DFLY_MLX_REASONS,
+    ),
+    MlxPeer(
+        "mlx-flash",
+        "mlx-flash==0.9.2",
+        ("mlx[cpu]>=0.24.0", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0", "psutil>=5.9.0"),
+        "huggingface-hub, safetensors, tabulate: downloading, conversion and tables; `mlx_flash_compress.dflash` "
+        "and `eagle3` import mlx and numpy only",
+        reach=mlx_reach_more.MLX_FLASH,
+        unreached=mlx_reach_more.MLX_FLASH_REASONS,
+    ),
+    MlxPeer(
+        "nunspark",
+        "nunspark==0.13.0",
+        ("mlx[cpu]>=0.31.0", "mlx-lm[cpu]>=0.31.0,<0.32", "numpy>=1.26"),
+        "nothing: mlx, mlx-lm and numpy are its only dependencies (fastapi, uvicorn: its `web` extra); mlx-lm is "
+        "held below 0.32 (0.31.3, inside its bound >=0.31.0): with 0.32.x, what its bound resolves, every "
+        "speculative path raises at engine.py:132 (a finding, docs/peers-mlx.md)",
+        requires_python=(3, 11),
+        reach=mlx_reach_more.NUNSPARK,
+        unreached=mlx_reach_more.NUNSPARK_REASONS,
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
+
+
+def interpreter(peer: MlxPeer) -> str | None:
+    """A Python on this machine that `peer.requires_python` admits: this project's, else one on PATH or under
+    pyenv (``~/.pyenv/versions/*/bin``), newest first; None where there is none."""
+    if sys.version_info[:2] >= peer.requires_python:
+        return sys.executable
+    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"]
+    found = sorted(
+        (path for root in roots if root.is_dir() for path in root.glob("*/bin/python3.*") if path.name[8:].isdigit()),
+        key=lambda path: int(path.name[8:]),
+        reverse=True,
+    )
+    names = [f"python{peer.requires_python[0]}.{minor}" for minor in range(20, peer.requires_python[1] - 1, -1)]
+    candidates = [str(path) for path in found] + [p for n in names if (p := shutil.which(n))]
+    for candidate in candidates:
+        version = subprocess.run([candidate, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True)
+        if version.returncode == 0 and tuple(map(int, version.stdout.split())) >= peer.requires_python:
+            return candidate
+    return None
 
 
 def select(names: str) -> list[MlxPeer]:
@@ -135,18 +254,27 @@ def install(peer: MlxPeer) -> None:
     """``.peers/<name>/``: the package at its pin with --no-deps, then `peer.needs` and the properties' tools."""
     target = str(peer.python)
     if not peer.python.exists():
-        subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(PEERS_DIR / peer.name)], check=True)
+        python = interpreter(peer)
+        if python is None:
+            raise ValueError(f"peer: {peer.name} needs Python >= {'.'.join(map(str, peer.requires_python))}")
+        subprocess.run([uv(), "venv", "-q", "--python", python, str(PEERS_DIR / peer.name)], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, "--no-deps", peer.pin, *peer.beside], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
 
-def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
-    """Each peer's properties in its own environment, then the report; the run's exit status."""
+def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach: bool = True) -> int:
+    """Each peer's properties in its own environment (its `reach` measured unless told not), then the report; the
+    run's exit status."""
     reports.mkdir(parents=True, exist_ok=True)
+    before = json.loads(REACH_BEFORE.read_text(encoding="utf-8")) if REACH_BEFORE.exists() else {}
     runs = []
     progress = Progress("ncm-verify: MLX peers", len(peers))
     for peer in peers:
         progress.start(f"{peer.name} ({peer.pin})")
+        if not peer.python.exists() and interpreter(peer) is None:
+            runs.append(unavailable(peer))
+            progress.done(f"{peer.name}: not applicable, no Python {peer.requires_python} on this machine")
+            continue
         if not peer.python.exists():
             install(peer)
         results = reports / f"peers-mlx-{peer.name}.jsonl"
@@ -154,14 +282,35 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
         command = [str(peer.python), "-m", "pytest", peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
         command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
-        print(f"ncm-verify: {peer.name}: {' '.join(command)}", flush=True)
+        files = reach.resolve(peer.site, peer.reach) if measure_reach else []
+        raw = reports / f"peers-mlx-{peer.name}-reach.json"
+        raw.unlink(missing_ok=True)
+        if files:
+            command += [f"--mlx-peers-reach={raw}", *(f"--mlx-peers-reach-file={f}" for f in files)]
+        print(f"ncm-verify: {peer.name}: {' '.join(command[:9])} (+{len(files)} files measured)", flush=True)
         started = time.monotonic()
         status = subprocess.run(command, cwd=ROOT, env=env).returncode
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records))
+        reached = (
+            reach.judge(json.loads(raw.read_text()), peer.site, peer.reach, peer.unreached) if raw.exists() else None
+        )
+        runs.append(
+            report.PeerRun(
+                peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records, reached, before.get(peer.name)
+            )
+        )
         progress.done(f"{peer.name}: exit status {status} in {seconds:.0f} s, {len(records)} property runs")
     return report.write(runs, reports)
+
+
+def unavailable(peer: MlxPeer) -> report.PeerRun:
+    """The run of a peer that needs a Python this machine lacks: every property not applicable, saying why."""
+    need = ".".join(map(str, peer.requires_python))
+    reason = f"not applicable: {peer.pin} requires Python >= {need} and this machine has none (PATH, pyenv)"
+    records = [dict(nodeid=f"{peer.tests}::no interpreter", property=list(report.PROPERTIES), status="not applicable",
+                    detail=reason, seconds=0.0)]  # fmt: skip
+    return report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, records)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("peers", help=f"comma-separated among {', '.join(BY_NAME)}, or 'all'")
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     parser.add_argument("--examples", type=int, default=3, help="Hypothesis examples per property (some ask more)")
+    parser.add_argument("--no-reach", action="store_true", help="do not measure the branch coverage (its overhead)")
     args = parser.parse_args(argv)
     try:
         peers = select(args.peers)
@@ -177,10 +327,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ncm-verify: {error}")
         return 2
     if args.action == "install":
-        for peer in peers:
-            install(peer)
+        try:
+            for peer in peers:
+                install(peer)
+        except ValueError as error:  # a peer needing a Python this machine lacks
+            print(f"ncm-verify: {error}")
+            return 2
         return 0
-    return verify(peers, args.reports, args.examples)
+    return verify(peers, args.reports, args.examples, measure_reach=not args.no_reach)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ def make_target(kind: str, seed: int, vocab: int = 12):
     return make_mlx_lm_target(kind, seed, vocab)
 
 
-def make_drafter(target, seed: int, block_size: int = 4):
-    """dflash-mlx's own `DFlashDraftModel` reading target layers 1 and 3, seeded; mask token = last id."""
+def make_drafter(target, seed: int, block_size: int = 4, model_class=None, num_target_layers: int = 4, **config):
+    """dflash-mlx's own `DFlashDraftModel` (or `model_class`, a subclass taking the same arguments) reading target
+    layers 1 and 3, seeded; mask token = last id; `config` joins its `dflash_config`."""
     from dflash_mlx.model import DFlashDraftModel, DFlashDraftModelArgs
 
     vocab = int(target_logits(target, [0]).shape[-1])
@@ -41,11 +42,11 @@ def make_drafter(target, seed: int, block_size: int = 4):
             model_type="qwen3", hidden_size=HIDDEN, num_hidden_layers=1, intermediate_size=2 * HIDDEN,
             num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocab, num_key_value_heads=1,
             max_position_embeddings=1024, rope_theta=10000.0, head_dim=16, tie_word_embeddings=False,
-            num_target_layers=4, block_size=block_size,
-            dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1},
+            num_target_layers=num_target_layers, block_size=block_size,
+            dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1, **config},
         )
     )  # fmt: skip
-    return build(lambda: DFlashDraftModel(args), seed)
+    return build(lambda: (model_class or DFlashDraftModel)(args), seed)
 
 
 def target_logits(target, tokens: list[int]) -> mx.array:
@@ -57,9 +58,13 @@ def conditional(target, tokens: list[int]) -> mx.array:
     return log_softmax(target_logits(target, tokens)[-1])
 
 
-def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: str = "dflash", **options):
+def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: str = "dflash", draft_backend=None,
+             prompt_lookup: bool = True, **options):  # fmt: skip
     """dflash-mlx's engine on `prompt`: the emitted tokens, its token events (fallback flags, cycles) and its
-    summary event (acceptance, prompt-lookup hits), or None."""
+    summary event (acceptance, prompt-lookup hits), or None. `draft_backend`: another package's backend (default
+    its `EagerDraftBackend`); `prompt_lookup=False` turns its copy drafts off (``copyspec_mode="off"``)."""
+    import dataclasses
+
     from dflash_mlx.draft_backend import EagerDraftBackend
     from dflash_mlx.engine.events import TokenEvent
     from dflash_mlx.engine.target_ops import bind_draft_to_target, resolve_target_ops
@@ -68,10 +73,13 @@ def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: s
 
     ops = resolve_target_ops(target)
     bind_draft_to_target(drafter, target, target_ops=ops)
+    context = build_offline_runtime_context(verify_mode=verify_mode)
+    if not prompt_lookup and hasattr(context.runtime, "copyspec_mode"):  # as dfly-mlx guards it: 0.1.8 has none
+        context = dataclasses.replace(context, runtime=dataclasses.replace(context.runtime, copyspec_mode="off"))
     events = stream_dflash_generate(
-        target_model=target, target_ops=ops, tokenizer=None, draft_model=drafter, draft_backend=EagerDraftBackend(),
-        prompt_tokens_override=prompt, max_new_tokens=max_tokens,
-        runtime_context=build_offline_runtime_context(verify_mode=verify_mode), **options,
+        target_model=target, target_ops=ops, tokenizer=None, draft_model=drafter,
+        draft_backend=draft_backend or EagerDraftBackend(), prompt_tokens_override=prompt, max_new_tokens=max_tokens,
+        runtime_context=context, **options,
     )  # fmt: skip
     from dflash_mlx.engine.events import SummaryEvent
 

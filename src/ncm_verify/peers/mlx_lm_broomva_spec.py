@@ -81,3 +81,13 @@ def planted() -> contextlib.AbstractContextManager:
         return own(prompt_cache, max(num_tokens - 1, 0))
 
     return mock.patch.object(cache, "trim_prompt_cache", trim_one_fewer)
+
+
+def generate_with_draft_model(target, draft, prompt: list[int], max_tokens: int, num_draft_tokens: int, **options):
+    """Tokens of the fork's classic `speculative_generate_step` with a separate draft model (`draft`)."""
+    from mlx_lm.generate import speculative_generate_step
+
+    steps = speculative_generate_step(
+        mx.array(prompt), target, draft, num_draft_tokens=num_draft_tokens, max_tokens=max_tokens, **options
+    )
+    return [int(step[0]) for step in steps]

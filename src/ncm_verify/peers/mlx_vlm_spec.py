@@ -108,9 +108,12 @@ def is_gemma4(target) -> bool:
     return target.config.model_type == "gemma4"
 
 
-def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
-    """mlx-vlm's own drafter of `draft_kind` for `target`, seeded; it binds the target's embeddings and head."""
+def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4, draft_vocab: int | None = None):
+    """mlx-vlm's own drafter of `draft_kind` for `target`, seeded; it binds the target's embeddings and head.
+    `draft_vocab` (EAGLE-3 only): a draft vocabulary of that many tokens, the target's even ids (its ``d2t`` map)."""
     vocab = target.config.vocab_size
+    if draft_vocab is not None and (draft_kind != "eagle3" or not 1 <= draft_vocab <= (vocab + 1) // 2):
+        raise ValueError(f"draft_vocab: an EAGLE-3 vocabulary of 1..{(vocab + 1) // 2} tokens, got {draft_vocab}")
     if draft_kind == "eagle3":
         from mlx_vlm.speculative.drafters.eagle3 import Eagle3DraftModel
         from mlx_vlm.speculative.drafters.eagle3.config import Eagle3Config
@@ -118,10 +121,13 @@ def make_drafter(draft_kind: str, target, seed: int, block_size: int = 4):
         layer = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=1, num_attention_heads=2,
                      num_key_value_heads=1, head_dim=16, vocab_size=vocab)  # fmt: skip
         eagle = Eagle3Config.from_dict(
-            dict(transformer_layer_config=layer, draft_vocab_size=vocab, target_hidden_size=HIDDEN,
+            dict(transformer_layer_config=layer, draft_vocab_size=draft_vocab or vocab, target_hidden_size=HIDDEN,
                  capture_layer_ids=[0, 1, 3], target_layer_ids=[0, 1, 3], block_size=block_size)
         )  # fmt: skip
-        return build(lambda: Eagle3DraftModel(eagle), seed)
+        drafter = build(lambda: Eagle3DraftModel(eagle), seed)
+        if draft_vocab is not None:  # draft id i stands for target id 2i: d2t holds the offsets
+            drafter.d2t = mx.arange(draft_vocab, dtype=mx.int32)
+        return drafter
     if draft_kind == "dflash" and is_gemma4(target):
         from mlx_vlm.speculative.drafters.gemma4_dflash import Gemma4DFlashConfig, Gemma4DFlashDraftModel
 

@@ -120,3 +120,55 @@ def planted() -> contextlib.AbstractContextManager:
     from mtplx import sampling
 
     return mock.patch.object(sampling, "residual_distribution", lambda target_p, draft_q: target_p)
+
+
+class BlockRule:
+    """mtplx's block verification (`qwen4_block_verify.build_verifier`, Sun et al.'s law with its water-fill
+    look-ahead) as an `oracles.exact_block.BlockRule`: the accepted count's law from the ladder's conditional accept
+    coins (``accept_probability``: depth d is kept with a_d given depth d-1 was), the correction from its
+    `scaled_residual`, the bonus from the last target row (the module draws it from p_{D+1} unchanged).
+
+    `residual` swaps in another correction (the planted control: the shipped chain's ``(p - q)+``)."""
+
+    def __init__(self, residual=None):
+        self.residual = residual
+
+    @staticmethod
+    def verifier(target: np.ndarray, draft: np.ndarray, drafts: np.ndarray):
+        from mtplx.qwen4_block_verify import build_verifier
+
+        count = len(drafts)
+        built = build_verifier(
+            draft_tokens=[int(x) for x in drafts],
+            draft_probs=list(draft[:count]),
+            target_list=list(target[:count]),
+            vocab_size=target.shape[1],
+        )
+        if built is None:
+            raise ValueError("target: mtplx declined to build a block verifier for these rows")
+        return built
+
+    def length_law(self, target: np.ndarray, draft: np.ndarray, drafts: np.ndarray) -> np.ndarray:
+        if len(drafts) == 0:  # a round with no draft emits the bonus alone (mtplx arms nothing: build_verifier)
+            return np.ones(1)
+        coins = [float(a) for a in self.verifier(target, draft, drafts).accept_probability]
+        law, reach = np.zeros(len(drafts) + 1), 1.0
+        for depth, coin in enumerate(coins):
+            law[depth] = reach * (1.0 - coin)
+            reach *= coin
+        law[len(drafts)] = reach
+        return law
+
+    def last_row(self, target: np.ndarray, draft: np.ndarray, drafts: np.ndarray, tau: int) -> np.ndarray:
+        if tau == len(drafts):
+            return np.asarray(target[tau], dtype=np.float64)
+        if self.residual is not None:
+            return self.residual(target[tau], draft[tau])
+        vocab = target.shape[1]
+        return dense(self.verifier(target, draft, drafts).scaled_residual(tau), vocab)
+
+
+def chain_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The shipped chain's correction ``norm((p - q)+)``: block verification's own only at depth 1."""
+    weights = np.maximum(np.asarray(p, dtype=np.float64) - q, 0.0)
+    return weights / weights.sum() if weights.sum() > 0 else np.asarray(p, dtype=np.float64)

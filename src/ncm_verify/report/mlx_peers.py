@@ -14,6 +14,7 @@ import re
 from html import escape
 from pathlib import Path
 
+from ncm_verify.peers.reach import UNEXPLAINED, compact
 from ncm_verify.report import html as html_report
 from ncm_verify.report.markdown import render_table
 from ncm_verify.report.model import Table
@@ -40,6 +41,10 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
+    reach: dict | None = None
+    """`peers.reach.judge`'s verdict on the package's speculative branches, when measured."""
+    before: dict | None = None
+    """The reach the properties had before the reach work (``reached``, ``runnable``, ``percent``, ``commit``)."""
 
 
 def property_cell(records: list[dict]) -> str:
@@ -78,7 +83,8 @@ def problems(run: PeerRun) -> list[str]:
         if record["status"] in ("failed", "xpassed"):
             found.append(f"{run.name}: {record['nodeid']} {record['status']}")
     planted = [r for r in run.records if "planted" in r["nodeid"]]
-    if run.records and (not planted or any(r["status"] != "planted caught" for r in planted)):
+    judged = any(r["status"] != "not applicable" for r in run.records)  # a peer that cannot run here has no plant
+    if judged and (not planted or any(r["status"] != "planted caught" for r in planted)):
         found.append(f"{run.name}: a planted control was not caught")
     return found
 
@@ -143,6 +149,56 @@ def findings_of(runs: list[PeerRun]) -> list[Finding]:
             )
         )
     return found
+
+
+def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
+    """Per package: reach (runnable branches reached / runnable, before and now); every unreached branch grouped
+    by its reason (NO REASON where none is given); and each reason's file, lines and branch count."""
+    measured = [(run, run.reach) for run in runs if run.reach]
+    summary = Table(
+        "Reach: branches of each package's speculative code the properties executed",
+        ("package", "reached / runnable", "percent", "before", "not runnable here", "unreached: explained",
+         "unreached: NO REASON", "reasons that ran anyway"),
+        [
+            (
+                run.pin,
+                f"{judged['reached']} / {judged['runnable']}",
+                f"{judged['percent']}",
+                f"{run.before['reached']} / {run.before['runnable']} ({run.before['percent']})" if run.before else "-",
+                str(judged["not_runnable"]),
+                str(len([u for u in judged["unreached"] if u["reason"] != UNEXPLAINED])),
+                str(len([u for u in judged["unreached"] if u["reason"] == UNEXPLAINED])),
+                compact(judged["ran_though_not_runnable"]) or "none",
+            )
+            for run, judged in measured
+        ],
+        note="coverage.py branch coverage (a branch: one exit of a line with several), measured in the package's own "
+        "environment while its properties ran; scopes and reasons in ncm_verify.peers.mlx_reach. 'Not runnable here' "
+        "branches (macOS-only, Metal, ...) leave the runnable total; 'before' is the properties before the reach work.",
+    )  # fmt: skip
+    grouped = []
+    for run, judged in measured:
+        by_reason: dict[str, list[str]] = {}
+        for entry in judged["unreached"]:
+            by_reason.setdefault(entry["reason"], []).append(entry["branch"])
+        for why, branches in sorted(by_reason.items(), key=lambda item: item[0] != UNEXPLAINED):
+            grouped.append((run.pin, why, str(len(branches)), compact(branches)))
+    unreached = Table(
+        "Unreached runnable branches, by reason",
+        ("package", "reason", "branches", "branch lines (file: lines)"),
+        grouped,
+        note="Every runnable branch the properties did not take; the JSON report lists each as file:line->destination.",
+    )
+    reasons = Table(
+        "Reasons, per package: file and lines",
+        ("package", "file", "lines", "runnable", "branches", "reason"),
+        [
+            (run.pin, r["path"], r["lines"], "yes" if r["runnable"] else "no", str(r["branches"]), r["reason"])
+            for run, judged in measured
+            for r in judged["reasons"]
+        ],
+    )
+    return summary, unreached, reasons
 
 
 def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
@@ -210,15 +266,16 @@ def findings_html(findings: list[Finding]) -> str:
     return f"<h2>Findings</h2>{note}{table}"
 
 
-def render_page(verdict: Table, verdicts: Table, findings: list[Finding], environments: Table) -> str:
+def render_page(verdict: Table, verdicts: Table, findings: list[Finding], environments: Table, *more: Table) -> str:
     """peers-mlx.html, styled as verify.html (its CSS): the verdict first, then each package's properties, the
-    findings one row each, the environments."""
+    findings one row each, the environments, then `more` (reach)."""
     body = "\n".join(
         [
             html_report.render_table(verdict),
             html_report.render_table(verdicts),
             findings_html(findings),
             html_report.render_table(environments),
+            *(html_report.render_table(table) for table in more),
         ]
     )
     return (
@@ -233,13 +290,14 @@ def write(runs: list[PeerRun], reports: Path) -> int:
     """peers-mlx.{md,html,json} under `reports`; returns the exit status (1 when `problems` found any)."""
     found = [problem for run in runs for problem in problems(run)]
     verdict = "fail: " + "; ".join(found) if found else "pass: every peer judged, every planted control caught"
-    parts = tables(runs)
+    verdicts, findings, environments = tables(runs)
+    reach = reach_tables(runs)
+    parts = (verdicts, findings, environments, *reach)
     markdown = "\n".join(
         ["# MLX speculative decoders", "", f"Verdict: {verdict}", ""] + [render_table(t) for t in parts]
     )
     (reports / "peers-mlx.md").write_text(markdown, encoding="utf-8")
-    verdicts, _, environments = parts
-    page = render_page(verdict_table(runs, found), verdicts, findings_of(runs), environments)
+    page = render_page(verdict_table(runs, found), verdicts, findings_of(runs), environments, *reach)
     (reports / "peers-mlx.html").write_text(page, encoding="utf-8")
     record = {"schema": "ncm-verify/peers-mlx/1", "verdict": verdict, "runs": [dataclasses.asdict(r) for r in runs]}
     write_json(record, reports / "peers-mlx.json")

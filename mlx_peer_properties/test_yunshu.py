@@ -1,0 +1,196 @@
+"""yunshu 0.1.5 judged on its own `SpeculativeDecoder` (`peers.yunshu_spec`): loop, rule, batch verify, rollback.
+
+make install-peers PEER=yunshu && make verify-peers PEERS=yunshu     (needs a Python >= 3.13 on the machine)
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from peer_checks import (
+    Decoding,
+    assert_cache_attends_as_uncached,
+    assert_greedy_equals_plain,
+    first_difference,
+    run_variant,
+    tempered,
+)
+
+from ncm_verify.peers import yunshu_spec as peer
+from ncm_verify.peers.mlx_tiny import WINDOW
+from ncm_verify.tolerances import RECURRENT_LOGPROBS, TOLERANCES
+
+VARIANTS = ("own", "planted")
+MORE = settings(max_examples=6)
+"""A planted rollback shows only after a round rejects a draft with room left (most rounds here): 6 examples."""
+EXACT_LAW = 1e-5
+"""TV admitted between the rule's law and p: both come from float32 rows (the model's and the rule's ratios)."""
+
+
+@st.composite
+def cases(draw, kind: str = "attention"):
+    vocab = draw(st.sampled_from([4, 6]), label="vocab")
+    seed = draw(st.integers(0, 2**16), label="weights seed")
+    shortest = WINDOW if kind == "sliding-window" else 1  # the ring is full from the first round
+    prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=shortest, max_size=6), label="prompt")
+    max_tokens = draw(st.integers(6, 16), label="max_tokens")
+    draft_length = draw(st.integers(1, 4), label="draft_length")
+    target, drafter = peer.make_target(kind, seed, vocab), peer.make_drafter(seed + 1, vocab)
+    call = (
+        f"target = make_target({kind!r}, {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); "
+        f"generate(target, drafter, {prompt}, {max_tokens}, {draft_length})"
+    )
+    note(f"from ncm_verify.peers.yunshu_spec import *; {call}")
+    return Decoding(target, drafter, draft_length, prompt, max_tokens, call)
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@MORE
+@given(data=st.data())
+def test_greedy_speculative_decoding_emits_plain_greedy_decoding(kind, variant, data):
+    """Temperature 0: `SpeculativeDecoder.generate` emits mlx-lm's plain greedy tokens, each the argmax of one
+    uncached forward pass, on attention, hybrid (GatedDeltaNet) and sliding-window (a ring of 4) targets."""
+    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases(kind))
+    mx.random.seed(0)  # the draft model samples its drafts at its draft_temperature (1.0) from MLX's generator
+    spec = run_variant(peer, variant, target, drafter, prompt, max_tokens, draft_length)
+    plain = peer.plain(target, prompt, max_tokens)
+    assert_greedy_equals_plain(spec, plain, lambda tokens: peer.conditional(target, tokens), prompt, f"greedy ({call})")
+
+
+@pytest.mark.peer_property(1)
+@settings(max_examples=4)
+@given(data=st.data())
+def test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding(data):
+    """With a tokenizer's `eos_token_id`, greedy `generate` emits plain greedy decoding up to and including the
+    first end-of-sequence token and nothing after it (the token drawn from the plain output, so that it occurs)."""
+    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases())
+    plain = peer.plain(target, prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos token")
+    want = plain[: plain.index(eos) + 1]
+    mx.random.seed(0)
+    spec = [
+        int(t)
+        for t in peer.decoder(target, drafter, draft_length, eos=eos).generate(mx.array([prompt]), max_tokens, 0.0)
+    ]
+    assert spec == want, (
+        f"EOS {eos}: speculative {spec}, plain up to EOS {want}: {first_difference(spec, want)}\n  {call}"
+    )
+
+
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("draft_temperature", [1.0, 0.0], ids=["default draft", "engine's greedy draft"])
+@settings(max_examples=3)
+@given(data=st.data())
+def test_the_rule_emits_exactly_the_target_law(draft_temperature, variant, data):
+    """One `verify_draft` round, its draft x drawn as `generate` draws it (the draft model at `draft_temperature`:
+    1.0 by default, 0.0 in the batched engine's external drafter) and handed with its log-probability: the emitted
+    token's exact law (per x, the acceptance ratio the rule computes and the law its correction sampler is
+    handed, read call by call) is the target's tempered conditional."""
+    vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    context = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context")
+    temperature = data.draw(st.sampled_from([1.0, 0.7]), label="temperature")
+    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
+    spec = peer.decoder(target, drafter, draft_length=1, draft_temperature=draft_temperature)
+    draft_logprobs = np.array(peer.conditional(drafter, context), dtype=np.float64)
+    draft_law = (
+        tempered(draft_logprobs, draft_temperature) if draft_temperature else np.eye(vocab)[draft_logprobs.argmax()]
+    )
+    if variant == "planted":
+        with peer.planted():
+            law = peer.round_law(spec, target, context, draft_logprobs, draft_law, temperature)
+    else:
+        law = peer.round_law(spec, target, context, draft_logprobs, draft_law, temperature)
+    want = tempered(peer.conditional(target, context), temperature)
+    tv = 0.5 * float(np.abs(law - want).sum())
+    worst = np.argsort(-np.abs(law - want))[:3]
+    assert tv <= EXACT_LAW, (
+        f"the round's law differs from the target's (T={temperature}) by TV {tv:.3g}; tokens {worst.tolist()}: "
+        f"law {law[worst].round(4).tolist()} vs p {want[worst].round(4).tolist()}\n  call: target = make_target("
+        f"'attention', {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); context {context}"
+    )
+
+
+@pytest.mark.peer_property(3)
+@settings(max_examples=6)
+@given(data=st.data())
+def test_batch_verification_gives_each_request_what_verifying_it_alone_gives(data):
+    """Temperature 0: `batch_verify_drafts` over two requests (each its own cache) returns, per request, what
+    `verify_draft` returns for it alone: accepted drafts and bonus token (drafts drawn from the draft model)."""
+    vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    contexts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context") for _ in "ab"]
+    drafts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4), label="drafts") for _ in "ab"]
+    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
+    logprobs = [
+        [float(peer.conditional(drafter, c + d[:i])[t]) for i, t in enumerate(d)] for c, d in zip(contexts, drafts)
+    ]
+    spec = peer.decoder(target, drafter)
+    batched, alone = peer.verify_rows(spec, target, contexts, drafts, logprobs, 0.0, rng_seed=seed)
+    for row, (b, a) in enumerate(zip(batched, alone)):
+        assert (b.accepted_ids, b.bonus_token_id) == (a.accepted_ids, a.bonus_token_id), (
+            f"request {row} (context {contexts[row]}, drafts {drafts[row]}): batch verify accepted {b.accepted_ids} "
+            f"+ bonus {b.bonus_token_id}, alone {a.accepted_ids} + bonus {a.bonus_token_id}\n  call: target = "
+            f"make_target('attention', {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab})"
+        )
+
+
+@pytest.mark.peer_property(4)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_logit_bias_acts_on_the_speculative_path_as_on_plain_decoding(data):
+    """Temperature 0 with a `logit_bias` (`generate`'s own parameter, served from requests): the speculative tokens
+    equal plain greedy decoding with the same bias (mlx-lm's `make_logits_processors`)."""
+    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases())
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    bias = {data.draw(st.integers(0, vocab - 1), label="biased token"): data.draw(st.sampled_from([3.0, 10.0]))}
+    mx.random.seed(0)
+    spec = peer.generate(target, drafter, prompt, max_tokens, draft_length, logit_bias=bias)
+    plain = peer.plain(target, prompt, max_tokens, logit_bias=bias)
+    assert spec == plain, f"logit_bias {bias}: speculative {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@settings(max_examples=4)
+@given(data=st.data())
+def test_at_every_round_the_target_cache_attends_as_the_tokens_it_holds_uncached(kind, data):
+    """At each round's entry (`verify_draft`), after the previous round's rollback, a copy of the target cache fed
+    the next held token gives the log-probabilities one uncached pass over those tokens gives (float32 tolerance;
+    `tolerances.RECURRENT_LOGPROBS` on the hybrid target)."""
+    target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases(kind))
+    spec = peer.decoder(target, drafter, draft_length)
+    rounds = peer.caches_at_rounds(spec)  # copied at each round's entry
+    mx.random.seed(0)
+    tokens = prompt + [int(t) for t in spec.generate(mx.array([prompt]), max_tokens, 0.0)]
+    note(f"emitted {tokens[len(prompt) :]}; {len(rounds)} rounds")
+    tolerance = RECURRENT_LOGPROBS if kind == "hybrid" else TOLERANCES[mx.float32]
+    for number, (held, cache) in enumerate(rounds):
+        if held < len(tokens):
+            assert_cache_attends_as_uncached(target, cache, tokens, held, tolerance, f"round {number} ({call})")
+
+
+@pytest.mark.peer_property(6)
+@settings(max_examples=2)
+@given(data=st.data())
+def test_a_seeded_request_decodes_the_same_tokens_each_time(data):
+    """yunshu's engine serves a request's `seed` by ``mx.random.seed(seed)`` before `decoder.generate`
+    (`engine_speculative._run_spec`); at temperature 1 such runs must emit the same tokens (four runs of 16 tokens,
+    so that different generators rarely agree by chance)."""
+    target, drafter, draft_length, prompt, _, call = data.draw(cases())
+    seed = data.draw(st.integers(0, 2**16), label="request seed")
+    runs = []
+    for _ in range(4):
+        spec = peer.decoder(target, drafter, draft_length, rng_seed=None)  # the generator yunshu gives it
+        mx.random.seed(seed)
+        runs.append([int(t) for t in spec.generate(mx.array([prompt]), 16, 1.0)])
+    differing = next((run for run in runs if run != runs[0]), runs[0])
+    assert differing == runs[0], (
+        f"seed {seed}: {runs[0]}, then {differing}: {first_difference(runs[0], differing)}\n  {call}"
+    )

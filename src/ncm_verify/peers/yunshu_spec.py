@@ -1,0 +1,234 @@
+"""yunshu 0.1.5's speculative decoder (`yunshu_engine.speculative_decoder.SpeculativeDecoder`), driven directly.
+
+Its loop (`generate`): prefill both models, the first token from the target, then rounds of a draft model drafting
+K tokens at its `draft_temperature`, one target pass over [last token, drafts] (`verify_draft`), acceptance by
+argmax match at temperature 0 or by ``U < min(threshold, p(x)/q(x))`` above it, a bonus or correction token from
+the target, and rollback by `mlx_lm.models.cache.trim_prompt_cache` (draft cache: a snapshot of offsets and arrays).
+`batch_verify_drafts` verifies several requests' drafts, one request's cache each. Targets and drafters are
+mlx-lm's own models at tiny sizes (`mlx_tiny`); the tokenizer is None (no EOS). `planted()` makes every
+`trim_prompt_cache` the loop calls trim one entry fewer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+from collections.abc import Iterator
+from unittest import mock
+
+import mlx.core as mx
+import numpy as np
+
+from ncm_verify.peers.mlx_tiny import MLX_LM_KINDS, log_softmax, make_mlx_lm_target
+
+PACKAGE = "yunshu"
+VERSION = "0.1.5"
+TARGET_KINDS = MLX_LM_KINDS
+
+
+def make_target(kind: str, seed: int, vocab: int = 12):
+    return make_mlx_lm_target(kind, seed, vocab)
+
+
+def make_drafter(seed: int, vocab: int = 12):
+    """The draft model: an attention-only qwen3 of the same vocabulary, its own weights."""
+    return make_mlx_lm_target("attention", seed, vocab)
+
+
+class EosTokenizer:
+    """What `SpeculativeDecoder` reads of a tokenizer: its `eos_token_id`."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+
+def decoder(target, drafter, draft_length: int = 3, draft_temperature: float = 1.0, rng_seed: int | None = 0,
+            eos: int | None = None):  # fmt: skip
+    """yunshu's `SpeculativeDecoder` (no tokenizer, so no EOS, unless `eos`), its acceptance coins from
+    ``random.Random(rng_seed)`` (None: the unseeded generator yunshu gives it)."""
+    from yunshu_engine.speculative_decoder import SpecDecodingConfig, SpeculativeDecoder
+
+    config = SpecDecodingConfig(draft_length=draft_length, draft_temperature=draft_temperature)
+    spec = SpeculativeDecoder(target, drafter, None if eos is None else EosTokenizer(eos), config=config)
+    if rng_seed is not None:
+        spec.rng = random.Random(rng_seed)
+    return spec
+
+
+def generate(target, drafter, prompt: list[int], max_tokens: int, draft_length: int = 3, temperature: float = 0.0,
+             **options) -> list[int]:  # fmt: skip
+    """yunshu's `SpeculativeDecoder.generate`; `options` are its penalties and `logit_bias`."""
+    spec = decoder(target, drafter, draft_length)
+    return [int(t) for t in spec.generate(mx.array([prompt]), max_tokens, temperature, **options)]
+
+
+def plain(target, prompt: list[int], max_tokens: int, logit_bias: dict[int, float] | None = None) -> list[int]:
+    """Plain greedy decoding of the target: mlx-lm's `generate_step` with its logits processors."""
+    from mlx_lm.generate import generate_step
+    from mlx_lm.sample_utils import make_logits_processors
+
+    processors = make_logits_processors(logit_bias=logit_bias)
+    steps = generate_step(
+        mx.array(prompt), target, max_tokens=max_tokens, sampler=lambda x: mx.argmax(x, axis=-1),
+        logits_processors=processors,
+    )  # fmt: skip
+    return [int(token) for token, _ in steps]
+
+
+def conditional(target, tokens: list[int]) -> mx.array:
+    """The target's log-probabilities ``[V]`` of the token after `tokens`, from one uncached forward pass."""
+    return log_softmax(target(mx.array([tokens]))[0, -1])
+
+
+def prefilled(model, tokens: list[int]) -> list:
+    """mlx-lm caches of `model` holding `tokens` (what `verify_draft` expects: the last token cached)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    model(mx.array([tokens]), cache=cache)
+    mx.eval([c.state for c in cache])
+    return cache
+
+
+class ScriptedRandom:
+    """A `random.Random` stand-in whose every `random()` is `uniform` (the acceptance coins)."""
+
+    def __init__(self, uniform: float):
+        self.uniform = uniform
+
+    def random(self) -> float:
+        return self.uniform
+
+
+class RecordingTempSampler:
+    """Stands in for `_build_temp_sampler`'s numpy sampler: records the row handed to it (the law it would draw
+    from is softmax(row / T)) and returns its argmax."""
+
+    def __init__(self):
+        self.rows: list[np.ndarray] = []
+
+    def build(self, temperature, **_):
+        def sample(row):
+            self.rows.append(np.array(row.astype(mx.float32)).reshape(-1) / temperature)
+            return mx.argmax(row.reshape(-1), keepdims=True)
+
+        return sample
+
+
+class RecordingMlx:
+    """`mlx.core` as `speculative_decoder` sees it, recording each `minimum` (the rule's acceptance ratios
+    ``min(threshold, p(x)/q(x))``); everything else is mlx.core's own."""
+
+    def __init__(self):
+        self.minimums: list[np.ndarray] = []
+
+    def __getattr__(self, name: str):
+        return getattr(mx, name)
+
+    def minimum(self, a, b):
+        result = mx.minimum(a, b)
+        self.minimums.append(np.array(result))
+        return result
+
+
+def round_law(spec, target, context: list[int], draft_logprobs: np.ndarray, draft_law: np.ndarray,
+              temperature: float) -> np.ndarray:  # fmt: skip
+    """The exact law of the first token a `verify_draft` round emits after `context` with one draft x drawn from
+    `draft_law` and handed to the rule with its log-probability `draft_logprobs[x]` (as `generate` does: the draft
+    model's untempered log-softmax): per x, the acceptance ratio the rule computes (its coin accepts iff U < ratio,
+    checked at the ratio and the float32 below it) and the law its correction sampler is handed on rejection."""
+    from yunshu_engine import batched_engine, speculative_decoder
+    from yunshu_engine.speculative_decoder import DraftResult
+
+    vocab = draft_logprobs.shape[-1]
+    q = np.asarray(draft_law, dtype=np.float64)
+
+    def run(x: int, uniform: float):
+        recorder, recording = RecordingTempSampler(), RecordingMlx()
+        spec.rng = ScriptedRandom(uniform)
+        draft = DraftResult(token_ids=[x], logprobs=[float(draft_logprobs[x])])
+        with (
+            mock.patch.object(batched_engine, "_build_temp_sampler", recorder.build),
+            mock.patch.object(speculative_decoder, "mx", recording),
+        ):
+            result = spec.verify_draft(draft, mx.array([[context[-1]]]), prefilled(target, context), temperature)
+        return result, recording.minimums, recorder.rows
+
+    law = np.zeros(vocab)
+    below_one = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+    for x in np.flatnonzero(q > 0):
+        result, ratios, rows = run(int(x), below_one)
+        accept = float(min(ratios[0][0], 1.0)) if ratios else float(result.accepted_count)  # greedy: no ratio
+        if ratios and 0.0 < accept < 1.0:
+            at, _, _ = run(int(x), accept)
+            under, _, _ = run(int(x), float(np.nextafter(np.float32(accept), np.float32(0.0))))
+            assert at.accepted_count == 0 and under.accepted_count == 1, (
+                f"draft {x}: the coin does not accept exactly below the ratio {accept} the rule computed"
+            )
+        residual = np.zeros(vocab)
+        if result.accepted_count == 0:
+            row = rows[-1].astype(np.float64)
+            residual = np.exp(row - row.max())
+            residual /= residual.sum()
+        law += q[x] * (accept * np.eye(vocab)[x] + (1.0 - accept) * residual)
+    return law
+
+
+def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]], draft_logprobs: list[list[float]],
+                temperature: float, rng_seed: int):  # fmt: skip
+    """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches)."""
+    from yunshu_engine.speculative_decoder import DraftResult
+
+    results = [DraftResult(token_ids=d, logprobs=lp) for d, lp in zip(drafts, draft_logprobs)]
+    spec.rng = random.Random(rng_seed)
+    batched = spec.batch_verify_drafts(
+        [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
+    )
+    alone = []
+    spec.rng = random.Random(rng_seed)
+    for r, c in zip(results, contexts):
+        alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
+    return batched, alone
+
+
+@contextlib.contextmanager
+def recorded_target_caches(target) -> Iterator[list]:
+    """The target caches `generate` makes (`make_prompt_cache(self.target)`), recorded as made."""
+    from mlx_lm.models import cache as mlx_cache
+
+    own, made = mlx_cache.make_prompt_cache, []
+
+    def make(model, *args, **kwargs):
+        result = own(model, *args, **kwargs)
+        if model is target:
+            made.append(result)
+        return result
+
+    with mock.patch.object(mlx_cache, "make_prompt_cache", make):
+        yield made
+
+
+def caches_at_rounds(spec) -> list[tuple[int, list]]:
+    """Wraps `spec.verify_draft` to record, at each round's entry, a copy of the target cache and the offset it
+    claims (its attention layers' largest)."""
+    own, rounds = spec.verify_draft, []
+
+    def verify(draft, input_ids, cache, *args, **kwargs):
+        rounds.append((max(int(getattr(c, "offset", 0) or 0) for c in cache), copy.deepcopy(cache)))
+        return own(draft, input_ids, cache, *args, **kwargs)
+
+    spec.verify_draft = verify
+    return rounds
+
+
+def planted() -> contextlib.AbstractContextManager:
+    """Every `trim_prompt_cache` the loop calls trims one entry fewer: one rejected entry stays attended."""
+    from mlx_lm.models import cache
+
+    own = cache.trim_prompt_cache
+
+    def trim_one_fewer(prompt_cache, num_tokens):
+        return own(prompt_cache, max(num_tokens - 1, 0))
+
+    return mock.patch.object(cache, "trim_prompt_cache", trim_one_fewer)
