@@ -3,7 +3,7 @@ failure; an engine is put under it by a `PrefixEngine` adapter (`ncm_verify.peer
 
 A stream of greedy requests is drawn to hit every reuse case: the same prompt again; a stored key (a prompt and its
 completion) as the prompt; a prefix of a stored key; an extension of one (a chat continuation: key + a new turn);
-a stored block after another prefix; a block repeated; one token changed; prompts longer than the sliding window;
+a stored block after another prefix; a stored key's tail at the start; a block repeated; one token changed; prompts longer than the sliding window;
 several prompts in one batch beside uncached ones; fills until the policy evicts, then the evicted prompt again.
 What each run checks is chosen by `checks` (one test node per rule, the same stream):
 
@@ -192,6 +192,14 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(self.keys), label="key")
         head = data.draw(self.tokens(1, 4), label="another head")
         self.send([head + key], "a stored block after another prefix")
+
+    @precondition(lambda self: any(len(k) > 1 for k in self.keys))
+    @rule(data=st.data())
+    def a_stored_tail_at_the_start(self, data):
+        """A stored key's tail as a new prompt: its tokens were cached at later positions (a position-blind key)."""
+        key = data.draw(st.sampled_from([k for k in self.keys if len(k) > 1]), label="key")
+        cut = data.draw(st.integers(1, len(key) - 1), label="cut")
+        self.send([key[cut:]], "a stored key's tail at the start")
 
     @rule(data=st.data())
     def a_block_repeated(self, data):

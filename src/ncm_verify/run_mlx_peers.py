@@ -51,8 +51,10 @@ class MlxPeer:
         return PEERS_DIR / self.name / "bin" / "python"
 
     @property
-    def tests(self) -> str:
-        return f"mlx_peer_properties/test_{self.module}.py"
+    def tests(self) -> list[str]:
+        """Its speculative properties and, where it keeps a prefix cache, ``test_<module>_prefix_cache.py``."""
+        files = [f"mlx_peer_properties/test_{self.module}.py", f"mlx_peer_properties/test_{self.module}_prefix_cache.py"]
+        return [name for name in files if (ROOT / name).exists()]
 
 
 MLX_PEERS = (
@@ -67,7 +69,10 @@ MLX_PEERS = (
             "jinja2>=3.1.0",
             "requests>=2.31.0",
             "huggingface_hub",
+            "mlx-lm[cpu]>=0.32.2",
         ),
+        "mlx-lm is not among its dependencies: it is installed for the prefix-cache machine alone (its model folders "
+        "and uncached oracle use mlx-lm's model classes; mlx-vlm imports none of it). Left out: "
         "datasets, sentencepiece, miniaudio, llguidance, mlx-audio, opencv-python, fastapi, python-multipart, "
         "starlette, uvicorn, websockets, cryptography: audio, vision preprocessing, server and training extras; "
         "`mlx_vlm.generate.ar` and `mlx_vlm.speculative` import without them",
@@ -149,7 +154,7 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         results = reports / f"peers-mlx-{peer.name}.jsonl"
         results.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
-        command = [str(peer.python), "-m", "pytest", peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
+        command = [str(peer.python), "-m", "pytest", *peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
         command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
         print(f"ncm-verify: {peer.name}: {' '.join(command)}", flush=True)
         started = time.monotonic()

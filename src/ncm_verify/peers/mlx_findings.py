@@ -94,6 +94,33 @@ VLLM_MLLM_WRAPPED_RING = (
     "Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_wrapped_ring.py"
 )
 
+VLLM_FULL_HIT_DUPLICATE = (
+    "vllm-mlx 0.6.0 vllm_mlx/scheduler.py:2362-2385 (_schedule_waiting): a hit that leaves no prompt token to compute "
+    "re-feeds the last prompt token onto a cache that already holds it, unless cache_hit_type is 'exact' or "
+    "'supersequence' (the memory-aware cache's names); the legacy PrefixCacheManager (:2203) and the paged "
+    "BlockAwarePrefixCache (:2136) call every hit 'hit', so with --no-memory-aware-cache the same prompt again, or a "
+    "prefix of a stored prompt + completion, and with --use-paged-cache a prompt of whole stored blocks, attend to "
+    "the last prompt token twice: the first token's log-probability off by 0.05-0.3 nats, greedy tokens differ. "
+    "Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_prefix_full_hit.py"
+)
+VLLM_PAGED_POSITION_BLIND = (
+    "vllm-mlx 0.6.0 vllm_mlx/paged_cache.py:951-972 (find_shared_prefix) looks each block of a prompt up by "
+    "find_cached_block(chunk), a hash of the block's tokens alone (:873, 'legacy string hash'), not the chained "
+    "compute_block_hash(parent, tokens) of :40: a block stored at any position after any prefix is reused as the "
+    "prompt's block, its keys rotated for the wrong positions (e.g. blocks stored at positions 4-15 served as "
+    "0-11 for a prompt whose first token differs from the stored one: first token's log-probability off by 0.15 "
+    "nats). Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_paged_position.py"
+)
+VLLM_HYBRID_BATCH_PADDING = (
+    "vllm-mlx 0.6.0 serving a qwen3_next (GatedDeltaNet hybrid) model: its scheduler decodes requests together in "
+    "mlx-lm 0.31.3's BatchGenerator (the mlx-lm its pin admits), which pads a shorter prompt on the left, and that "
+    "row's first token gets a conditional off the uncached one (0.38 nats for [18, 10, 10, 2] beside a 5-token "
+    "prompt; 0.009 for [0, 0]); no cache involved (a fresh scheduler), exact on the attention and sliding models "
+    "and for a request alone. The line at fault (in mlx-lm's batched recurrent path) is not pinned. Repro: "
+    ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_hybrid_batch.py"
+)
+_VLLM_PREFIX = "mlx_peer_properties/test_vllm_mlx_prefix_cache.py::"
+_VLLM_SERVED = "test_served_tokens_and_logprobs_equal_an_uncached_forward"
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
 _BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
@@ -154,6 +181,26 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
     "mlx_peer_properties/test_vllm_mlx.py::test_greedy_requests_served_with_the_assistant_get_plain_decoding_each_alone"
     "[sliding-window]": VLLM_MLLM_WRAPPED_RING,
+    **{
+        f"{_VLLM_PREFIX}{_VLLM_SERVED}[legacy-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE
+        for dtype in ("float32", "bfloat16")
+    },
+    **{
+        f"{_VLLM_PREFIX}{_VLLM_SERVED}[paged-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE + " AND " + (
+            VLLM_PAGED_POSITION_BLIND
+        )
+        for dtype in ("float32", "bfloat16")
+    },
+    f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[legacy-attention]": (
+        VLLM_FULL_HIT_DUPLICATE
+    ),
+    f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[paged-attention]": (
+        VLLM_FULL_HIT_DUPLICATE + " AND " + VLLM_PAGED_POSITION_BLIND
+    ),
+    f"{_VLLM_PREFIX}test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens[paged]": VLLM_PAGED_POSITION_BLIND,
+    f"{_VLLM_PREFIX}test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional": (
+        VLLM_HYBRID_BATCH_PADDING
+    ),
     "mlx_peer_properties/test_vllm_mlx.py::test_after_every_step_the_batch_caches_attend_as_caches_rebuilt_from_the_"
     "tokens_they_hold[sliding-window]": VLLM_MLLM_WRAPPED_RING,
 }

@@ -1,0 +1,91 @@
+"""mlx-vlm 0.7.10's automatic prefix caching judged cached == uncached through its server engine
+(`peers.mlx_vlm_prefix`).
+
+make install-peers PEER=mlx-vlm && make verify-peers PEERS=mlx-vlm
+
+The one prefix-cache machine (`prefix_cache_machine.py`) over the three model families, float32 and bfloat16: APC
+runs in block mode on the attention model and in exact (snapshot) mode on the sliding-window and hybrid models.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prefix_cache_machine import assert_served_equals_uncached, run_machine
+
+from ncm_verify.peers import mlx_vlm_prefix as peer
+from ncm_verify.peers import prefix_engines
+
+EXAMPLES = 4
+"""Machine runs per node (10 steps each): about 5-12 s a node on 2 shared cores."""
+STEPS = 10
+MODES = {"attention": "block", "sliding": "exact", "hybrid": "exact"}
+"""The APC mode mlx-vlm picks for each family (`model_apc_mode`), checked by every node."""
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prefix-models")
+    return lambda family, dtype: prefix_engines.make_model_folder(folder / f"{family}-{dtype}", family, dtype)
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def judge(model, checks, engine=peer.MlxVlmApc) -> list[int]:
+    probe = engine()
+    probe.start(model, 1)
+    assert probe.mode == MODES[model.family], f"{model.family}: APC mode {probe.mode!r}, expected {MODES[model.family]}"
+    probe.close()
+    hits = run_machine(engine, model, checks, examples=EXAMPLES, steps=STEPS)
+    assert any(hits), f"APC on {model.family}: no request reused a cached token: a cold-cache pass proves nothing"
+    return hits
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("dtype", prefix_engines.DTYPES)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+def test_served_tokens_and_logprobs_equal_an_uncached_forward(family, dtype, models):
+    """Rule 1: every response (block hits, snapshot hits, batches beside uncached prompts, after restarts) equals
+    greedy decoding by full forwards of a fresh model, and the run sees hits."""
+    judge(models(family, dtype), (1,))
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(family, models):
+    """Rule 3: a prompt served again (after fills that evict blocks and snapshots) gets what it got before."""
+    judge(models(family, "float32"), (3,))
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("family", ["attention", "sliding"])
+def test_planted_a_wrong_block_hash_or_snapshot_length_is_caught(family, models):
+    """APC's own caches with one known-wrong change (`peer.planted`): block mode's hash without its parent (a block
+    stored after another prefix matches), exact mode's lookup one token longer than its snapshot: rule 1 must fail."""
+    with peer.planted():
+        judge(models(family, "float32"), (1,))
+
+
+@pytest.mark.peer_property(1)
+@given(
+    short=st.lists(st.integers(0, 23), min_size=2, max_size=5),
+    extra=st.lists(st.integers(0, 23), min_size=1, max_size=6),
+)
+def test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional(short, extra, models):
+    """No cache involved (a fresh engine): two prompts of different lengths decoded together on the hybrid model
+    each get what full forwards give."""
+    model = models("hybrid", "float32")
+    engine = peer.MlxVlmApc()
+    engine.start(model, 3)
+    longer = short + extra
+    for served in engine.serve([short, longer], 3):
+        assert served.reused == 0, f"a fresh engine reported {served.reused} reused tokens"
+        assert_served_equals_uncached(served, model, call=f"MlxVlmApc().serve([{short}, {longer}], 3)")

@@ -1,0 +1,118 @@
+"""vllm-mlx 0.6.0's prefix caches judged cached == uncached through its own scheduler (`peers.vllm_mlx_prefix`).
+
+make install-peers PEER=vllm-mlx && make verify-peers PEERS=vllm-mlx
+
+Each of the three cache modes (memory-aware, the default; ``--no-memory-aware-cache``; ``--use-paged-cache``) is put
+under the one prefix-cache machine (`prefix_cache_machine.py`) on the three model families, float32 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prefix_cache_machine import assert_served_equals_uncached, run_machine
+
+from ncm_verify.peers import prefix_engines
+from ncm_verify.peers import vllm_mlx_prefix as peer
+
+EXAMPLES = 4
+"""Machine runs per node (10 steps each, ~8-30 requests a run): about 2-6 s a node on 2 shared cores."""
+STEPS = 10
+UNTRIMMABLE = ("sliding", "hybrid")
+NO_REUSE = (
+    "not applicable: this mode stores no entry for caches it cannot trim (a wrapped sliding-window ring, recurrent "
+    "state): scheduler.py:2547 _prompt_output_entry_is_useless drops them, and only the memory-aware mode keeps a "
+    "post-prefill snapshot instead (:2714); every request of this run was served uncached (reused 0)"
+)
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prefix-models")
+    return lambda family, dtype: prefix_engines.make_model_folder(folder / f"{family}-{dtype}", family, dtype)
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    """The scheduler logs every lookup at INFO and recovers from errors with a WARNING: the verdict is the tests'."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def judge(mode: str, model, checks, context=contextlib.nullcontext) -> list[int]:
+    """The machine over `mode`; a hybrid model's requests one at a time (batching it is a finding of its own,
+    `test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional`)."""
+    batch = model.family != "hybrid"
+    with context():
+        hits = run_machine(lambda: peer.VllmMlxPrefix(mode, batch), model, checks, examples=EXAMPLES, steps=STEPS)
+    if not any(hits):
+        if mode != "memory" and model.family in UNTRIMMABLE:
+            pytest.skip(NO_REUSE)
+        pytest.fail(f"{mode} cache on {model.family}: no request reused a cached token: a cold-cache pass proves nothing")
+    return hits
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("dtype", prefix_engines.DTYPES)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+@pytest.mark.parametrize("mode", peer.MODES)
+def test_served_tokens_and_logprobs_equal_an_uncached_forward(mode, family, dtype, models):
+    """Rule 1: every response (exact, prefix, supersequence, common-prefix and block hits, batches beside uncached
+    prompts, after restarts) equals greedy decoding by full forwards of a fresh model, and the run sees hits."""
+    judge(mode, models(family, dtype), (1,))
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+@pytest.mark.parametrize("mode", peer.MODES)
+def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(mode, family, models):
+    """Rule 3: a prompt served again (after fills that evict, after its entry served others) gets what it got."""
+    if mode != "memory" and family in UNTRIMMABLE:
+        pytest.skip(NO_REUSE)
+    judge(mode, models(family, "float32"), (3,))
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("mode", ["legacy", "paged"])
+def test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens(mode, models):
+    """The full-hit finding's one-line fix applied (`peer.full_hit_fixed`): the legacy mode then passes (it is its
+    only fault); the paged mode still fails, on its position-blind block lookup."""
+    judge(mode, models("attention", "float32"), (1, 3), peer.full_hit_fixed)
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("mode", ["memory", "legacy"])
+def test_planted_a_lookup_claiming_one_token_more_is_caught(mode, models):
+    """The mode's own lookup with one prompt token fewer left to compute than it matched (`peer.planted`), on a
+    sound engine (legacy with the full-hit fix): rule 1 must fail. The paged mode has no sound engine to plant in
+    (two findings of its own fail rule 1 already)."""
+
+    @contextlib.contextmanager
+    def both():
+        with peer.full_hit_fixed(), peer.planted(mode):
+            yield
+
+    judge(mode, models("attention", "float32"), (1,), both)
+
+
+@pytest.mark.peer_property(1)
+@given(
+    short=st.lists(st.integers(0, 23), min_size=2, max_size=5),
+    extra=st.lists(st.integers(0, 23), min_size=1, max_size=6),
+)
+def test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional(short, extra, models):
+    """No cache involved (the first requests of a fresh scheduler): two prompts of different lengths decoded
+    together on the hybrid model each get what full forwards give (the scheduler's mlx-lm BatchGenerator pads
+    the shorter one on the left)."""
+    model = models("hybrid", "float32")
+    engine = peer.VllmMlxPrefix("memory")
+    engine.start(model, 3)
+    longer = short + extra
+    for served in engine.serve([short, longer], 3):
+        assert served.reused == 0, f"a fresh scheduler reported {served.reused} reused tokens"
+        assert_served_equals_uncached(served, model, call=f"VllmMlxPrefix('memory').serve([{short}, {longer}], 3)")

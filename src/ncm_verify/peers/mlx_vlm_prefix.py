@@ -1,0 +1,131 @@
+"""mlx-vlm 0.7.10's automatic prefix caching (`mlx_vlm/apc.py`), served through its server engine's `BatchGenerator`.
+
+The server (`mlx_vlm/server/generation.py`) builds one `BatchGenerator` over the language model with the process's
+`APCManager`, calls ``apc.prepare_prefill`` and inserts each request's token ids with its input embeddings and a
+semantic salt (`apc.semantic_extra_hash` of tenant, image, audio, video, model and processor): this adapter does the
+same for text requests. `APCCoordinator` picks a mode from the model's caches (`model_apc_mode`): ``block`` (every
+layer a `KVCache`: full blocks of the prompt but its last token, found by chained hashes, stored after prefill) or
+``exact`` (sliding-window or recurrent layers: a snapshot of the whole cache at the prompt's last token but one,
+reused when a later prompt extends it). The folder's model is loaded by mlx-vlm's own `load` (its ``llama`` and
+``qwen3_next`` text models). `reused` is the prompt response's ``cached_tokens``; log-probabilities are the engine's
+``token_logprob``. Two settings are lowered so that the machine's short prompts take part, each one of the
+manager's own: blocks of 4 tokens (``APC_BLOCK_SIZE``, 16 by default) and exact snapshots from 2 tokens
+(``APC_EXACT_MIN_TOKENS``, 16).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator, Sequence
+from unittest import mock
+
+from ncm_verify.peers.prefix_engines import EngineModel, Served
+
+PACKAGE = "mlx-vlm"
+VERSION = "0.7.10"
+BLOCK = 4
+BLOCKS_PER_ENTRY = 4
+"""The block pool holds `capacity` x this many blocks (a prompt of the machine spans up to 5): fills evict."""
+
+
+class MlxVlmApc:
+    """A `PrefixEngine` over mlx-vlm's server engine (`BatchGenerator` with an `APCManager`)."""
+
+    name = f"mlx-vlm {VERSION} APC (server BatchGenerator)"
+    supports = frozenset({"batch", "restart"})
+
+    def __init__(self):
+        self.engine = None
+
+    def start(self, model: EngineModel, capacity: int) -> None:
+        from mlx_vlm.utils import load
+
+        self.model, self.capacity = model, capacity
+        self.net, self.processor = load(str(model.path))
+        self.restart()
+
+    @property
+    def mode(self) -> str | None:
+        from mlx_vlm.apc import model_apc_mode
+
+        return model_apc_mode(self.net.language_model)
+
+    def restart(self) -> None:
+        """A new manager and engine: what a restarted server holds (no disk tier configured)."""
+        from mlx_vlm.apc import APCManager, semantic_extra_hash
+        from mlx_vlm.generate.ar import BatchGenerator
+
+        manager = APCManager(
+            num_blocks=self.capacity * BLOCKS_PER_ENTRY,
+            block_size=BLOCK,
+            overrides={"checkpoint_entries": self.capacity},
+        )
+        manager.exact_cache_min_tokens = 2
+        self.manager = manager
+        processor = self.processor
+        if not hasattr(processor, "tokenizer"):  # a bare tokenizer: the engine reads .tokenizer.stopping_criteria
+            processor = types.SimpleNamespace(tokenizer=processor)
+        self.engine = BatchGenerator(self.net.language_model, processor, apc_manager=manager, compute_logprobs=True)
+        self.salt = semantic_extra_hash(
+            tenant=None, image_hash=0, media={"audio": None, "video": None}, model=self.net.language_model,
+            processor=self.processor,
+        )  # fmt: skip
+
+    def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
+        import mlx.core as mx
+
+        engine = self.engine
+        prompts = [[int(t) for t in p] for p in prompts]
+        if engine.apc is not None:
+            for prompt in prompts:
+                engine.apc.prepare_prefill(len(prompt))
+        kwargs = []
+        for prompt in prompts:
+            embedded = self.net.get_input_embeddings(mx.array([prompt])).to_dict()
+            kwargs.append({**{k: v for k, v in embedded.items() if v is not None}, "_apc_semantic_hash": self.salt})
+        uids = engine.insert(prompts, max_tokens=max_tokens, prompt_kwargs=kwargs)
+        tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+        logprobs: dict[int, list[float]] = {uid: [] for uid in uids}
+        reused: dict[int, int] = {}
+        for _ in range(len(prompts) * (max_tokens + 2) + 64):  # a bound, never reached by a sound engine
+            progress, generated = engine.next()
+            for response in progress or []:
+                if getattr(response, "cached_tokens", None) is not None and response.uid in tokens:
+                    reused[response.uid] = max(reused.get(response.uid, 0), int(response.cached_tokens))
+            for response in generated:
+                if response.token is not None and response.uid in tokens:
+                    tokens[response.uid].append(int(response.token))
+                    logprobs[response.uid].append(float(response.token_logprob))
+            if not engine.has_work:
+                break
+        else:
+            raise RuntimeError(f"{self.name}: requests unfinished after the step bound: {prompts}")
+        return [
+            Served(tuple(p), tuple(tokens[u]), tuple(logprobs[u]), reused.get(u, 0)) for p, u in zip(prompts, uids)
+        ]
+
+    def close(self) -> None:
+        if self.engine is not None and callable(getattr(self.engine, "close", None)):
+            self.engine.close()
+        self.engine = None
+
+
+@contextlib.contextmanager
+def planted() -> Iterator[None]:
+    """APC's own caches with one known-wrong change each: the block hash drops its parent (a stored block matches
+    after any other prefix), and an exact snapshot's lookup claims one prompt token more than it holds."""
+    from mlx_vlm import apc
+
+    own_hash, own_exact = apc._hash_tokens, apc.APCManager.lookup_exact_cache
+
+    def hash_without_parent(parent, tokens, extra):
+        return own_hash(0, tokens, extra)
+
+    def one_more(self, token_ids, *args, **kwargs):
+        cache, length = own_exact(self, token_ids, *args, **kwargs)
+        return (cache, length + 1) if cache is not None and 0 < length < len(token_ids) - 1 else (cache, length)
+
+    with mock.patch.object(apc, "_hash_tokens", hash_without_parent):
+        with mock.patch.object(apc.APCManager, "lookup_exact_cache", one_more):
+            yield

@@ -1,0 +1,165 @@
+"""vllm-mlx 0.6.0's prefix caches, served through its own continuous-batching `Scheduler` (`vllm_mlx/scheduler.py`).
+
+The scheduler is what its server's engine core steps: `add_request` looks the prompt up in the cache of the mode it
+was configured with, `step` schedules waiting requests into mlx-lm's `BatchGenerator` (a hit inserts the cached
+layers and only the remaining tokens) and stores each finished request's cache under prompt + completion. Three modes:
+
+- ``memory``: `MemoryAwarePrefixCache` (the default): exact, prefix, supersequence (trimmed) and longest-common-prefix
+  matches over a sorted key index; for layers that cannot be trimmed (a wrapped ring, recurrent state) a post-prefill
+  snapshot keyed by the prompt instead (`_store_prompt_only_cache`);
+- ``legacy``: `PrefixCacheManager` (``--no-memory-aware-cache``): a token trie, exact / shorter / longer (trimmed);
+- ``paged``: `BlockAwarePrefixCache` over `PagedCacheManager` (``--use-paged-cache``): per-block hashes.
+
+`reused` is the request's ``cached_tokens`` after scheduling (the scheduler zeroes it where it drops a hit and
+prefills). Log-probabilities are the ones `BatchGenerator` hands the scheduler (read as it processes each response).
+Two settings are lowered so that short prompts are cached, each a `MemoryCacheConfig` field: ``min_prefix_tokens``
+(128 by default) to 1 and ``max_entries`` to the machine's capacity; the paged mode's block size is 4 (its
+``--paged-cache-block-size``). The HTTP server is not started (fastapi, uvicorn left out of the environment): the
+scheduler is the code that keeps the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import Iterator, Sequence
+from unittest import mock
+
+from ncm_verify.peers.prefix_engines import EngineModel, Served
+
+PACKAGE = "vllm-mlx"
+VERSION = "0.6.0"
+MODES = ("memory", "legacy", "paged")
+BLOCK = 4
+"""The paged mode's block size (``--paged-cache-block-size``; 64 by default): prompts of the machine span blocks."""
+STEP_BOUND = 64
+"""Scheduler steps a request may take beyond its tokens: a bound, never reached by a sound engine."""
+
+
+class VllmMlxPrefix:
+    """A `PrefixEngine` over vllm-mlx's `Scheduler` in one of `MODES`."""
+
+    def __init__(self, mode: str = "memory", batch: bool = True):
+        """`batch` False: the machine sends one prompt at a time (to judge the cache apart from batching)."""
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.supports = frozenset({"batch", "restart"} if batch else {"restart"})
+        self.name = f"vllm-mlx {VERSION} scheduler ({mode} cache{'' if batch else ', one request at a time'})"
+        self.scheduler = None
+        self.ids = itertools.count()
+
+    def start(self, model: EngineModel, capacity: int) -> None:
+        from mlx_lm import load
+
+        self.model, self.capacity = model, capacity
+        self.net, self.tokenizer = load(str(model.path))
+        self.restart()
+
+    def restart(self) -> None:
+        """A new scheduler on the same weights: what a restarted server holds (its caches live in memory)."""
+        import mlx.core as mx
+        from vllm_mlx.scheduler import Scheduler, SchedulerConfig
+
+        options = dict(
+            memory=dict(cache_memory_mb=256),
+            legacy=dict(use_memory_aware_cache=False, prefix_cache_size=self.capacity),
+            paged=dict(use_paged_cache=True, paged_cache_block_size=BLOCK),
+        )[self.mode]
+        scheduler = Scheduler(self.net, self.tokenizer, SchedulerConfig(**options))
+        cache = scheduler.memory_aware_cache
+        if cache is not None:
+            cache._config = dataclasses.replace(cache._config, min_prefix_tokens=1, max_entries=self.capacity)
+        self.logprobs: dict[str, list[float]] = {}
+        own = scheduler._process_batch_responses
+
+        def record(responses):  # the log-probability of each token, as BatchGenerator hands it over
+            for response in responses:
+                request_id = scheduler.uid_to_request_id.get(response.uid)
+                if request_id is not None and response.token is not None:
+                    value = response.logprobs[int(response.token)].astype(mx.float32).item()
+                    self.logprobs.setdefault(request_id, []).append(float(value))
+            return own(responses)
+
+        scheduler._process_batch_responses = record
+        self.scheduler = scheduler
+
+    def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
+        from vllm_mlx.request import Request, SamplingParams
+
+        scheduler = self.scheduler
+        requests = []
+        for prompt in prompts:  # every prompt looked up first (add_request), then decoded together
+            params = SamplingParams(max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=0)
+            request = Request(request_id=f"r{next(self.ids)}", prompt=[int(t) for t in prompt], sampling_params=params)
+            scheduler.add_request(request)
+            requests.append(request)
+        tokens: dict[str, list[int]] = {r.request_id: [] for r in requests}
+        reused: dict[str, int] = {}
+        for _ in range(len(requests) * (max_tokens + STEP_BOUND)):
+            output = scheduler.step()
+            for request in requests:  # cached_tokens is final once scheduled (zeroed where a hit is dropped)
+                if request.request_id in output.scheduled_request_ids:
+                    reused[request.request_id] = int(request.cached_tokens or 0)
+            for out in output.outputs:
+                if out.request_id in tokens:
+                    tokens[out.request_id].extend(int(t) for t in out.new_token_ids)
+            if not scheduler.has_requests():
+                break
+        else:
+            raise RuntimeError(f"{self.name}: requests unfinished after the step bound: {prompts}")
+        return [
+            Served(
+                tuple(int(t) for t in prompt),
+                tuple(tokens[r.request_id]),
+                tuple(self.logprobs.get(r.request_id, [])),
+                reused.get(r.request_id),
+            )
+            for prompt, r in zip(prompts, requests)
+        ]
+
+    def close(self) -> None:
+        self.scheduler = None
+
+
+@contextlib.contextmanager
+def planted(mode: str) -> Iterator[None]:
+    """Each mode's own lookup told one token more than it matched: a prefix hit returns the cached layers with one
+    prompt token fewer left to compute (the cache holds one token less than the scheduler assumes)."""
+    from vllm_mlx import memory_cache, prefix_cache
+
+    def one_more(own):
+        def lookup(self, *args):
+            cache, remaining = own(self, *args)
+            if cache is not None and len(remaining) > 1:
+                remaining = remaining[1:]
+            return cache, remaining
+
+        return lookup
+
+    target = {
+        "memory": (memory_cache.MemoryAwarePrefixCache, "fetch"),
+        "legacy": (prefix_cache.PrefixCacheManager, "fetch_cache"),
+        "paged": (prefix_cache.BlockAwarePrefixCache, "fetch_cache"),
+    }[mode]
+    with mock.patch.object(*target, one_more(getattr(*target))):
+        yield
+
+
+@contextlib.contextmanager
+def full_hit_fixed() -> Iterator[None]:
+    """The full-hit finding's fix, to show it is the only fault and to give the planted controls a sound engine: a
+    legacy or paged hit that leaves no prompt token to compute is handled as the scheduler handles the memory-aware
+    cache's ("exact": the cache dropped, the prompt prefilled) instead of re-feeding the last prompt token."""
+    from vllm_mlx.scheduler import Scheduler
+
+    own = Scheduler.add_request
+
+    def add_request(self, request):
+        own(self, request)
+        if request.remaining_tokens is not None and not request.remaining_tokens and request.cache_hit_type == "hit":
+            request.cache_hit_type = "exact"
+
+    with mock.patch.object(Scheduler, "add_request", add_request):
+        yield
