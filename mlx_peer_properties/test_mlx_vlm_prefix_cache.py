@@ -49,7 +49,7 @@ def judge(model, checks, engine=peer.MlxVlmApc) -> list[int]:
     return hits
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 @pytest.mark.parametrize("dtype", prefix_engines.DTYPES)
 @pytest.mark.parametrize("family", prefix_engines.FAMILIES)
 def test_served_tokens_and_logprobs_equal_an_uncached_forward(family, dtype, models):
@@ -58,14 +58,24 @@ def test_served_tokens_and_logprobs_equal_an_uncached_forward(family, dtype, mod
     judge(models(family, dtype), (1,))
 
 
-@pytest.mark.peer_property(3)
+@pytest.mark.prefix_rule(3)
 @pytest.mark.parametrize("family", prefix_engines.FAMILIES)
 def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(family, models):
     """Rule 3: a prompt served again (after fills that evict blocks and snapshots) gets what it got before."""
     judge(models(family, "float32"), (3,))
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(2)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+def test_the_reported_cached_tokens_follow_the_documented_policy(family, models):
+    """Rule 2: each prompt response's cached_tokens is what APC's documented policy gives (`MlxVlmApc.policy`):
+    whole chained blocks (block mode, a pool too large to evict) or the longest snapshot the prompt extends (exact
+    mode, `capacity` snapshots least recent first out); the run must see hits."""
+    engine = (lambda: peer.MlxVlmApc(blocks_per_entry=100)) if family == "attention" else peer.MlxVlmApc
+    judge(models(family, "float32"), (2,), engine)
+
+
+@pytest.mark.prefix_rule(1)
 @pytest.mark.parametrize("family", ["attention", "sliding"])
 def test_planted_a_wrong_block_hash_or_snapshot_length_is_caught(family, models):
     """APC's own caches with one known-wrong change (`peer.planted`): block mode's hash without its parent (a block
@@ -74,7 +84,7 @@ def test_planted_a_wrong_block_hash_or_snapshot_length_is_caught(family, models)
         judge(models(family, "float32"), (1,))
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 @given(
     short=st.lists(st.integers(0, 23), min_size=2, max_size=5),
     extra=st.lists(st.integers(0, 23), min_size=1, max_size=6),

@@ -53,11 +53,13 @@ def judge(mode: str, model, checks, context=contextlib.nullcontext) -> list[int]
     if not any(hits):
         if mode != "memory" and model.family in UNTRIMMABLE:
             pytest.skip(NO_REUSE)
-        pytest.fail(f"{mode} cache on {model.family}: no request reused a cached token: a cold-cache pass proves nothing")
+        pytest.fail(
+            f"{mode} cache on {model.family}: no request reused a cached token: a cold-cache pass proves nothing"
+        )
     return hits
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 @pytest.mark.parametrize("dtype", prefix_engines.DTYPES)
 @pytest.mark.parametrize("family", prefix_engines.FAMILIES)
 @pytest.mark.parametrize("mode", peer.MODES)
@@ -67,7 +69,7 @@ def test_served_tokens_and_logprobs_equal_an_uncached_forward(mode, family, dtyp
     judge(mode, models(family, dtype), (1,))
 
 
-@pytest.mark.peer_property(3)
+@pytest.mark.prefix_rule(3)
 @pytest.mark.parametrize("family", prefix_engines.FAMILIES)
 @pytest.mark.parametrize("mode", peer.MODES)
 def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(mode, family, models):
@@ -77,7 +79,15 @@ def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(mode, famil
     judge(mode, models(family, "float32"), (3,))
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(2)
+def test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents(models):
+    """Rule 2: the paged mode's cached_tokens is, request by request, the whole blocks of the prompt found along a
+    chain of stored prompt + completion blocks (`VllmMlxPrefix.policy`); the run must see hits. The memory-aware
+    and legacy modes' policies (exact / prefix / supersequence / neighbour LCP, trie walk) are not modelled."""
+    judge("paged", models("attention", "float32"), (2,))
+
+
+@pytest.mark.prefix_rule(1)
 @pytest.mark.parametrize("mode", ["legacy", "paged"])
 def test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens(mode, models):
     """The full-hit finding's one-line fix applied (`peer.full_hit_fixed`): the legacy mode then passes (it is its
@@ -85,7 +95,7 @@ def test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens(mode, models):
     judge(mode, models("attention", "float32"), (1, 3), peer.full_hit_fixed)
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 @pytest.mark.parametrize("mode", ["memory", "legacy"])
 def test_planted_a_lookup_claiming_one_token_more_is_caught(mode, models):
     """The mode's own lookup with one prompt token fewer left to compute than it matched (`peer.planted`), on a
@@ -100,7 +110,7 @@ def test_planted_a_lookup_claiming_one_token_more_is_caught(mode, models):
     judge(mode, models("attention", "float32"), (1,), both)
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 @given(
     short=st.lists(st.integers(0, 23), min_size=2, max_size=5),
     extra=st.lists(st.integers(0, 23), min_size=1, max_size=6),

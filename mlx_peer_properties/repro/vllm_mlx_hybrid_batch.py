@@ -24,6 +24,8 @@ for served in engine.serve([[12, 19, 23, 0, 11], [18, 10, 10, 2]], 3):  # a fres
     tokens, logprobs = uncached.greedy(list(served.prompt), 3)
     gap = max(abs(a - b) for a, b in zip(served.logprobs, logprobs))
     worst = max(worst, gap)
-    print(f"prompt {list(served.prompt)} (reused {served.reused}): served {list(served.tokens)}, uncached {tokens}; "
-          f"log-probabilities off by up to {gap:.3g} nats")
+    print(
+        f"prompt {list(served.prompt)} (reused {served.reused}): served {list(served.tokens)}, uncached {tokens}; "
+        f"log-probabilities off by up to {gap:.3g} nats"
+    )
 sys.exit(1 if worst > 1e-4 else 0)

@@ -24,7 +24,9 @@ for mode, prompt in (("legacy", [0, 0]), ("paged", [8, 21, 19, 11, 9, 12, 19, 3]
     cold, hit = engine.serve([prompt], 3)[0], engine.serve([prompt], 3)[0]
     tokens, logprobs = uncached.greedy(prompt, 3)
     gap = max(abs(a - b) for a, b in zip(hit.logprobs, logprobs))
-    print(f"{mode:6s} prompt {prompt}: uncached {tokens}  cold {list(cold.tokens)}  hit (reused {hit.reused}) "
-          f"{list(hit.tokens)}; log-probabilities off by up to {gap:.3g} nats")
+    print(
+        f"{mode:6s} prompt {prompt}: uncached {tokens}  cold {list(cold.tokens)}  hit (reused {hit.reused}) "
+        f"{list(hit.tokens)}; log-probabilities off by up to {gap:.3g} nats"
+    )
     standing |= list(hit.tokens) != tokens or gap > 1e-4
 sys.exit(1 if standing else 0)

@@ -53,7 +53,10 @@ class MlxPeer:
     @property
     def tests(self) -> list[str]:
         """Its speculative properties and, where it keeps a prefix cache, ``test_<module>_prefix_cache.py``."""
-        files = [f"mlx_peer_properties/test_{self.module}.py", f"mlx_peer_properties/test_{self.module}_prefix_cache.py"]
+        files = [
+            f"mlx_peer_properties/test_{self.module}.py",
+            f"mlx_peer_properties/test_{self.module}_prefix_cache.py",
+        ]
         return [name for name in files if (ROOT / name).exists()]
 
 

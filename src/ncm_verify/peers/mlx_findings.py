@@ -186,16 +186,13 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
         for dtype in ("float32", "bfloat16")
     },
     **{
-        f"{_VLLM_PREFIX}{_VLLM_SERVED}[paged-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE + " AND " + (
-            VLLM_PAGED_POSITION_BLIND
-        )
+        f"{_VLLM_PREFIX}{_VLLM_SERVED}[paged-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE
+        + " AND "
+        + (VLLM_PAGED_POSITION_BLIND)
         for dtype in ("float32", "bfloat16")
     },
     f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[legacy-attention]": (
         VLLM_FULL_HIT_DUPLICATE
-    ),
-    f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[paged-attention]": (
-        VLLM_FULL_HIT_DUPLICATE + " AND " + VLLM_PAGED_POSITION_BLIND
     ),
     f"{_VLLM_PREFIX}test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens[paged]": VLLM_PAGED_POSITION_BLIND,
     f"{_VLLM_PREFIX}test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional": (

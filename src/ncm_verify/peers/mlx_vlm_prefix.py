@@ -26,6 +26,7 @@ PACKAGE = "mlx-vlm"
 VERSION = "0.7.10"
 BLOCK = 4
 BLOCKS_PER_ENTRY = 4
+MIN_SNAPSHOT = 2
 """The block pool holds `capacity` x this many blocks (a prompt of the machine spans up to 5): fills evict."""
 
 
@@ -35,8 +36,10 @@ class MlxVlmApc:
     name = f"mlx-vlm {VERSION} APC (server BatchGenerator)"
     supports = frozenset({"batch", "restart"})
 
-    def __init__(self):
+    def __init__(self, blocks_per_entry: int = BLOCKS_PER_ENTRY):
+        """`blocks_per_entry`: the block pool's size per entry of capacity (large: nothing is evicted)."""
         self.engine = None
+        self.blocks_per_entry = blocks_per_entry
 
     def start(self, model: EngineModel, capacity: int) -> None:
         from mlx_vlm.utils import load
@@ -51,17 +54,30 @@ class MlxVlmApc:
 
         return model_apc_mode(self.net.language_model)
 
+    def policy(self):
+        """APC's documented reuse (apc.py `apc_lookup_plan`): block mode, the prompt's whole blocks (all its tokens
+        but the last looked up) along a chain stored from earlier prompts' whole blocks, no eviction modelled (the
+        rule-2 node runs with a pool too large to evict); exact mode, the snapshot at an earlier prompt's last token
+        but one (its guard token; the whole prompt where that is under ``APC_EXACT_MIN_TOKENS`` and nothing was reused,
+        generate/ar.py:2393-2418), kept for `capacity` prompts (``checkpoint_entries``, least recent first out, a hit
+        counting as use: apc.py:3381), reused by any prompt extending its tokens by at least one."""
+        from ncm_verify.peers.prefix_engines import BlockPrefixLRU, SnapshotLRU
+
+        if self.mode == "block":
+            return BlockPrefixLRU(10**9, key_holds_completion=False, drop_prefixes=False, block=BLOCK)
+        return SnapshotLRU(self.capacity, trimmable=False, touch_on_hit=True, drop_prefixes=False, minimum=MIN_SNAPSHOT)
+
     def restart(self) -> None:
         """A new manager and engine: what a restarted server holds (no disk tier configured)."""
         from mlx_vlm.apc import APCManager, semantic_extra_hash
         from mlx_vlm.generate.ar import BatchGenerator
 
         manager = APCManager(
-            num_blocks=self.capacity * BLOCKS_PER_ENTRY,
+            num_blocks=self.capacity * self.blocks_per_entry,
             block_size=BLOCK,
             overrides={"checkpoint_entries": self.capacity},
         )
-        manager.exact_cache_min_tokens = 2
+        manager.exact_cache_min_tokens = MIN_SNAPSHOT
         self.manager = manager
         processor = self.processor
         if not hasattr(processor, "tokenizer"):  # a bare tokenizer: the engine reads .tokenizer.stopping_criteria
@@ -101,9 +117,7 @@ class MlxVlmApc:
                 break
         else:
             raise RuntimeError(f"{self.name}: requests unfinished after the step bound: {prompts}")
-        return [
-            Served(tuple(p), tuple(tokens[u]), tuple(logprobs[u]), reused.get(u, 0)) for p, u in zip(prompts, uids)
-        ]
+        return [Served(tuple(p), tuple(tokens[u]), tuple(logprobs[u]), reused.get(u, 0)) for p, u in zip(prompts, uids)]
 
     def close(self) -> None:
         if self.engine is not None and callable(getattr(self.engine, "close", None)):

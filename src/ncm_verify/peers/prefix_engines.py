@@ -288,3 +288,49 @@ class LongestPrefixLRU:
 
     def clear(self) -> None:
         self.held.clear()
+
+
+@dataclasses.dataclass
+class BlockPrefixLRU(LongestPrefixLRU):
+    """A block cache's documented reuse: whole blocks of `block` tokens, chained (a block is reused only after the
+    same blocks before it), so a request reuses its longest common prefix with a stored key cut down to whole
+    blocks, never more than the key's whole blocks nor its prompt but `keep_last` tokens."""
+
+    block: int = 16
+
+    def expected_reuse(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+        prompt = tuple(prompt)
+        best, source = 0, None
+        for key in self.held:
+            common = 0
+            for a, b in zip(key, prompt):
+                if a != b:
+                    break
+                common += 1
+            reuse = min(common, len(prompt) - self.keep_last, len(key)) // self.block * self.block
+            if reuse > best:
+                best, source = reuse, key
+        return best, source
+
+
+@dataclasses.dataclass
+class SnapshotLRU(LongestPrefixLRU):
+    """A snapshot cache's documented reuse (mlx-vlm's exact-mode APC): after a request its whole cache at the prompt
+    but its last (guard) token is kept, or, where that is shorter than `minimum` and nothing was reused, at the whole
+    prompt; a later prompt reuses the longest snapshot its tokens extend, leaving at least its last token to compute.
+    `entries` snapshots, least recently stored or used first out."""
+
+    minimum: int = 1
+
+    def expected_reuse(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+        prompt = tuple(prompt)
+        fits = [key for key in self.held if len(key) <= len(prompt) - self.keep_last and prompt[: len(key)] == key]
+        best = max(fits, key=len, default=None)
+        return (0, None) if best is None else (len(best), best)
+
+    def store(self, served: Served) -> None:
+        head = served.prompt[: len(served.prompt) - self.keep_last]
+        if len(head) >= self.minimum and len(head) > (served.reused or 0):
+            self.store_key(head)
+        elif not served.reused and len(served.prompt) >= self.minimum:
+            self.store_key(served.prompt)

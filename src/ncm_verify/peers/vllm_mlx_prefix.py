@@ -57,6 +57,17 @@ class VllmMlxPrefix:
         self.net, self.tokenizer = load(str(model.path))
         self.restart()
 
+    def policy(self):
+        """The paged mode's documented reuse (`BlockAwarePrefixCache`, prefix_cache.py:397; its chained block hash,
+        paged_cache.py:40): whole blocks of a stored prompt + completion, chained, up to the whole prompt (no token
+        kept back: the scheduler re-feeds the last one); its 1000 blocks are never filled here. The other modes'
+        policies are not modelled (None: rule 2 does not apply to them yet)."""
+        from ncm_verify.peers.prefix_engines import BlockPrefixLRU
+
+        if self.mode != "paged":
+            return None
+        return BlockPrefixLRU(10**9, keep_last=0, drop_prefixes=False, block=BLOCK)
+
     def restart(self) -> None:
         """A new scheduler on the same weights: what a restarted server holds (its caches live in memory)."""
         import mlx.core as mx

@@ -28,6 +28,16 @@ PROPERTIES = {
 }
 """The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
 
+PREFIX_RULES = {
+    1: "served == uncached",
+    2: "reuse as documented",
+    3: "eviction and reuse never change a response",
+    4: "speculative entries",
+    5: "persistence",
+    6: "serves after a failure",
+}
+"""The prefix-cache machine's rules (`mlx_peer_properties/prefix_cache_machine.py`), by a ``prefix_rule`` marker."""
+
 
 @dataclasses.dataclass(frozen=True)
 class PeerRun:
@@ -37,6 +47,10 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
+
+
+def rule_records(run: PeerRun, n: int) -> list[dict]:
+    return [r for r in run.records if n in (r.get("rule") or [])]
 
 
 def property_cell(records: list[dict]) -> str:
@@ -80,7 +94,7 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
-def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
+def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
     verdicts = Table(
         "MLX speculative decoders: per package and property",
         ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
@@ -95,6 +109,21 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ],
         note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
         "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
+    )
+    caching = [run for run in runs if any(r.get("rule") for r in run.records)]
+    prefix = Table(
+        "MLX prefix caches: per package and rule (cached == uncached on the package's own cache)",
+        ("package", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control"),
+        [
+            (
+                run.pin,
+                *(property_cell(rule_records(run, n)) for n in PREFIX_RULES),
+                planted_cell([r for r in run.records if r.get("rule")]),
+            )
+            for run in caching
+        ],
+        note="The one prefix-cache machine over each package's adapter (ncm_verify.peers.<package>_prefix); "
+        "'not run' where the adapter offers no such capability.",
     )
     findings = Table(
         "Findings",
@@ -111,7 +140,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return verdicts, findings, environments
+    return (verdicts, prefix, findings, environments) if caching else (verdicts, findings, environments)
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
