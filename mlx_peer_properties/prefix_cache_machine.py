@@ -4,7 +4,8 @@ failure; an engine is put under it by a `PrefixEngine` adapter (`ncm_verify.peer
 A stream of greedy requests is drawn to hit every reuse case: the same prompt again; a stored key (a prompt and its
 completion) as the prompt; a prefix of a stored key; an extension of one (a chat continuation: key + a new turn);
 a stored block after another prefix; a stored key's tail at the start (a position-blind lookup); a block repeated;
-one token changed; prompts longer than the sliding window; several prompts in one batch beside uncached ones; fills until the policy evicts, then the evicted prompt again.
+one token changed; prompts longer than the sliding window; several prompts in one batch beside uncached ones; fills
+until the policy evicts, then the evicted prompt again.
 What each run checks is chosen by `checks` (one test node per rule, the same stream):
 
 1. served == uncached: greedy tokens exactly (a near tie of the oracle excused, `tolerances.SERVED_NEAR_TIE`), each
