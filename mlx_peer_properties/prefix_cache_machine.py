@@ -268,6 +268,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 keys = other.persist(folder)
             finally:
                 other.close()
+        elif damage is not None and not any(p.is_file() for p in folder.rglob("*")):
+            damage = None  # the engine wrote no file (an empty cache): nothing to damage
         elif damage is not None:
             files = sorted(p for p in folder.rglob("*") if p.is_file())
             target = data.draw(st.sampled_from(files), label="damaged file")
@@ -296,6 +298,9 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 self.policy = None  # a damaged file taken: what it reuses is unknown; what it serves is checked
         for key in keys[:2]:
             self.send([key], f"a persisted key after restore ({damage or 'intact'})")
+        if keys:  # a continuation reuses the restored entry as a prefix (an exact key may be recomputed instead)
+            turn = data.draw(self.tokens(1, 3), label="turn after restore")
+            self.send([keys[0] + turn], f"a persisted key continued after restore ({damage or 'intact'})")
 
 
 def run_machine(

@@ -126,3 +126,20 @@ def test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditio
     for served in engine.serve([short, longer], 3):
         assert served.reused == 0, f"a fresh scheduler reported {served.reused} reused tokens"
         assert_served_equals_uncached(served, model, call=f"VllmMlxPrefix('memory').serve([{short}, {longer}], 3)")
+
+
+@pytest.mark.prefix_rule(5)
+def test_a_persisted_cache_serves_its_keys_as_before_and_a_foreign_one_changes_nothing(models):
+    """Rule 5 on the memory-aware mode's save_to_disk / load_from_disk (the server's cache persistence): after a
+    restart, its own files serve as before; a truncated or flipped file, or one written by another model of the
+    same architecture (other weights: a model updated in place under the same name), is refused or changes
+    nothing that is served."""
+    other = prefix_engines.make_model_folder(
+        models("attention", "float32").path.parent / "attention-float32-other", "attention", "float32", seed=1
+    )
+
+    def persisting():
+        return peer.VllmMlxPrefix("memory")
+
+    hits = run_machine(persisting, models("attention", "float32"), (1, 5), examples=8, steps=STEPS, other_model=other)
+    assert any(hits), "no request reused a cached token: a cold-cache pass proves nothing"

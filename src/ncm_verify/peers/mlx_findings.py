@@ -119,6 +119,16 @@ VLLM_HYBRID_BATCH_PADDING = (
     "and for a request alone. The line at fault (in mlx-lm's batched recurrent path) is not pinned. Repro: "
     ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_hybrid_batch.py"
 )
+VLLM_PERSIST_FOREIGN_MODEL = (
+    "vllm-mlx 0.6.0 vllm_mlx/memory_cache.py:978-1012 and :1015-1053: load_from_disk keeps a persisted cache when "
+    "the model fingerprint (layers, sizes, model_type: the architecture only, not the weights) matches and the "
+    "revision matches, but the revision is read from a _name_or_path the models vllm-mlx loads never carry, so it "
+    "is 'unknown' for every model: a cache saved by one model is loaded into another of the same architecture (a "
+    "model updated in place under the same name, whose cache directory ~/.cache/vllm-mlx/prefix_cache/<name> "
+    "server.py:1649 is the same) and its keys are served from the other weights' KV: a continuation reusing 13 "
+    "tokens off by 0.16-1.2 nats, greedy tokens differ. Repro: "
+    ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_persist_foreign.py"
+)
 _VLLM_PREFIX = "mlx_peer_properties/test_vllm_mlx_prefix_cache.py::"
 _VLLM_SERVED = "test_served_tokens_and_logprobs_equal_an_uncached_forward"
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
@@ -195,6 +205,9 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
         VLLM_FULL_HIT_DUPLICATE
     ),
     f"{_VLLM_PREFIX}test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens[paged]": VLLM_PAGED_POSITION_BLIND,
+    f"{_VLLM_PREFIX}test_a_persisted_cache_serves_its_keys_as_before_and_a_foreign_one_changes_nothing": (
+        VLLM_PERSIST_FOREIGN_MODEL
+    ),
     f"{_VLLM_PREFIX}test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional": (
         VLLM_HYBRID_BATCH_PADDING
     ),

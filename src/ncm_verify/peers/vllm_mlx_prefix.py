@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from unittest import mock
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served
@@ -45,7 +46,8 @@ class VllmMlxPrefix:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         self.mode = mode
-        self.supports = frozenset({"batch", "restart"} if batch else {"restart"})
+        persist = {"persist"} if mode == "memory" else set()  # MemoryAwarePrefixCache.save_to_disk / load_from_disk
+        self.supports = frozenset({"restart", *persist, *({"batch"} if batch else ())})
         self.name = f"vllm-mlx {VERSION} scheduler ({mode} cache{'' if batch else ', one request at a time'})"
         self.scheduler = None
         self.ids = itertools.count()
@@ -129,6 +131,21 @@ class VllmMlxPrefix:
             )
             for prompt, r in zip(prompts, requests)
         ]
+
+    def persist(self, folder) -> list[tuple[int, ...]]:
+        """The memory-aware cache written as its server writes it on shutdown (`save_to_disk`: a folder per
+        provenance hash, safetensors per entry, an index); returns the keys it holds."""
+        cache = self.scheduler.memory_aware_cache
+        Path(folder).mkdir(parents=True, exist_ok=True)  # save_to_disk writes nothing for an empty cache
+        cache.save_to_disk(str(folder))
+        return [tuple(int(t) for t in key) for key in cache._entries]
+
+    def restore(self, folder) -> None:
+        """`load_from_disk` into the (restarted) scheduler's cache, as its server does at start-up; a folder it
+        loads nothing from is a refusal."""
+        loaded = self.scheduler.memory_aware_cache.load_from_disk(str(folder))
+        if not loaded:
+            raise ValueError(f"load_from_disk({folder}) loaded no entry")
 
     def close(self) -> None:
         self.scheduler = None
