@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator, Sequence
+from typing import Any
 from unittest import mock
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served
@@ -38,7 +39,7 @@ class MlxVlmApc:
 
     def __init__(self, blocks_per_entry: int = BLOCKS_PER_ENTRY):
         """`blocks_per_entry`: the block pool's size per entry of capacity (large: nothing is evicted)."""
-        self.engine = None
+        self.engine: Any = None
         self.blocks_per_entry = blocks_per_entry
 
     def start(self, model: EngineModel, capacity: int) -> None:

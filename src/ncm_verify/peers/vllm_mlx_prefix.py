@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served
@@ -49,14 +50,15 @@ class VllmMlxPrefix:
         persist = {"persist"} if mode == "memory" else set()  # MemoryAwarePrefixCache.save_to_disk / load_from_disk
         self.supports = frozenset({"restart", *persist, *({"batch"} if batch else ())})
         self.name = f"vllm-mlx {VERSION} scheduler ({mode} cache{'' if batch else ', one request at a time'})"
-        self.scheduler = None
+        self.scheduler: Any = None
         self.ids = itertools.count()
 
     def start(self, model: EngineModel, capacity: int) -> None:
         from mlx_lm import load
 
         self.model, self.capacity = model, capacity
-        self.net, self.tokenizer = load(str(model.path))
+        loaded = load(str(model.path))
+        self.net, self.tokenizer = loaded[0], loaded[1]
         self.restart()
 
     def policy(self):
