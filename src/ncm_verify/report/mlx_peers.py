@@ -28,6 +28,17 @@ PROPERTIES = {
 }
 """The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
 
+PREFIX_RULES = {
+    1: "served == uncached",
+    2: "reuse as documented",
+    3: "evicted never served; a reuse never changes its entry",
+    4: "speculative: entries equal their keys'",
+    5: "persisted: restored exactly or refused",
+    6: "serves after a failed request",
+}
+"""The rules of `mlx_peer_properties/prefix_cache_machine.py` judging prefix caches as served, by the number a
+test's ``prefix_rule`` marker names (docs/prefix-engines.md)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class PeerRun:
@@ -80,7 +91,29 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
-def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
+def prefix_table(runs: list[PeerRun]) -> Table:
+    """Engine x rule for the runs that judge prefix caches (records with ``rule``)."""
+    judged = [run for run in runs if any(r.get("rule") for r in run.records)]
+    return Table(
+        "Prefix caches as served: per engine and rule",
+        ("engine", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control", "seconds (2 cores)"),
+        [
+            (
+                run.pin,
+                *(property_cell([r for r in run.records if n in (r.get("rule") or [])]) for n in PREFIX_RULES),
+                planted_cell([r for r in run.records if r.get("rule")]),
+                f"{run.seconds:.0f}",
+            )
+            for run in judged
+        ],
+        note="Each engine served for real in its own environment (.peers/<name>/) and judged by one state machine "
+        "(mlx_peer_properties/prefix_cache_machine.py); counts are property runs (node ids). A finding is a strict "
+        "expected failure of ncm_verify.peers.mlx_findings.",
+    )
+
+
+def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
+    decoders = [run for run in runs if not run.records or any(r["property"] for r in run.records)]
     verdicts = Table(
         "MLX speculative decoders: per package and property",
         ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
@@ -88,10 +121,10 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
             (
                 run.pin,
                 *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
-                planted_cell(run.records),
+                planted_cell([r for r in run.records if not r.get("rule")]),
                 f"{run.seconds:.0f}",
             )
-            for run in runs
+            for run in decoders
         ],
         note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
         "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
@@ -111,7 +144,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return verdicts, findings, environments
+    return verdicts, prefix_table(runs), findings, environments
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
