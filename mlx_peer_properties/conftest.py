@@ -29,8 +29,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
+    config.addinivalue_line("markers", "prefix_rule(*numbers): which rules of prefix_cache_machine a test states")
     config.addinivalue_line("markers", "peer_law: a chi-square test of a sampled law, one per example (`LAW_TESTS`)")
-    config.addinivalue_line("markers", "prefix_rule(*numbers): which of the prefix-cache machine's rules a test states")
     run_state.install(config, policy=stats.Policy(planned_tests=LAW_TESTS, selftest_budget=0.0))
     settings.register_profile(
         "mlx-peers",
@@ -71,7 +71,6 @@ def pytest_runtest_makereport(item, call):
     if not path or (report.when != "call" and not (report.when == "setup" and report.outcome != "passed")):
         return
     marker = item.get_closest_marker("peer_property")
-    rules = item.get_closest_marker("prefix_rule")
     if report.skipped and not hasattr(report, "wasxfail"):
         status, detail = "not applicable", str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
     elif hasattr(report, "wasxfail"):
@@ -85,7 +84,7 @@ def pytest_runtest_makereport(item, call):
     record = dict(
         nodeid=item.nodeid,
         property=list(marker.args) if marker else [],
-        rule=list(rules.args) if rules else [],
+        rule=list(rule.args) if (rule := item.get_closest_marker("prefix_rule")) else [],
         status=status,
         detail=detail.removeprefix("Skipped: ").removeprefix("reason: "),
         seconds=round(report.duration, 2),

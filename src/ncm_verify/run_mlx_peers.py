@@ -119,6 +119,13 @@ MLX_PEERS = (
         "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
         beside=("mlx-vlm==0.7.10",),
     ),
+    MlxPeer(
+        "mlx-lm",
+        "mlx-lm==0.32.2",
+        ("mlx[cpu]>=0.32.2", "numpy", "transformers>=5.7.0", "sentencepiece", "protobuf", "pyyaml", "jinja2"),
+        "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]: its prefix cache (LRUPromptCache), server "
+        "(mlx_lm.server), prompt-cache files and draft-model path are judged as served",
+    ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
 

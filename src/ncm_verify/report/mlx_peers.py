@@ -31,12 +31,13 @@ PROPERTIES = {
 PREFIX_RULES = {
     1: "served == uncached",
     2: "reuse as documented",
-    3: "eviction and reuse never change a response",
-    4: "speculative entries",
-    5: "persistence",
-    6: "serves after a failure",
+    3: "evicted never served; a reuse never changes its entry",
+    4: "speculative: entries equal their keys'",
+    5: "persisted: restored exactly or refused",
+    6: "serves after a failed request",
 }
-"""The prefix-cache machine's rules (`mlx_peer_properties/prefix_cache_machine.py`), by a ``prefix_rule`` marker."""
+"""The rules of `mlx_peer_properties/prefix_cache_machine.py` judging prefix caches as served, by the number a
+test's ``prefix_rule`` marker names (docs/prefix-engines.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +48,6 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
-
-
-def rule_records(run: PeerRun, n: int) -> list[dict]:
-    return [r for r in run.records if n in (r.get("rule") or [])]
 
 
 def property_cell(records: list[dict]) -> str:
@@ -94,7 +91,29 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
+def prefix_table(runs: list[PeerRun]) -> Table:
+    """Engine x rule for the runs that judge prefix caches (records with ``rule``)."""
+    judged = [run for run in runs if any(r.get("rule") for r in run.records)]
+    return Table(
+        "Prefix caches as served: per engine and rule",
+        ("engine", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control", "seconds (2 cores)"),
+        [
+            (
+                run.pin,
+                *(property_cell([r for r in run.records if n in (r.get("rule") or [])]) for n in PREFIX_RULES),
+                planted_cell([r for r in run.records if r.get("rule")]),
+                f"{run.seconds:.0f}",
+            )
+            for run in judged
+        ],
+        note="Each engine served for real in its own environment (.peers/<name>/) and judged by one state machine "
+        "(mlx_peer_properties/prefix_cache_machine.py); counts are property runs (node ids). A finding is a strict "
+        "expected failure of ncm_verify.peers.mlx_findings.",
+    )
+
+
 def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
+    decoders = [run for run in runs if not run.records or any(r["property"] for r in run.records)]
     verdicts = Table(
         "MLX speculative decoders: per package and property",
         ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
@@ -102,28 +121,13 @@ def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
             (
                 run.pin,
                 *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
-                planted_cell(run.records),
+                planted_cell([r for r in run.records if not r.get("rule")]),
                 f"{run.seconds:.0f}",
             )
-            for run in runs
+            for run in decoders
         ],
         note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
         "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
-    )
-    caching = [run for run in runs if any(r.get("rule") for r in run.records)]
-    prefix = Table(
-        "MLX prefix caches: per package and rule (cached == uncached on the package's own cache)",
-        ("package", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control"),
-        [
-            (
-                run.pin,
-                *(property_cell(rule_records(run, n)) for n in PREFIX_RULES),
-                planted_cell([r for r in run.records if r.get("rule")]),
-            )
-            for run in caching
-        ],
-        note="The one prefix-cache machine over each package's adapter (ncm_verify.peers.<package>_prefix); "
-        "'not run' where the adapter offers no such capability.",
     )
     findings = Table(
         "Findings",
@@ -140,7 +144,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return (verdicts, prefix, findings, environments) if caching else (verdicts, findings, environments)
+    return verdicts, prefix_table(runs), findings, environments
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
