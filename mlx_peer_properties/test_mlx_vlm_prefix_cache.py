@@ -99,3 +99,18 @@ def test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditio
     for served in engine.serve([short, longer], 3):
         assert served.reused == 0, f"a fresh engine reported {served.reused} reused tokens"
         assert_served_equals_uncached(served, model, call=f"MlxVlmApc().serve([{short}, {longer}], 3)")
+
+
+@pytest.mark.prefix_rule(5)
+def test_the_disk_tier_serves_its_blocks_as_before_and_a_foreign_one_changes_nothing(models):
+    """Rule 5 on APC's disk tier (on by default once APC is: ``APC_DISK_ENABLED``), which outlives a restart: its
+    own files serve as before; truncated or flipped files, or the files of another model of the same architecture
+    served from the same model path (other weights: a model updated in place), are refused or change nothing."""
+    other = prefix_engines.make_model_folder(
+        models("attention", "float32").path.parent / "attention-float32-other", "attention", "float32", seed=1
+    )
+    hits = run_machine(
+        lambda: peer.MlxVlmApc(disk=True), models("attention", "float32"), (1, 5), examples=6, steps=STEPS,
+        other_model=other,
+    )  # fmt: skip
+    assert any(hits), "no request reused a cached token: a cold-cache pass proves nothing"

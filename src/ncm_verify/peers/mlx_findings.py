@@ -154,9 +154,21 @@ MLX_VLM_EAGLE3_SEED = (
     ".peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_eagle3_seed.py"
 )
 
+MLX_VLM_DISK_FOREIGN_WEIGHTS = (
+    "mlx-vlm 0.7.10 mlx_vlm/server/app.py:919-929: the server names APC's disk tier (on by default with APC) by "
+    "apc_disk_namespace(model_path, adapter, KV quantization) and never passes its weights_fingerprint "
+    "(apc.py:253-287), so the namespace hashes the model path string, not the weights: a model updated in place "
+    "under the same path (a re-downloaded repository, a retrained local folder) restarts onto the old weights' "
+    "blocks, and a prompt reusing 8 of its tokens is served from them (first token 13 where the uncached argmax "
+    "is 23, 0.45 nats). Repro: .peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_disk_foreign.py"
+)
+_VLM_PREFIX = "mlx_peer_properties/test_mlx_vlm_prefix_cache.py::"
 _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
     # node id -> what differs, where, and the reproduction
+    f"{_VLM_PREFIX}test_the_disk_tier_serves_its_blocks_as_before_and_a_foreign_one_changes_nothing": (
+        MLX_VLM_DISK_FOREIGN_WEIGHTS
+    ),
     **{
         f"{_VLM}test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding[{option}-{case}]": (
             MLX_VLM_PROCESSORS_DROPPED

@@ -16,8 +16,11 @@ manager's own: blocks of 4 tokens (``APC_BLOCK_SIZE``, 16 by default) and exact 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import types
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -35,17 +38,21 @@ class MlxVlmApc:
     """A `PrefixEngine` over mlx-vlm's server engine (`BatchGenerator` with an `APCManager`)."""
 
     name = f"mlx-vlm {VERSION} APC (server BatchGenerator)"
-    supports = frozenset({"batch", "restart"})
 
-    def __init__(self, blocks_per_entry: int = BLOCKS_PER_ENTRY):
-        """`blocks_per_entry`: the block pool's size per entry of capacity (large: nothing is evicted)."""
+    def __init__(self, blocks_per_entry: int = BLOCKS_PER_ENTRY, disk: bool = False):
+        """`blocks_per_entry`: the block pool's size per entry of capacity (large: nothing is evicted). `disk`: with
+        the disk tier (the server's default once APC is on, ``APC_DISK_ENABLED``), which outlives a restart."""
         self.engine: Any = None
+        self.manager: Any = None
         self.blocks_per_entry = blocks_per_entry
+        self.disk_root = Path(tempfile.mkdtemp(prefix="apc-disk-")) if disk else None
+        self.supports = frozenset({"batch", "restart", "persist"} if disk else {"batch", "restart"})
 
     def start(self, model: EngineModel, capacity: int) -> None:
         from mlx_vlm.utils import load
 
         self.model, self.capacity = model, capacity
+        self.served: dict[tuple[int, ...], None] = {}
         self.net, self.processor = load(str(model.path))
         self.restart()
 
@@ -69,11 +76,13 @@ class MlxVlmApc:
         return SnapshotLRU(self.capacity, trimmable=False, touch_on_hit=True, drop_prefixes=False, minimum=MIN_SNAPSHOT)
 
     def restart(self) -> None:
-        """A new manager and engine: what a restarted server holds (no disk tier configured)."""
+        """A new manager and engine: what a restarted server holds (its disk tier, where configured, stays)."""
         from mlx_vlm.apc import APCManager, semantic_extra_hash
         from mlx_vlm.generate.ar import BatchGenerator
 
+        self.close()
         manager = APCManager(
+            disk=self.disk_store(),
             num_blocks=self.capacity * self.blocks_per_entry,
             block_size=BLOCK,
             overrides={"checkpoint_entries": self.capacity},
@@ -118,12 +127,45 @@ class MlxVlmApc:
                 break
         else:
             raise RuntimeError(f"{self.name}: requests unfinished after the step bound: {prompts}")
+        self.served.update(dict.fromkeys(tuple(p) for p in prompts))
         return [Served(tuple(p), tuple(tokens[u]), tuple(logprobs[u]), reused.get(u, 0)) for p, u in zip(prompts, uids)]
+
+    def disk_store(self):
+        """The server's disk tier (`apc.from_env`): a `DiskBlockStore` under the namespace it names from the model
+        path, adapter and KV quantization (`apc_disk_namespace`, server/app.py:919), or None."""
+        if self.disk_root is None:
+            return None
+        from mlx_vlm.apc import DiskBlockStore, apc_disk_namespace
+
+        return DiskBlockStore(self.disk_root, namespace=apc_disk_namespace(str(self.model.path)))
+
+    def persist(self, folder) -> list[tuple[int, ...]]:
+        """The disk tier's files after its queued writes finish, copied to `folder`; returns the prompts served
+        since the start (what the tier may hold: it keeps prompt blocks and snapshots, not completions)."""
+        self.manager.disk.flush()
+        shutil.copytree(self.manager.disk.dir, Path(folder), dirs_exist_ok=True)
+        return list(self.served)
+
+    def restore(self, folder) -> None:
+        """`folder`'s files as the disk tier of the (restarted) engine's namespace: what a server restarted on the
+        same model path finds (the namespace hashes the path string, not the weights)."""
+        self.close()
+        target = self.disk_root / "restored"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(Path(folder), target)
+        store = self.disk_store()
+        own = store.dir
+        store.close()
+        shutil.rmtree(own)
+        target.rename(own)
+        self.restart()
 
     def close(self) -> None:
         if self.engine is not None and callable(getattr(self.engine, "close", None)):
             self.engine.close()
-        self.engine = None
+        if self.manager is not None:
+            self.manager.close()
+        self.engine = self.manager = None
 
 
 @contextlib.contextmanager
