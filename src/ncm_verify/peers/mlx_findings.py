@@ -128,7 +128,8 @@ VLLM_PERSIST_FOREIGN_MODEL = (
     "is 'unknown' for every model: a cache saved by one model is loaded into another of the same architecture (a "
     "model updated in place under the same name, whose cache directory ~/.cache/vllm-mlx/prefix_cache/<name> "
     "server.py:1649 is the same) and its keys are served from the other weights' KV: a continuation reusing 13 "
-    "tokens off by 0.16-1.2 nats, greedy tokens differ. Repro: "
+    "tokens off by 0.16-1.2 nats, greedy tokens differ (its class reported upstream for the legacy directory: "
+    "'Legacy disk prefix-cache directory isn't keyed by artifact/dependency provenance', open). Repro: "
     ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_persist_foreign.py"
 )
 _VLLM_PREFIX = "mlx_peer_properties/test_vllm_mlx_prefix_cache.py::"
