@@ -80,10 +80,19 @@ def test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets(mode, famil
 
 
 @pytest.mark.prefix_rule(2)
+def test_the_memory_aware_cache_reports_the_reuse_its_lookup_documents(models):
+    """Rule 2: the default mode's cached_tokens is, request by request, what `MemoryAwarePolicy` states (exact and
+    supersequence hits prefilled and reported 0; the longest stored prefix; else the sorted neighbours' common
+    prefix), with entries saved and loaded across restarts as its server does; the run must see hits. On the
+    attention model: for caches it cannot trim the mode stores prompt snapshots, not modelled."""
+    judge("memory", models("attention", "float32"), (2,))
+
+
+@pytest.mark.prefix_rule(2)
 def test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents(models):
     """Rule 2: the paged mode's cached_tokens is, request by request, the whole blocks of the prompt found along a
-    chain of stored prompt + completion blocks (`VllmMlxPrefix.policy`); the run must see hits. The memory-aware
-    and legacy modes' policies (exact / prefix / supersequence / neighbour LCP, trie walk) are not modelled."""
+    chain of stored prompt + completion blocks (`VllmMlxPrefix.policy`); the run must see hits. The legacy mode's
+    trie walk is not modelled."""
     judge("paged", models("attention", "float32"), (2,))
 
 

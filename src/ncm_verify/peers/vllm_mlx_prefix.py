@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ncm_verify.peers.prefix_engines import EngineModel, Served
+from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Served
 
 PACKAGE = "vllm-mlx"
 VERSION = "0.6.0"
@@ -52,6 +54,7 @@ class VllmMlxPrefix:
         self.name = f"vllm-mlx {VERSION} scheduler ({mode} cache{'' if batch else ', one request at a time'})"
         self.scheduler: Any = None
         self.ids = itertools.count()
+        self.cache_dir = Path(tempfile.mkdtemp(prefix="vllm-mlx-cache-"))  # the server's ~/.cache/vllm-mlx/prefix_cache
 
     def start(self, model: EngineModel, capacity: int) -> None:
         from mlx_lm import load
@@ -64,18 +67,26 @@ class VllmMlxPrefix:
     def policy(self):
         """The paged mode's documented reuse (`BlockAwarePrefixCache`, prefix_cache.py:397; its chained block hash,
         paged_cache.py:40): whole blocks of a stored prompt + completion, chained, up to the whole prompt (no token
-        kept back: the scheduler re-feeds the last one); its 1000 blocks are never filled here. The other modes'
-        policies are not modelled (None: rule 2 does not apply to them yet)."""
+        kept back: the scheduler re-feeds the last one); its 1000 blocks are never filled here. The memory-aware mode's
+        on the attention model (`MemoryAwarePolicy`); the legacy mode's trie walk and the memory-aware mode's
+        snapshots for caches it cannot trim are not modelled (None)."""
         from ncm_verify.peers.prefix_engines import BlockPrefixLRU
 
+        if self.mode == "memory" and self.model.family == "attention":
+            return MemoryAwarePolicy(self.capacity, touch_on_hit=True, drop_prefixes=False)
         if self.mode != "paged":
             return None
         return BlockPrefixLRU(10**9, keep_last=0, drop_prefixes=False, block=BLOCK)
 
     def restart(self) -> None:
-        """A new scheduler on the same weights: what a restarted server holds (its caches live in memory)."""
+        """A new scheduler on the same weights: what a restarted server holds. The memory-aware cache is saved on
+        shutdown and loaded at start, as its server does (`save_cache_to_disk` / `load_cache_from_disk` under its
+        cache directory); the other modes' caches live in memory only."""
         import mlx.core as mx
         from vllm_mlx.scheduler import Scheduler, SchedulerConfig
+
+        if self.scheduler is not None and self.mode == "memory":
+            self.scheduler.save_cache_to_disk(str(self.cache_dir))
 
         options = dict(
             memory=dict(cache_memory_mb=256),
@@ -86,6 +97,8 @@ class VllmMlxPrefix:
         cache = scheduler.memory_aware_cache
         if cache is not None:
             cache._config = dataclasses.replace(cache._config, min_prefix_tokens=1, max_entries=self.capacity)
+            if any(self.cache_dir.rglob("index.json")):
+                scheduler.load_cache_from_disk(str(self.cache_dir))
         self.logprobs: dict[str, list[float]] = {}
         own = scheduler._process_batch_responses
 
@@ -151,6 +164,38 @@ class VllmMlxPrefix:
 
     def close(self) -> None:
         self.scheduler = None
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class MemoryAwarePolicy(LongestPrefixLRU):
+    """`MemoryAwarePrefixCache.fetch` (memory_cache.py:1263-1500) as the scheduler reports it, for caches it can trim:
+    entries keyed by prompt + completion (`entries` of them, least recently stored or hit first out); an exact or
+    supersequence match (which wins over a shorter prefix) is dropped and prefilled (scheduler.py:2362-2383: reported
+    0); else the longest stored prefix of the prompt; else the longest common prefix with the prompt's two
+    neighbours in sorted key order (its index is sorted; an entry beyond them is not looked at)."""
+
+    def expected_reuse(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+        import bisect
+
+        prompt = tuple(prompt)
+        keys = sorted(self.held)
+        if prompt in self.held:
+            return 0, prompt
+        longer = [k for k in keys if len(k) > len(prompt) and k[: len(prompt)] == prompt]
+        if longer:
+            return 0, max(longer, key=len)
+        shorter = [k for k in keys if len(k) < len(prompt) and prompt[: len(k)] == k]
+        if shorter:
+            best = max(shorter, key=len)
+            return len(best), best
+        at = bisect.bisect_left(keys, prompt)
+        best, source = 0, None
+        for key in keys[max(at - 1, 0) : at + 1]:
+            common = next((i for i, (a, b) in enumerate(zip(key, prompt)) if a != b), min(len(key), len(prompt)))
+            if common > best:
+                best, source = common, key
+        return best, source
 
 
 @contextlib.contextmanager
