@@ -97,11 +97,29 @@ def test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents(mode
 
 
 @pytest.mark.prefix_rule(1)
-@pytest.mark.parametrize("mode", ["legacy", "paged"])
-def test_with_the_full_hit_fixed_the_mode_serves_uncached_tokens(mode, models):
-    """The full-hit finding's one-line fix applied (`peer.full_hit_fixed`): the legacy mode then passes (it is its
-    only fault); the paged mode still fails, on its position-blind block lookup."""
-    judge(mode, models("attention", "float32"), (1, 3), peer.full_hit_fixed)
+def test_with_the_full_hit_fixed_the_legacy_mode_serves_uncached_tokens(models):
+    """The full-hit finding's one-line fix applied (`peer.full_hit_fixed`): the legacy mode then passes rules 1 and
+    3 (it is its only fault there)."""
+    judge("legacy", models("attention", "float32"), (1, 3), peer.full_hit_fixed)
+
+
+@pytest.mark.prefix_rule(1)
+@given(
+    head=st.lists(st.integers(0, 23), min_size=peer.BLOCK, max_size=peer.BLOCK),
+    body=st.lists(st.integers(0, 23), min_size=2 * peer.BLOCK, max_size=3 * peer.BLOCK),
+    tail=st.lists(st.integers(0, 23), min_size=1, max_size=3),
+)
+def test_paged_blocks_stored_after_another_prefix_are_not_served_at_the_start(head, body, tail, models):
+    """Rule 1, the paged mode with the full-hit fix applied: after a prompt `head + body` (its blocks stored at
+    positions from one block on), the prompt `body + tail` (the same tokens at the start) gets what full forwards
+    give: a chained block hash cannot match it, nothing of it having been computed at those positions."""
+    model = models("attention", "float32")
+    with peer.full_hit_fixed():
+        engine = peer.VllmMlxPrefix("paged")
+        engine.start(model, 3)
+        engine.serve([head + body], 3)
+        served = engine.serve([body + tail], 3)[0]
+    assert_served_equals_uncached(served, model, call=f"paged: serve([{head + body}]); serve([{body + tail}])")
 
 
 @pytest.mark.prefix_rule(1)

@@ -156,8 +156,14 @@ class VllmMlxPrefix:
         return [tuple(int(t) for t in key) for key in cache._entries]
 
     def restore(self, folder) -> None:
-        """`load_from_disk` into the (restarted) scheduler's cache, as its server does at start-up; a folder it
-        loads nothing from is a refusal."""
+        """A server started on `folder` alone: `load_from_disk` into a fresh scheduler's cache, as at start-up; a
+        folder it loads nothing from is a refusal. Its own directory is emptied first: loading a key it already
+        holds leaves the cache's sorted index with a stale key (memory_cache.py:2103-2105, a KeyError in a later
+        fetch), which a server loading once at start never does."""
+        self.scheduler = None
+        shutil.rmtree(self.cache_dir)
+        self.cache_dir.mkdir()
+        self.restart()
         loaded = self.scheduler.memory_aware_cache.load_from_disk(str(folder))
         if not loaded:
             raise ValueError(f"load_from_disk({folder}) loaded no entry")
