@@ -170,3 +170,19 @@ def test_a_persisted_cache_serves_its_keys_as_before_and_a_foreign_one_changes_n
 
     hits = run_machine(persisting, models("attention", "float32"), (1, 5), examples=8, steps=STEPS, other_model=other)
     assert any(hits), "no request reused a cached token: a cold-cache pass proves nothing"
+
+
+@pytest.mark.prefix_rule(1)
+@pytest.mark.parametrize("mode", peer.MODES)
+@given(blocks=st.lists(st.integers(0, 23), min_size=peer.BLOCK, max_size=peer.BLOCK * 3), data=st.data())
+def test_a_prompt_held_whole_gets_what_full_forwards_give(mode, blocks, data, models):
+    """Rule 1 on the one case every mode must get right, whatever the machine's stream: a prompt whose tokens are all
+    held (served before: an exact entry, whole stored blocks), served again."""
+    prompt = blocks[: len(blocks) // peer.BLOCK * peer.BLOCK]  # whole blocks, for the paged mode
+    model = models("attention", "float32")
+    engine = peer.VllmMlxPrefix(mode)
+    engine.start(model, 3)
+    engine.serve([prompt], 3)
+    served = engine.serve([prompt], 3)[0]
+    note = f"VllmMlxPrefix({mode!r}): serve([{prompt}]) twice"
+    assert_served_equals_uncached(served, model, call=note)

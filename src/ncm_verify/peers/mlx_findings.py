@@ -219,11 +219,12 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[legacy-attention]": (
         VLLM_FULL_HIT_DUPLICATE
     ),
+    **{
+        f"{_VLLM_PREFIX}test_a_prompt_held_whole_gets_what_full_forwards_give[{mode}]": VLLM_FULL_HIT_DUPLICATE
+        for mode in ("legacy", "paged")
+    },
     f"{_VLLM_PREFIX}test_paged_blocks_stored_after_another_prefix_are_not_served_at_the_start": (
         VLLM_PAGED_POSITION_BLIND
-    ),
-    f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[paged-attention]": (
-        VLLM_FULL_HIT_DUPLICATE + " AND " + VLLM_PAGED_POSITION_BLIND
     ),
     f"{_VLLM_PREFIX}test_a_persisted_cache_serves_its_keys_as_before_and_a_foreign_one_changes_nothing": (
         VLLM_PERSIST_FOREIGN_MODEL
