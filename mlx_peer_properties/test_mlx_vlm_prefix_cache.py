@@ -76,12 +76,44 @@ def test_the_reported_cached_tokens_follow_the_documented_policy(family, models)
 
 
 @pytest.mark.prefix_rule(1)
-@pytest.mark.parametrize("family", ["attention", "sliding"])
-def test_planted_a_wrong_block_hash_or_snapshot_length_is_caught(family, models):
-    """APC's own caches with one known-wrong change (`peer.planted`): block mode's hash without its parent (a block
-    stored after another prefix matches), exact mode's lookup one token longer than its snapshot: rule 1 must fail."""
+def test_planted_a_snapshot_lookup_one_token_longer_is_caught(models):
+    """APC's exact mode (the sliding model) with its snapshot lookup claiming one token more than the snapshot
+    holds (`peer.planted`): the machine's rule 1 must fail."""
     with peer.planted():
-        judge(models(family, "float32"), (1,))
+        judge(models("sliding", "float32"), (1,))
+
+
+def blocks_after_another_prefix(head, body, tail, models) -> None:
+    model = models("attention", "float32")
+    engine = peer.MlxVlmApc()
+    engine.start(model, 3)
+    engine.serve([head + body], 3)  # its blocks stored from position one block on
+    served = engine.serve([body + tail], 3)[0]
+    assert_served_equals_uncached(served, model, call=f"serve([{head + body}]); serve([{body + tail}])", engine=engine)
+
+
+PLACED = given(
+    head=st.lists(st.integers(0, 23), min_size=peer.BLOCK, max_size=peer.BLOCK),
+    body=st.lists(st.integers(0, 23), min_size=2 * peer.BLOCK, max_size=3 * peer.BLOCK),
+    tail=st.lists(st.integers(0, 23), min_size=1, max_size=3),
+)
+
+
+@pytest.mark.prefix_rule(1)
+@PLACED
+def test_blocks_stored_after_another_prefix_are_not_served_at_the_start(head, body, tail, models):
+    """Rule 1 in block mode whatever the machine's stream: after `head + body`, the prompt `body + tail` (the same
+    tokens at other positions) gets what full forwards give: the chained hash cannot match it."""
+    blocks_after_another_prefix(head, body, tail, models)
+
+
+@pytest.mark.prefix_rule(1)
+@PLACED
+def test_planted_a_block_hash_without_its_parent_is_caught(head, body, tail, models):
+    """Block mode with its block hash dropping the parent (`peer.planted`): `body`'s blocks, stored after `head`,
+    match at the start of `body + tail`; the property above must fail."""
+    with peer.planted():
+        blocks_after_another_prefix(head, body, tail, models)
 
 
 @pytest.mark.prefix_rule(1)
@@ -98,7 +130,7 @@ def test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditio
     longer = short + extra
     for served in engine.serve([short, longer], 3):
         assert served.reused == 0, f"a fresh engine reported {served.reused} reused tokens"
-        assert_served_equals_uncached(served, model, call=f"MlxVlmApc().serve([{short}, {longer}], 3)")
+        assert_served_equals_uncached(served, model, call=f"MlxVlmApc().serve([{short}, {longer}], 3)", engine=engine)
 
 
 @pytest.mark.prefix_rule(5)

@@ -53,8 +53,25 @@ class MlxVlmApc:
 
         self.model, self.capacity = model, capacity
         self.served: dict[tuple[int, ...], None] = {}
+        self.fresh: Any = None
+        self.memo: dict[tuple[int, ...], Any] = {}
         self.net, self.processor = load(str(model.path))
         self.restart()
+
+    def uncached_rows(self, tokens: Sequence[int]):
+        """The oracle in mlx-vlm's own implementation of the family: a fresh copy of the model (never the engine's),
+        one full forward, float32 log-softmax per position ``[T, V]`` (mlx-lm's classes differ by roundoff)."""
+        import mlx.core as mx
+        from mlx_vlm.utils import load
+
+        if self.fresh is None:
+            self.fresh = load(str(self.model.path))[0]
+        key = tuple(int(t) for t in tokens)
+        if key not in self.memo:
+            logits = self.fresh.language_model(mx.array([key])).logits[0].astype(mx.float32)
+            self.memo[key] = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            mx.eval(self.memo[key])
+        return self.memo[key]
 
     @property
     def mode(self) -> str | None:
