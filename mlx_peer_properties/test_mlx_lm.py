@@ -20,7 +20,7 @@ MODELS = {
     "draft-float32": ("attention", "float32", 1),  # the draft model: the attention target's shape, other weights
     "other-float32": ("attention", "float32", 2),
 }
-STEPS = 10
+STEPS = 6
 EXACT_KEY_AVOIDED = ("a_stored_key",)
 """A prompt that is exactly a stored key ends the server (`test_a_prompt_that_is_exactly_a_stored_key_is_served`,
 a finding): the machine's runs leave that case to that test, so that each still judges everything else."""
