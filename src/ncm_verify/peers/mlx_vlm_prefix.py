@@ -166,6 +166,8 @@ class MlxVlmApc:
     def restore(self, folder) -> None:
         """`folder`'s files as the disk tier of the (restarted) engine's namespace: what a server restarted on the
         same model path finds (the namespace hashes the path string, not the weights)."""
+        if self.disk_root is None:
+            raise ValueError("restore: this engine was made without its disk tier (MlxVlmApc(disk=True))")
         self.close()
         target = self.disk_root / "restored"
         shutil.rmtree(target, ignore_errors=True)
