@@ -9,6 +9,7 @@ applicable. ``--mlx-peers-examples=N`` sets the examples per property (default 3
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -91,3 +92,21 @@ def pytest_runtest_makereport(item, call):
     )
     with open(path, "a", encoding="utf-8") as file:
         file.write(json.dumps(record) + "\n")
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """For the prefix-cache files: a maker of model folders, ``(family, dtype) -> EngineModel``, under one temporary
+    folder (each written once, seed 0; `prefix_engines.make_model_folder`)."""
+    from ncm_verify.peers.prefix_engines import make_model_folder
+
+    folder = tmp_path_factory.mktemp("prefix-models")
+    return lambda family, dtype: make_model_folder(folder / f"{family}-{dtype}", family, dtype)
+
+
+@pytest.fixture
+def quiet():
+    """Engines log every lookup and recover from their errors with a warning: the verdict is the properties'."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)

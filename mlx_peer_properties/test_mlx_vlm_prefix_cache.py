@@ -9,8 +9,6 @@ runs in block mode on the attention model and in exact (snapshot) mode on the sl
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,24 +17,12 @@ from prefix_cache_machine import assert_served_equals_uncached, run_machine
 from ncm_verify.peers import mlx_vlm_prefix as peer
 from ncm_verify.peers import prefix_engines
 
+pytestmark = pytest.mark.usefixtures("quiet")
 EXAMPLES = 4
 """Machine runs per node (10 steps each): about 5-12 s a node on 2 shared cores."""
 STEPS = 10
 MODES = {"attention": "block", "sliding": "exact", "hybrid": "exact"}
 """The APC mode mlx-vlm picks for each family (`model_apc_mode`), checked by every node."""
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("prefix-models")
-    return lambda family, dtype: prefix_engines.make_model_folder(folder / f"{family}-{dtype}", family, dtype)
-
-
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def judge(model, checks, engine=peer.MlxVlmApc) -> list[int]:

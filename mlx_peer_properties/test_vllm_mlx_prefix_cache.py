@@ -9,7 +9,6 @@ under the one prefix-cache machine (`prefix_cache_machine.py`) on the three mode
 from __future__ import annotations
 
 import contextlib
-import logging
 
 import pytest
 from hypothesis import given
@@ -19,6 +18,7 @@ from prefix_cache_machine import assert_served_equals_uncached, run_machine
 from ncm_verify.peers import prefix_engines
 from ncm_verify.peers import vllm_mlx_prefix as peer
 
+pytestmark = pytest.mark.usefixtures("quiet")
 EXAMPLES = 4
 """Machine runs per node (10 steps each, ~8-30 requests a run): about 2-6 s a node on 2 shared cores."""
 STEPS = 10
@@ -28,20 +28,6 @@ NO_REUSE = (
     "state): scheduler.py:2547 _prompt_output_entry_is_useless drops them, and only the memory-aware mode keeps a "
     "post-prefill snapshot instead (:2714); every request of this run was served uncached (reused 0)"
 )
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("prefix-models")
-    return lambda family, dtype: prefix_engines.make_model_folder(folder / f"{family}-{dtype}", family, dtype)
-
-
-@pytest.fixture(autouse=True)
-def quiet():
-    """The scheduler logs every lookup at INFO and recovers from errors with a WARNING: the verdict is the tests'."""
-    logging.disable(logging.WARNING)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def judge(mode: str, model, checks, context=contextlib.nullcontext) -> list[int]:

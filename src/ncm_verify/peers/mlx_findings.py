@@ -223,6 +223,9 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
         f"{_VLLM_PREFIX}test_a_prompt_held_whole_gets_what_full_forwards_give[{mode}]": VLLM_FULL_HIT_DUPLICATE
         for mode in ("legacy", "paged")
     },
+    f"{_VLLM_PREFIX}test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents": (
+        VLLM_PAGED_POSITION_BLIND
+    ),
     f"{_VLLM_PREFIX}test_paged_blocks_stored_after_another_prefix_are_not_served_at_the_start": (
         VLLM_PAGED_POSITION_BLIND
     ),

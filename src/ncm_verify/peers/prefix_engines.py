@@ -309,6 +309,11 @@ class LongestPrefixLRU:
         self.held.clear()
 
 
+def common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 @dataclasses.dataclass
 class BlockPrefixLRU(LongestPrefixLRU):
     """A block cache's documented reuse: whole blocks of `block` tokens, chained (a block is reused only after the
@@ -321,11 +326,7 @@ class BlockPrefixLRU(LongestPrefixLRU):
         prompt = tuple(prompt)
         best, source = 0, None
         for key in self.held:
-            common = 0
-            for a, b in zip(key, prompt):
-                if a != b:
-                    break
-                common += 1
+            common = common_length(key, prompt)
             reuse = min(common, len(prompt) - self.keep_last, len(key)) // self.block * self.block
             if reuse > best:
                 best, source = reuse, key

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Served
+from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Served, common_length
 
 PACKAGE = "vllm-mlx"
 VERSION = "0.6.0"
@@ -198,7 +198,7 @@ class MemoryAwarePolicy(LongestPrefixLRU):
         at = bisect.bisect_left(keys, prompt)
         best, source = 0, None
         for key in keys[max(at - 1, 0) : at + 1]:
-            common = next((i for i, (a, b) in enumerate(zip(key, prompt)) if a != b), min(len(key), len(prompt)))
+            common = common_length(key, prompt)
             if common > best:
                 best, source = common, key
         return best, source
