@@ -6,8 +6,9 @@ its own.
 
 `install` makes ``.peers/<name>/`` (uv, this project's Python), installs the package at its pinned version with
 ``--no-deps`` and then only what its judged code imports (`MlxPeer.needs`; the heavy GUI/vision/server extras are
-left out, each peer says which). `verify` runs ``mlx_peer_properties/test_<module>.py`` with that environment's
-Python (this repository's ``src`` on its path, nothing of it installed there) and writes, per package and property,
+left out, each peer says which). `verify` runs ``mlx_peer_properties/test_<module>.py`` (and
+``test_<module>_prefix_cache.py`` where the package keeps a prefix cache) with that environment's Python (this
+repository's ``src`` on its path, nothing of it installed there) and writes, per package and property,
 passed / finding / not applicable with its reason, and whether the planted control was caught:
 ``<reports>/peers-mlx.{md,html,json}``. Exit status 0 when every peer's run gave a verdict, no property failed
 outside the findings table, no finding went away unannounced, and every peer's planted control was caught.
