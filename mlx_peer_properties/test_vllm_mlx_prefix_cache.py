@@ -75,10 +75,17 @@ def test_the_memory_aware_cache_reports_the_reuse_its_lookup_documents(models):
 
 
 @pytest.mark.prefix_rule(2)
+def test_the_legacy_cache_reports_the_reuse_its_trie_walk_documents(models):
+    """Rule 2: the legacy mode's cached_tokens is, request by request, what `TriePolicy` states (the key where the
+    walk stops, or the prompt whole for an exact or longer key); the run must see hits. On the attention model (the
+    only one this mode stores entries for)."""
+    judge("legacy", models("attention", "float32"), (2,))
+
+
+@pytest.mark.prefix_rule(2)
 def test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents(models):
     """Rule 2: the paged mode's cached_tokens is, request by request, the whole blocks of the prompt found along a
-    chain of stored prompt + completion blocks (`VllmMlxPrefix.policy`); the run must see hits. The legacy mode's
-    trie walk is not modelled."""
+    chain of stored prompt + completion blocks (`VllmMlxPrefix.policy`); the run must see hits."""
     judge("paged", models("attention", "float32"), (2,))
 
 

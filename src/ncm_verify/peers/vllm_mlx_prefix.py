@@ -67,13 +67,15 @@ class VllmMlxPrefix:
     def policy(self):
         """The paged mode's documented reuse (`BlockAwarePrefixCache`, prefix_cache.py:397; its chained block hash,
         paged_cache.py:40): whole blocks of a stored prompt + completion, chained, up to the whole prompt (no token
-        kept back: the scheduler re-feeds the last one); its 1000 blocks are never filled here. The memory-aware mode's
-        on the attention model (`MemoryAwarePolicy`); the legacy mode's trie walk and the memory-aware mode's
-        snapshots for caches it cannot trim are not modelled (None)."""
+        kept back: the scheduler re-feeds the last one); its 1000 blocks are never filled here. The memory-aware and
+        legacy modes' on the attention model (`MemoryAwarePolicy`, `TriePolicy`); the memory-aware mode's snapshots
+        for caches it cannot trim are not modelled (None)."""
         from ncm_verify.peers.prefix_engines import BlockPrefixLRU
 
         if self.mode == "memory" and self.model.family == "attention":
             return MemoryAwarePolicy(self.capacity, touch_on_hit=True, drop_prefixes=False)
+        if self.mode == "legacy" and self.model.family == "attention":
+            return TriePolicy(self.capacity, touch_on_hit=True, drop_prefixes=False)
         if self.mode != "paged":
             return None
         return BlockPrefixLRU(10**9, keep_last=0, drop_prefixes=False, block=BLOCK)
@@ -202,6 +204,22 @@ class MemoryAwarePolicy(LongestPrefixLRU):
             if common > best:
                 best, source = common, key
         return best, source
+
+
+@dataclasses.dataclass
+class TriePolicy(LongestPrefixLRU):
+    """`PrefixCacheManager._search` / `fetch_cache` (prefix_cache.py:117-221) as the scheduler reports it, for caches
+    it can trim: walk the prompt down a trie of the held keys (prompt + completion); where the walk stops, the key
+    ending there, if any ("shorter": only there, not a shorter key further up); a prompt walked whole is an exact key
+    or a longer key's prefix, both reported whole (a hit touches the key, a longer one does not)."""
+
+    def expected_reuse(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+        prompt = tuple(prompt)
+        walked = max((common_length(key, prompt) for key in self.held), default=0)
+        if walked == len(prompt):
+            return len(prompt), (prompt if prompt in self.held else None)
+        head = prompt[:walked]
+        return (walked, head) if walked and head in self.held else (0, None)
 
 
 @contextlib.contextmanager
