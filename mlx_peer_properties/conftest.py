@@ -9,6 +9,7 @@ applicable. ``--mlx-peers-examples=N`` sets the examples per property (default 3
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ def pytest_configure(config):
     if config.getoption("--mlx-peers-reach") and files:  # before any test module imports the package
         config.stash[REACH] = reach.measure(files)
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
+    config.addinivalue_line("markers", "prefix_rule(*numbers): which rules of prefix_cache_machine a test states")
     config.addinivalue_line("markers", "peer_law: a chi-square test of a sampled law, one per example (`LAW_TESTS`)")
     run_state.install(config, policy=stats.Policy(planned_tests=LAW_TESTS, selftest_budget=0.0))
     settings.register_profile(
@@ -99,9 +101,28 @@ def pytest_runtest_makereport(item, call):
     record = dict(
         nodeid=item.nodeid,
         property=list(marker.args) if marker else [],
+        rule=list(rule.args) if (rule := item.get_closest_marker("prefix_rule")) else [],
         status=status,
         detail=detail.removeprefix("Skipped: ").removeprefix("reason: "),
         seconds=round(report.duration, 2),
     )
     with open(path, "a", encoding="utf-8") as file:
         file.write(json.dumps(record) + "\n")
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """For the prefix-cache files: a maker of model folders, ``(family, dtype) -> EngineModel``, under one temporary
+    folder (each written once, seed 0; `prefix_engines.make_model_folder`)."""
+    from ncm_verify.peers.prefix_engines import make_model_folder
+
+    folder = tmp_path_factory.mktemp("prefix-models")
+    return lambda family, dtype: make_model_folder(folder / f"{family}-{dtype}", family, dtype)
+
+
+@pytest.fixture
+def quiet():
+    """Engines log every lookup and recover from their errors with a warning: the verdict is the properties'."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)

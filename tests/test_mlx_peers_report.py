@@ -66,7 +66,7 @@ def test_the_runner_selects_peers_by_name_and_refuses_unknown_ones():
 
 
 def test_every_finding_names_a_property_file_of_a_judged_peer_and_a_reproduction():
-    files = {p.tests for p in MLX_PEERS}
+    files = {name for p in MLX_PEERS for name in p.tests}
     for nodeid, reason in KNOWN_PEER_FINDINGS.items():
         assert nodeid.split("::")[0] in files, nodeid
         assert "Repro" in reason, nodeid
@@ -110,11 +110,11 @@ def known_findings_runs() -> list[mlx_peers.PeerRun]:
         shown = [
             record(nodeid, "finding", (2, 6), f"{reason} EVIDENCE: logits differ at position 3: 0.0412 nats")
             for nodeid, reason in KNOWN_PEER_FINDINGS.items()
-            if nodeid.split("::")[0] == peer.tests
+            if nodeid.split("::")[0] in peer.tests
         ]
         plain = [
-            record(f"{peer.tests}::test_plain[own]", "passed"),
-            record(f"{peer.tests}::x[planted]", "planted caught"),
+            record(f"{peer.tests[0]}::test_plain[own]", "passed"),
+            record(f"{peer.tests[0]}::x[planted]", "planted caught"),
         ]
         runs.append(mlx_peers.PeerRun(peer.name, peer.pin, peer.left_out, 0, 42.0, [*plain, *shown]))
     return runs
@@ -130,3 +130,26 @@ def test_nothing_in_the_peers_report_overflows_horizontally_in_chromium(tmp_path
         + "\n  ".join(measured["wide"])
         + f"\n  reproduce: .venv/bin/python -m pytest tests/test_mlx_peers_report.py -p no:xdist -k {width}"
     )
+
+
+def test_prefix_cache_runs_get_their_own_table_of_rules_beside_the_decoders():
+    prefix = mlx_peers.PeerRun(
+        "engine",
+        "engine==2",
+        "nothing",
+        0,
+        42.0,
+        [
+            {**record("p.py::test_x[a]", "passed", ()), "rule": [1]},
+            {**record("p.py::test_y", "finding", (), "engine x.py:2: dies Repro: r.py"), "rule": [6]},
+            {**record("p.py::test_planted", "planted caught", ()), "rule": [1]},
+            {**record("p.py::test_z", "not applicable", (), "not applicable: no files"), "rule": [5]},
+        ],
+    )
+    verdicts, table, findings, _ = mlx_peers.tables([run(*GOOD), prefix])
+    assert [row[0] for row in verdicts.rows] == ["pkg==1"] and [row[0] for row in table.rows] == ["engine==2"]
+    cells = dict(zip(table.header, table.rows[0]))
+    assert cells["1. served == uncached"] == "passed (1)" and cells["6. serves after a failed request"] == "finding (1)"
+    assert cells["5. persisted: restored exactly or refused"] == "not applicable: no files"
+    assert cells["planted control"] == "caught by 1 of 1" and cells["seconds (2 cores)"] == "42"
+    assert ("engine==2", "dies", "engine x.py:2", "r.py", "-", "p.py::test_y") in [tuple(r) for r in findings.rows]

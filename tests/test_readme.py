@@ -100,3 +100,9 @@ def test_the_sample_is_made_repo_relative_and_only_from_a_make_verify_run():
     assert "prints 2 lines (commit abc1234, 2026-12-07" in block and "make's echo" not in block
     with pytest.raises(ValueError, match="sample"):
         readme.sample_block("pytest: 3 passed\n", "abc1234", "2026-12-07")
+
+
+def test_the_readmes_prefix_cache_adapter_is_the_shipped_example_verbatim():
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    example = (ROOT / "src" / "ncm_verify" / "peers" / "prefix_example.py").read_text()
+    assert example in blocks, "README's adapter and src/ncm_verify/peers/prefix_example.py differ: edit both"

@@ -1,12 +1,14 @@
-"""The MLX speculative decoders users run, each judged in an environment of its own.
+"""The MLX speculative decoders users run, and the prefix caches MLX servers keep, each judged in an environment of
+its own.
 
     python -m ncm_verify.run_mlx_peers install mlx-vlm          (make install-peers PEER=mlx-vlm)
     python -m ncm_verify.run_mlx_peers verify mlx-vlm,dflash-mlx (make verify-peers PEERS=mlx-vlm,dflash-mlx)
 
 `install` makes ``.peers/<name>/`` (uv, this project's Python), installs the package at its pinned version with
 ``--no-deps`` and then only what its judged code imports (`MlxPeer.needs`; the heavy GUI/vision/server extras are
-left out, each peer says which). `verify` runs ``mlx_peer_properties/test_<module>.py`` with that environment's
-Python (this repository's ``src`` on its path, nothing of it installed there) and writes, per package and property,
+left out, each peer says which). `verify` runs ``mlx_peer_properties/test_<module>.py`` (and
+``test_<module>_prefix_cache.py`` where the package keeps a prefix cache) with that environment's Python (this
+repository's ``src`` on its path, nothing of it installed there) and writes, per package and property,
 passed / finding / not applicable with its reason, and whether the planted control was caught:
 ``<reports>/peers-mlx.{md,html,json}``. Exit status 0 when every peer's run gave a verdict, no property failed
 outside the findings table, no finding went away unannounced, and every peer's planted control was caught.
@@ -72,8 +74,13 @@ class MlxPeer:
         return found[0]
 
     @property
-    def tests(self) -> str:
-        return f"mlx_peer_properties/test_{self.module}.py"
+    def tests(self) -> list[str]:
+        """Its speculative properties and, where it keeps a prefix cache, ``test_<module>_prefix_cache.py``."""
+        files = [
+            f"mlx_peer_properties/test_{self.module}.py",
+            f"mlx_peer_properties/test_{self.module}_prefix_cache.py",
+        ]
+        return [name for name in files if (ROOT / name).exists()]
 
 
 MLX_PEERS = (
@@ -88,7 +95,10 @@ MLX_PEERS = (
             "jinja2>=3.1.0",
             "requests>=2.31.0",
             "huggingface_hub",
+            "mlx-lm[cpu]>=0.32.2",
         ),
+        "mlx-lm is not among its dependencies: it is installed for the prefix-cache machine alone (its model folders "
+        "and uncached oracle use mlx-lm's model classes; mlx-vlm imports none of it). Left out: "
         "datasets, sentencepiece, miniaudio, llguidance, mlx-audio, opencv-python, fastapi, python-multipart, "
         "starlette, uvicorn, websockets, cryptography: audio, vision preprocessing, server and training extras; "
         "`mlx_vlm.generate.ar` and `mlx_vlm.speculative` import without them",
@@ -211,6 +221,13 @@ MLX_PEERS = (
         reach=mlx_reach_more.NUNSPARK,
         unreached=mlx_reach_more.NUNSPARK_REASONS,
     ),
+    MlxPeer(
+        "mlx-lm",
+        "mlx-lm==0.32.2",
+        ("mlx[cpu]>=0.32.2", "numpy", "transformers>=5.7.0", "sentencepiece", "protobuf", "pyyaml", "jinja2"),
+        "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]: its prefix cache (LRUPromptCache), server "
+        "(mlx_lm.server), prompt-cache files and draft-model path are judged as served",
+    ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
 
@@ -273,14 +290,14 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach
         progress.start(f"{peer.name} ({peer.pin})")
         if not peer.python.exists() and interpreter(peer) is None:
             runs.append(unavailable(peer))
-            progress.done(f"{peer.name}: not applicable, no Python {peer.requires_python} on this machine")
+            progress.done(f"{peer.name}: not applicable, no Python it requires on this machine")
             continue
         if not peer.python.exists():
             install(peer)
         results = reports / f"peers-mlx-{peer.name}.jsonl"
         results.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
-        command = [str(peer.python), "-m", "pytest", peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
+        command = [str(peer.python), "-m", "pytest", *peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
         command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
         files = reach.resolve(peer.site, peer.reach) if measure_reach else []
         raw = reports / f"peers-mlx-{peer.name}-reach.json"
@@ -308,8 +325,9 @@ def unavailable(peer: MlxPeer) -> report.PeerRun:
     """The run of a peer that needs a Python this machine lacks: every property not applicable, saying why."""
     need = ".".join(map(str, peer.requires_python))
     reason = f"not applicable: {peer.pin} requires Python >= {need} and this machine has none (PATH, pyenv)"
-    records = [dict(nodeid=f"{peer.tests}::no interpreter", property=list(report.PROPERTIES), status="not applicable",
-                    detail=reason, seconds=0.0)]  # fmt: skip
+    nodeid = f"{(peer.tests or [f'mlx_peer_properties/test_{peer.module}.py'])[0]}::no interpreter"
+    records = [dict(nodeid=nodeid, property=list(report.PROPERTIES), status="not applicable", detail=reason,
+                    seconds=0.0)]  # fmt: skip
     return report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, records)
 
 

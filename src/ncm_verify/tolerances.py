@@ -203,3 +203,22 @@ SMOLLM2_LOGITS_RTOL = {
     "quantized": 2.0**-9,
 }
 """max |logit - float64 logit| over a prompt's positions, as a fraction of its max |float64 logit|, per form."""
+
+
+SERVED_LOGPROBS: dict[str, float] = {
+    # float32: a served cache attends in chunks (cached rows + the rest) where the oracle runs one forward; summation
+    # order moves a log-probability by ~1e-6 (measured 2.4e-7 on the sliding llama); recurrent layers carry it
+    # further (RECURRENT_LOGPROBS' reasoning), so one bound for the three families.
+    "float32": RECURRENT_LOGPROBS.atol,
+    # bfloat16: the engine reports log-probabilities computed in bfloat16 from bfloat16 logits (|logit| < 16 in the
+    # tiny models, ulp 2^-4 there): the logit and the log-sum-exp rounded to half an ulp each, 2^-4 in all; measured
+    # 0.026 cached vs uncached on the tiny llama. A cache holding a wrong position moves them by 0.1 or more.
+    "bfloat16": 2.0**-4,
+}
+"""Served (cached) against uncached log-probabilities of the same tokens, per model dtype
+(`mlx_peer_properties/prefix_cache_machine.py`)."""
+
+SERVED_NEAR_TIE: dict[str, float] = {"float32": 2 * RECURRENT_LOGPROBS.atol, "bfloat16": 2 * 2.0**-4}
+"""A served greedy token may differ from the uncached argmax only where the oracle's top two log-probabilities lie
+within this (twice `SERVED_LOGPROBS`: each side's error); the comparison stops there, the continuation being another
+sequence."""

@@ -8,6 +8,8 @@ node whose id holds ``planted``) is expected to fail the same way: it is how we 
 
 from __future__ import annotations
 
+from ncm_verify.peers.prefix_findings import PREFIX_FINDINGS, PREFIX_RAISES
+
 PLANTED = "planted control: the package's own loop with one known-biased change; the property must catch it"
 
 MLX_VLM_PROCESSORS_DROPPED = (
@@ -96,6 +98,44 @@ VLLM_MLLM_WRAPPED_RING = (
     "Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_wrapped_ring.py"
 )
 
+VLLM_FULL_HIT_DUPLICATE = (
+    "vllm-mlx 0.6.0 vllm_mlx/scheduler.py:2362-2385 (_schedule_waiting): a hit that leaves no prompt token to compute "
+    "re-feeds the last prompt token onto a cache that already holds it, unless cache_hit_type is 'exact' or "
+    "'supersequence' (the memory-aware cache's names); the legacy PrefixCacheManager (:2203) and the paged "
+    "BlockAwarePrefixCache (:2136) call every hit 'hit', so with --no-memory-aware-cache the same prompt again, or a "
+    "prefix of a stored prompt + completion, and with --use-paged-cache a prompt of whole stored blocks, attend to "
+    "the last prompt token twice: the first token's log-probability off by 0.05-0.3 nats, greedy tokens differ. "
+    "Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_prefix_full_hit.py"
+)
+VLLM_PAGED_POSITION_BLIND = (
+    "vllm-mlx 0.6.0 vllm_mlx/paged_cache.py:951-972 (find_shared_prefix) looks each block of a prompt up by "
+    "find_cached_block(chunk), a hash of the block's tokens alone (:873, 'legacy string hash'), not the chained "
+    "compute_block_hash(parent, tokens) of :40: a block stored at any position after any prefix is reused as the "
+    "prompt's block, its keys rotated for the wrong positions (e.g. blocks stored at positions 4-15 served as "
+    "0-11 for a prompt whose first token differs from the stored one: first token's log-probability off by 0.15 "
+    "nats). Repro: .peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_paged_position.py"
+)
+VLLM_HYBRID_BATCH_PADDING = (
+    "vllm-mlx 0.6.0 serving a qwen3_next (GatedDeltaNet hybrid) model: its scheduler decodes requests together in "
+    "mlx-lm 0.31.3's BatchGenerator (the mlx-lm its pin admits), which pads a shorter prompt on the left, and that "
+    "row's first token gets a conditional off the uncached one (0.38 nats for [18, 10, 10, 2] beside a 5-token "
+    "prompt; 0.009 for [0, 0]); no cache involved (a fresh scheduler), exact on the attention and sliding models "
+    "and for a request alone. The line at fault (in mlx-lm's batched recurrent path) is not pinned. Repro: "
+    ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_hybrid_batch.py"
+)
+VLLM_PERSIST_FOREIGN_MODEL = (
+    "vllm-mlx 0.6.0 vllm_mlx/memory_cache.py:978-1012 and :1015-1053: load_from_disk keeps a persisted cache when "
+    "the model fingerprint (layers, sizes, model_type: the architecture only, not the weights) matches and the "
+    "revision matches, but the revision is read from a _name_or_path the models vllm-mlx loads never carry, so it "
+    "is 'unknown' for every model: a cache saved by one model is loaded into another of the same architecture (a "
+    "model updated in place under the same name, whose cache directory ~/.cache/vllm-mlx/prefix_cache/<name> "
+    "server.py:1649 is the same) and its keys are served from the other weights' KV: a continuation reusing 13 "
+    "tokens off by 0.16-1.2 nats, greedy tokens differ (its class reported upstream for the legacy directory: "
+    "'Legacy disk prefix-cache directory isn't keyed by artifact/dependency provenance', open). Repro: "
+    ".peers/vllm-mlx/bin/python mlx_peer_properties/repro/vllm_mlx_persist_foreign.py"
+)
+_VLLM_PREFIX = "mlx_peer_properties/test_vllm_mlx_prefix_cache.py::"
+_VLLM_SERVED = "test_served_tokens_and_logprobs_equal_an_uncached_forward"
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
 _BROOMVA_CACHE = "test_the_prompt_cache_after_mtp_decoding_equals_one_rebuilt_from_the_tokens_it_claims"
@@ -137,9 +177,21 @@ MLX_VLM_EAGLE3_HOT_VOCAB = (
     "mlx_peer_properties/repro/mlx_vlm_eagle3_hot_vocab.py"
 )
 
+MLX_VLM_DISK_FOREIGN_WEIGHTS = (
+    "mlx-vlm 0.7.10 mlx_vlm/server/app.py:919-929: the server names APC's disk tier (on by default with APC) by "
+    "apc_disk_namespace(model_path, adapter, KV quantization) and never passes its weights_fingerprint "
+    "(apc.py:253-287), so the namespace hashes the model path string, not the weights: a model updated in place "
+    "under the same path (a re-downloaded repository, a retrained local folder) restarts onto the old weights' "
+    "blocks, and a prompt reusing 8 of its tokens is served from them (first token 13 where the uncached argmax "
+    "is 23, 0.45 nats). Repro: .peers/mlx-vlm/bin/python mlx_peer_properties/repro/mlx_vlm_disk_foreign.py"
+)
+_VLM_PREFIX = "mlx_peer_properties/test_mlx_vlm_prefix_cache.py::"
 _VLM = "mlx_peer_properties/test_mlx_vlm.py::"
 KNOWN_PEER_FINDINGS: dict[str, str] = {
     # node id -> what differs, where, and the reproduction
+    f"{_VLM_PREFIX}test_the_disk_tier_serves_its_blocks_as_before_and_a_foreign_one_changes_nothing": (
+        MLX_VLM_DISK_FOREIGN_WEIGHTS
+    ),
     **{
         f"{_VLM}test_sampling_options_act_on_the_speculative_path_as_on_plain_decoding[{option}-{case}]": (
             MLX_VLM_PROCESSORS_DROPPED
@@ -185,6 +237,35 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     "mlx_peer_properties/test_vllm_mlx.py::test_text_mtp_installs_on_the_mlx_lm_its_pin_admits": VLLM_TEXT_MTP_DEAD,
     "mlx_peer_properties/test_vllm_mlx.py::test_greedy_requests_served_with_the_assistant_get_plain_decoding_each_alone"
     "[sliding-window]": VLLM_MLLM_WRAPPED_RING,
+    **{
+        f"{_VLLM_PREFIX}{_VLLM_SERVED}[legacy-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE
+        for dtype in ("float32", "bfloat16")
+    },
+    **{
+        f"{_VLLM_PREFIX}{_VLLM_SERVED}[paged-attention-{dtype}]": VLLM_FULL_HIT_DUPLICATE
+        + " AND "
+        + (VLLM_PAGED_POSITION_BLIND)
+        for dtype in ("float32", "bfloat16")
+    },
+    f"{_VLLM_PREFIX}test_an_evicted_or_reused_entry_never_changes_what_a_prompt_gets[legacy-attention]": (
+        VLLM_FULL_HIT_DUPLICATE
+    ),
+    **{
+        f"{_VLLM_PREFIX}test_a_prompt_held_whole_gets_what_full_forwards_give[{mode}]": VLLM_FULL_HIT_DUPLICATE
+        for mode in ("legacy", "paged")
+    },
+    f"{_VLLM_PREFIX}test_the_paged_cache_reports_the_reuse_its_chained_block_hash_documents": (
+        VLLM_PAGED_POSITION_BLIND
+    ),
+    f"{_VLLM_PREFIX}test_paged_blocks_stored_after_another_prefix_are_not_served_at_the_start": (
+        VLLM_PAGED_POSITION_BLIND
+    ),
+    f"{_VLLM_PREFIX}test_a_persisted_cache_serves_its_keys_as_before_and_a_foreign_one_changes_nothing": (
+        VLLM_PERSIST_FOREIGN_MODEL
+    ),
+    f"{_VLLM_PREFIX}test_a_hybrid_request_batched_beside_a_longer_one_gets_its_uncached_conditional": (
+        VLLM_HYBRID_BATCH_PADDING
+    ),
     "mlx_peer_properties/test_vllm_mlx.py::test_after_every_step_the_batch_caches_attend_as_caches_rebuilt_from_the_"
     "tokens_they_hold[sliding-window]": VLLM_MLLM_WRAPPED_RING,
 }
@@ -200,3 +281,5 @@ from ncm_verify.peers.mlx_findings_more import MORE_FINDING_RAISES, MORE_PEER_FI
 
 KNOWN_PEER_FINDINGS.update(MORE_PEER_FINDINGS)
 FINDING_RAISES.update(MORE_FINDING_RAISES)
+KNOWN_PEER_FINDINGS.update(PREFIX_FINDINGS)  # the prefix caches' findings, kept in a table of their own
+FINDING_RAISES.update(PREFIX_RAISES)

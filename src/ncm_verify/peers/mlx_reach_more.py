@@ -73,13 +73,13 @@ YUNSHU_REASONS = (
     Reason(
         "yunshu_engine/speculative_decoder.py",
         "778-805",
-        "batch verify judged at temperature 0 only (finding 16)",
+        "batch verify judged at temperature 0 only (finding S3)",
         runnable=True,
     ),
     Reason(
         "yunshu_engine/speculative_decoder.py",
         "845-850",
-        "batch verify judged at temperature 0 only (finding 16)",
+        "batch verify judged at temperature 0 only (finding S3)",
         runnable=True,
     ),
     Reason(

@@ -32,6 +32,17 @@ PROPERTIES = {
 WHERE_CHARS = 160
 """A finding's head longer than this is prose, not a place: its whole text reads under 'what differs'."""
 
+PREFIX_RULES = {
+    1: "served == uncached",
+    2: "reuse as documented",
+    3: "evicted never served; a reuse never changes its entry",
+    4: "speculative: entries equal their keys'",
+    5: "persisted: restored exactly or refused",
+    6: "serves after a failed request",
+}
+"""The rules of `mlx_peer_properties/prefix_cache_machine.py` judging prefix caches as served, by the number a
+test's ``prefix_rule`` marker names (docs/prefix-engines.md)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class PeerRun:
@@ -201,7 +212,29 @@ def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
     return summary, unreached, reasons
 
 
-def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
+def prefix_table(runs: list[PeerRun]) -> Table:
+    """Engine x rule for the runs that judge prefix caches (records with ``rule``)."""
+    judged = [run for run in runs if any(r.get("rule") for r in run.records)]
+    return Table(
+        "Prefix caches as served: per engine and rule",
+        ("engine", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control", "seconds (2 cores)"),
+        [
+            (
+                run.pin,
+                *(property_cell([r for r in run.records if n in (r.get("rule") or [])]) for n in PREFIX_RULES),
+                planted_cell([r for r in run.records if r.get("rule")]),
+                f"{run.seconds:.0f}",
+            )
+            for run in judged
+        ],
+        note="Each engine served for real in its own environment (.peers/<name>/) and judged by one state machine "
+        "(mlx_peer_properties/prefix_cache_machine.py); counts are property runs (node ids). A finding is a strict "
+        "expected failure of ncm_verify.peers.mlx_findings.",
+    )
+
+
+def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
+    decoders = [run for run in runs if not run.records or any(r["property"] for r in run.records)]
     verdicts = Table(
         "MLX speculative decoders: per package and property",
         ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
@@ -209,10 +242,10 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
             (
                 run.pin,
                 *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
-                planted_cell(run.records),
+                planted_cell([r for r in run.records if not r.get("rule")]),
                 f"{run.seconds:.0f}",
             )
-            for run in runs
+            for run in decoders
         ],
         note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
         "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
@@ -231,7 +264,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return verdicts, findings, environments
+    return verdicts, prefix_table(runs), findings, environments
 
 
 def verdict_table(runs: list[PeerRun], found: list[str]) -> Table:
@@ -266,13 +299,16 @@ def findings_html(findings: list[Finding]) -> str:
     return f"<h2>Findings</h2>{note}{table}"
 
 
-def render_page(verdict: Table, verdicts: Table, findings: list[Finding], environments: Table, *more: Table) -> str:
+def render_page(
+    verdict: Table, verdicts: Table, prefix: Table, findings: list[Finding], environments: Table, *more: Table
+) -> str:
     """peers-mlx.html, styled as verify.html (its CSS): the verdict first, then each package's properties, the
     findings one row each, the environments, then `more` (reach)."""
     body = "\n".join(
         [
             html_report.render_table(verdict),
             html_report.render_table(verdicts),
+            html_report.render_table(prefix),
             findings_html(findings),
             html_report.render_table(environments),
             *(html_report.render_table(table) for table in more),
@@ -281,8 +317,8 @@ def render_page(verdict: Table, verdicts: Table, findings: list[Finding], enviro
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>MLX speculative decoders</title><style>{html_report.CSS}</style></head><body>\n"
-        f"<h1>MLX speculative decoders</h1>\n{body}\n</body></html>\n"
+        f"<title>MLX speculative decoders and prefix caches</title><style>{html_report.CSS}</style></head><body>\n"
+        f"<h1>MLX speculative decoders and prefix caches</h1>\n{body}\n</body></html>\n"
     )
 
 
@@ -290,14 +326,15 @@ def write(runs: list[PeerRun], reports: Path) -> int:
     """peers-mlx.{md,html,json} under `reports`; returns the exit status (1 when `problems` found any)."""
     found = [problem for run in runs for problem in problems(run)]
     verdict = "fail: " + "; ".join(found) if found else "pass: every peer judged, every planted control caught"
-    verdicts, findings, environments = tables(runs)
+    verdicts, prefix, findings, environments = tables(runs)
     reach = reach_tables(runs)
-    parts = (verdicts, findings, environments, *reach)
+    parts = (verdicts, prefix, findings, environments, *reach)
     markdown = "\n".join(
-        ["# MLX speculative decoders", "", f"Verdict: {verdict}", ""] + [render_table(t) for t in parts]
+        ["# MLX speculative decoders and prefix caches", "", f"Verdict: {verdict}", ""]
+        + [render_table(t) for t in parts]
     )
     (reports / "peers-mlx.md").write_text(markdown, encoding="utf-8")
-    page = render_page(verdict_table(runs, found), verdicts, findings_of(runs), environments, *reach)
+    page = render_page(verdict_table(runs, found), verdicts, prefix, findings_of(runs), environments, *reach)
     (reports / "peers-mlx.html").write_text(page, encoding="utf-8")
     record = {"schema": "ncm-verify/peers-mlx/1", "verdict": verdict, "runs": [dataclasses.asdict(r) for r in runs]}
     write_json(record, reports / "peers-mlx.json")
