@@ -184,3 +184,47 @@ def test_block_verification_emits_exactly_the_target_law(drafter, variant, seed)
         f"{found.vocab} (seed {seed}, {drafter} drafts): target rows {np.round(found.target, 4).tolist()}, draft rows "
         f"{np.round(found.draft, 4).tolist()}; judge('mtplx', peer.BlockRule(), 'Sun et al.', {drafter!r}, seed={seed})"
     )
+
+
+BOUNDARIES = {
+    "inside the window": (1, 2),
+    "ending on the window's edge": (2, 2),
+    "starting inside, ending past it": (3, 3),
+    "starting wrapped": (6, 2),
+}
+"""(prompt length, verify length) against the sliding window (`mlx_tiny.WINDOW` = 4)."""
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("boundary", sorted(BOUNDARIES))
+@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@given(data=st.data())
+def test_the_trim_path_either_leaves_caches_rebuilt_from_the_kept_tokens_or_declines_untouched(kind, boundary, data):
+    """mtplx's other rollback path (`trim_verified_window_to_prefix`, with a snapshot or without), at each boundary
+    of a sliding window (verify pass inside it, ending on its edge, crossing it, starting wrapped) and with 0, some
+    or all verified tokens kept: when it reports success, every cache as attended equals caches rebuilt from the
+    prompt and the kept tokens; when it declines (recurrent state, a wrapped ring), it leaves the caches as they
+    were, for `rollback_after_verify` to restore."""
+    from ncm_verify.mlx_lm_real.cache_views import assert_caches_equal_rebuilt
+
+    prompt_length, verify_length = BOUNDARIES[boundary]
+    vocab = 8
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    tokens = st.integers(0, vocab - 1)
+    prompt = data.draw(st.lists(tokens, min_size=prompt_length, max_size=prompt_length), label="prompt")
+    verified = data.draw(st.lists(tokens, min_size=verify_length, max_size=verify_length), label="verified")
+    keep = data.draw(st.sampled_from(sorted({0, verify_length // 2, verify_length})), label="keep")
+    snapshot = data.draw(st.booleans(), label="snapshot")
+    target = peer.make_target(kind, seed, vocab)
+    cache, done, before = peer.verify_then_trim(target, prompt, verified, keep, snapshot)
+    call = f"verify_then_trim(make_target({kind!r}, {seed}, {vocab}), {prompt}, {verified}, {keep}, {snapshot})"
+    if done:
+        assert_caches_equal_rebuilt(target, cache, [prompt + verified[:keep]], label=kind, call=call)
+        return
+    for layer, (was, now) in enumerate(zip(before, [c.state for c in cache])):
+        for a, b in zip(
+            was if isinstance(was, (list, tuple)) else [was], now if isinstance(now, (list, tuple)) else [now]
+        ):
+            assert (a is None and b is None) or np.array_equal(np.array(a), np.array(b)), (
+                f"layer {layer}: mtplx declined the trim but changed the cache; {call}"
+            )

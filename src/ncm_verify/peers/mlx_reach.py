@@ -295,13 +295,13 @@ MTPLX_REASONS = (
     Reason(
         "mtplx/cache_state.py",
         "trim_verified_window_to_prefix",
-        "generation.py's other rollback path (trim to the verified prefix), picked per cache kind: not yet judged",
+        "declines other than recurrent state and a wrapped ring (malformed counts, caches without offsets)",
         True,
     ),
     Reason(
         "mtplx/cache_state.py",
         "trim_verified_window_without_snapshot",
-        "generation.py's snapshot-free rollback: not yet judged",
+        "an empty cache list",
         True,
     ),
     Reason(

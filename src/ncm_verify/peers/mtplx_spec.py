@@ -172,3 +172,30 @@ def chain_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """The shipped chain's correction ``norm((p - q)+)``: block verification's own only at depth 1."""
     weights = np.maximum(np.asarray(p, dtype=np.float64) - q, 0.0)
     return weights / weights.sum() if weights.sum() > 0 else np.asarray(p, dtype=np.float64)
+
+
+def verify_then_trim(target, prompt: list[int], verified: list[int], keep: int, snapshot: bool = True):
+    """mlx-lm caches after mtplx's trim path: prompt, (`snapshot_untrimmable_cache`,) a verify pass over `verified`,
+    then `trim_verified_window_to_prefix` (or `trim_verified_window_without_snapshot`) keeping `keep` of them.
+    Returns the caches, whether mtplx said it trimmed, and copies of the cache states just before the call."""
+    import copy
+
+    from mlx_lm.models.cache import make_prompt_cache
+    from mtplx.cache_state import (
+        snapshot_untrimmable_cache,
+        trim_verified_window_to_prefix,
+        trim_verified_window_without_snapshot,
+    )
+
+    cache = make_prompt_cache(target)
+    target(mx.array([prompt]), cache=cache)
+    taken = snapshot_untrimmable_cache(cache) if snapshot else None
+    target(mx.array([verified]), cache=cache)
+    mx.eval([c.state for c in cache])
+    before = copy.deepcopy([c.state for c in cache])
+    if taken is not None:
+        done = trim_verified_window_to_prefix(cache, taken, verified_tokens=len(verified), keep_tokens=keep)
+    else:
+        done = trim_verified_window_without_snapshot(cache, verified_tokens=len(verified), keep_tokens=keep)
+    mx.eval([c.state for c in cache])
+    return cache, done, before
