@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +42,14 @@ class MlxPeer:
     """The declared dependencies not installed, and why the judged code runs without them."""
     beside: tuple[str, ...] = ()
     """Declared dependencies installed with ``--no-deps`` too (their own heavy extras are not needed)."""
+    requires_python: str = ""
+    """The Python minor version the package requires when this project's own is outside its bounds (e.g. "3.13"):
+    found on PATH or under pyenv (`find_python`); where none is found the peer's row reads not applicable."""
+    test_file: str = ""
+    """Its properties' file when not ``test_<module>.py`` (the prefix-cache engines: ``test_<module>_prefix_cache``)."""
+    kind: str = "speculative"
+    """Which report table its properties fill: "speculative" (issue 40's six properties) or "prefix" (the prefix
+    cache machine's rules)."""
 
     @property
     def module(self) -> str:
@@ -52,7 +61,17 @@ class MlxPeer:
 
     @property
     def tests(self) -> str:
-        return f"mlx_peer_properties/test_{self.module}.py"
+        return self.test_file or f"mlx_peer_properties/test_{self.module}.py"
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of `version` ("3.13"): ``python3.13`` on PATH, else the newest pyenv build of it."""
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    builds = sorted(root.glob(f"versions/{version}.*/bin/python{version}"))
+    return str(builds[-1]) if builds else None
 
 
 MLX_PEERS = (
@@ -134,7 +153,10 @@ def install(peer: MlxPeer) -> None:
     """``.peers/<name>/``: the package at its pin with --no-deps, then `peer.needs` and the properties' tools."""
     target = str(peer.python)
     if not peer.python.exists():
-        subprocess.run([uv(), "venv", "-q", "--python", sys.executable, str(PEERS_DIR / peer.name)], check=True)
+        interpreter = find_python(peer.requires_python) if peer.requires_python else sys.executable
+        if interpreter is None:
+            raise FileNotFoundError(f"{peer.name} needs Python {peer.requires_python}: none on PATH or under pyenv")
+        subprocess.run([uv(), "venv", "-q", "--python", interpreter, str(PEERS_DIR / peer.name)], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, "--no-deps", peer.pin, *peer.beside], check=True)
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
@@ -145,7 +167,12 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
     runs = []
     for peer in peers:
         if not peer.python.exists():
-            install(peer)
+            try:
+                install(peer)
+            except FileNotFoundError as missing:  # no interpreter the package admits: a verdict, not a crash
+                record = dict(nodeid=peer.tests, property=[], status="not applicable", detail=str(missing), seconds=0)
+                runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, [record], peer.kind))
+                continue
         results = reports / f"peers-mlx-{peer.name}.jsonl"
         results.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
@@ -156,7 +183,7 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         status = subprocess.run(command, cwd=ROOT, env=env).returncode
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records))
+        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records, peer.kind))
     return report.write(runs, reports)
 
 

@@ -28,6 +28,17 @@ PROPERTIES = {
 }
 """The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
 
+PREFIX_RULES = {
+    1: "served equals uncached",
+    2: "reuse as documented, hits seen",
+    3: "eviction; an entry unchanged by reuse",
+    4: "draft model beside the cache",
+    5: "persisted files restore exactly or are refused",
+    6: "serves on after a failure; a batch beside cached rows",
+}
+"""The prefix-cache machine's rules (`mlx_peer_properties/prefix_cache_machine.py`), by ``peer_property`` number, for
+the peers whose `kind` is "prefix"."""
+
 
 @dataclasses.dataclass(frozen=True)
 class PeerRun:
@@ -37,6 +48,7 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
+    kind: str = "speculative"
 
 
 def property_cell(records: list[dict]) -> str:
@@ -75,27 +87,37 @@ def problems(run: PeerRun) -> list[str]:
         if record["status"] in ("failed", "xpassed"):
             found.append(f"{run.name}: {record['nodeid']} {record['status']}")
     planted = [r for r in run.records if "planted" in r["nodeid"]]
-    if run.records and (not planted or any(r["status"] != "planted caught" for r in planted)):
+    judged = any(r["status"] != "not applicable" for r in run.records)  # a peer that cannot run plants nothing
+    if judged and (not planted or any(r["status"] != "planted caught" for r in planted)):
         found.append(f"{run.name}: a planted control was not caught")
     return found
 
 
-def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
-    verdicts = Table(
-        "MLX speculative decoders: per package and property",
-        ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
-        [
-            (
-                run.pin,
-                *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
-                planted_cell(run.records),
-                f"{run.seconds:.0f}",
-            )
-            for run in runs
-        ],
+def verdict_table(runs: list[PeerRun], title: str, columns: dict[int, str]) -> Table:
+    def row(run: PeerRun) -> tuple[str, ...]:
+        if run.records and all(r["status"] == "not applicable" and not r["property"] for r in run.records):
+            reason = "not applicable: " + run.records[0]["detail"]  # the package cannot be driven at all here
+            return (run.pin, *(reason for _ in columns), "none", f"{run.seconds:.0f}")
+        cells = (property_cell([r for r in run.records if n in (r["property"] or [])]) for n in columns)
+        return (run.pin, *cells, planted_cell(run.records), f"{run.seconds:.0f}")
+
+    return Table(
+        title,
+        ("package", *(f"{n}. {name}" for n, name in columns.items()), "planted control", "seconds (2 cores)"),
+        [row(run) for run in runs],
         note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
         "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
     )
+
+
+def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
+    speculative = [run for run in runs if run.kind != "prefix"]
+    prefix = [run for run in runs if run.kind == "prefix"]
+    verdicts = []
+    if speculative or not prefix:
+        verdicts.append(verdict_table(speculative, "MLX speculative decoders: per package and property", PROPERTIES))
+    if prefix:
+        verdicts.append(verdict_table(prefix, "MLX prefix caches: per engine and rule", PREFIX_RULES))
     findings = Table(
         "Findings",
         ("package", "property run", "what differs, where, reproduction"),
@@ -111,7 +133,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return verdicts, findings, environments
+    return (*verdicts, findings, environments)
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
