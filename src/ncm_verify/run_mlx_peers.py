@@ -65,13 +65,15 @@ class MlxPeer:
 
 
 def find_python(version: str) -> str | None:
-    """An interpreter of `version` ("3.13"): ``python3.13`` on PATH, else the newest pyenv build of it."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
+    """An interpreter of `version` ("3.13") that runs: ``python3.13`` on PATH, else the newest pyenv build of it (a
+    pyenv shim on PATH fails where that version is not selected, hence each candidate is run once)."""
     root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    builds = sorted(root.glob(f"versions/{version}.*/bin/python{version}"))
-    return str(builds[-1]) if builds else None
+    candidates = [shutil.which(f"python{version}"), *reversed(sorted(root.glob(f"versions/{version}.*/bin/python*")))]
+    for candidate in candidates:
+        if candidate and Path(candidate).name == f"python{version}":
+            if subprocess.run([str(candidate), "-c", "pass"], capture_output=True).returncode == 0:
+                return str(candidate)
+    return None
 
 
 MLX_PEERS = (
@@ -129,6 +131,56 @@ MLX_PEERS = (
         ">=0.6.5) comes with --no-deps beside it, with mlx-vlm's needs (mlx>=0.32.4, transformers, pillow, tqdm, "
         "jinja2, huggingface_hub): MLLMBatchGenerator runs over an mlx-vlm model and imports mlx_vlm",
         beside=("mlx-vlm==0.7.10",),
+    ),
+    MlxPeer(
+        "yunshu",
+        "yunshu==0.1.5",
+        ("mlx[cpu]>=0.32.3,<0.32.4", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0"),
+        "fastapi, uvicorn, openai, llguidance, opentelemetry, prometheus-client, trafilatura, pypdf and the rest: "
+        "its gateway, console, tools and telemetry; BatchedEngine, KVPrefixCache and PromptCacheManager import mlx, "
+        "mlx-lm and numpy only. Needs Python >= 3.13 (found on PATH or under pyenv)",
+        requires_python="3.13",
+        test_file="mlx_peer_properties/test_yunshu_prefix_cache.py",
+        kind="prefix",
+    ),
+    MlxPeer(
+        "locals",
+        "locals==0.2.1",
+        ("mlx[cpu]>=0.32,<0.34", "mlx-lm[cpu]>=0.32,<0.33", "numpy>=1.26"),
+        "huggingface_hub, llguidance, outlines-core, rich: downloads, grammars and the console; HybridBatchEngine, "
+        "chain_cache and DiskPromptCache import mlx and mlx-lm",
+        test_file="mlx_peer_properties/test_locals_prefix_cache.py",
+        kind="prefix",
+    ),
+    MlxPeer(
+        "mlx-textgen",
+        "mlx-textgen==0.2.1",
+        ("mlx[cpu]", "mlx-lm[cpu]>=0.24.0", "outlines>=0.2.3", "pydantic"),
+        "mlx-vlm, fastapi, uvicorn: vision models and the server; LLMModel and CacheManager import mlx-lm, pydantic "
+        "and (for sampling) outlines",
+        test_file="mlx_peer_properties/test_mlx_textgen_prefix_cache.py",
+        kind="prefix",
+    ),
+    MlxPeer(
+        "mlx-openai-server",
+        "mlx-openai-server==1.8.1",
+        (
+            "mlx[cpu]>=0.31.2",
+            "mlx-lm[cpu]>=0.31.3,<0.32",
+            "numpy>=2.2.0,<2.4",
+            "dill>=0.4,<0.5",
+            "xxhash>=3.6,<4",
+            "loguru>=0.7.3,<0.8",
+            "outlines>=1.1.1,<1.2",
+            "fastapi>=0.115.14,<0.130",
+            "openai>=2.21,<3",
+            "openai-harmony>=0.0.8,<0.1",
+        ),
+        "av, librosa, mlx-embeddings, mlx-vlm, mlx-whisper, mflux, torchvision, pillow, uvicorn and the rest: audio, "
+        "image, video and embedding models and the HTTP server; MLXLMHandler, LRUPromptCache and MLX_LM import "
+        "what is installed",
+        test_file="mlx_peer_properties/test_mlx_openai_server_prefix_cache.py",
+        kind="prefix",
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
