@@ -15,11 +15,14 @@ from ncm_verify.peers.prefix_engines import EngineModel, make_model_folder
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, EngineModel]:
     """attention, sliding and hybrid folders (seed 0); "other": attention weights of seed 1 in a folder of the same
-    name under another parent (what two fine-tunes of one base look like); "draft": a second attention model."""
+    name under another parent (what two fine-tunes of one base look like); "draft": a second attention model;
+    "bfloat16" and "other-bfloat16": the attention pair in bfloat16."""
     root = tmp_path_factory.mktemp("prefix-models")
     found = {family: make_model_folder(root / family, family) for family in ("attention", "sliding", "hybrid")}
     found["other"] = make_model_folder(root / "other" / "attention", "attention", seed=1)
     found["draft"] = make_model_folder(root / "draft", "attention", seed=2)
+    found["bfloat16"] = make_model_folder(root / "attention-bfloat16", "attention", dtype="bfloat16")
+    found["other-bfloat16"] = make_model_folder(root / "other" / "attention-bfloat16", "attention", "bfloat16", seed=1)
     return found
 
 

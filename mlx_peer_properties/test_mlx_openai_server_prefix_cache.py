@@ -11,7 +11,7 @@ import pytest
 from prefix_cache_machine import run_machine
 from prefix_peer_checks import assert_a_damaged_entry_is_refused_or_served_exactly, examples, models  # noqa: F401
 
-from ncm_verify.peers.prefix_mlx_openai_server import OpenAIServerEngine
+from ncm_verify.peers.prefix_mlx_openai_server import BatchedOpenAIServerEngine, OpenAIServerEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES
 
 
@@ -52,3 +52,12 @@ def test_planted_a_longer_hit_trimmed_one_token_too_far_is_caught(models, monkey
     trim = prompt_cache.trim_prompt_cache
     monkeypatch.setattr(prompt_cache, "trim_prompt_cache", lambda cache, n: trim(cache, n + 1))
     run_machine(OpenAIServerEngine, models["attention"], (1,), examples=examples)
+
+
+@pytest.mark.peer_property(1, 3, 6)
+@pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
+def test_batched_requests_beside_cached_rows_and_every_stored_entry_equal_uncached(family, models, examples):  # noqa: F811
+    # the batch scheduler's path; 4 in checks runs the audit: every pickle it stored read as attended. Rule 2's
+    # policy model covers the trimmable family (the others store the handler's single-turn checkpoints)
+    checks = (1, 2, 3, 4) if family == "attention" else (1, 3, 4)
+    run_machine(BatchedOpenAIServerEngine, models[family], checks, examples=examples)

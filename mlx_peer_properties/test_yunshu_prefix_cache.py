@@ -9,7 +9,7 @@ stale position.
 from __future__ import annotations
 
 import pytest
-from prefix_cache_machine import run_machine
+from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
 from prefix_peer_checks import examples, models  # noqa: F401
 
 from ncm_verify.peers.prefix_yunshu import YunshuEngine
@@ -18,13 +18,39 @@ from ncm_verify.peers.prefix_yunshu import YunshuEngine
 @pytest.mark.peer_property(1, 2, 3)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_equal_uncached_ones_and_the_cache_is_hit(family, models, examples):  # noqa: F811
-    # rule 2 here: hits are seen (its policy, hash chains and scans over blocks, is not modelled)
-    run_machine(YunshuEngine, models[family], (1, 2, 3), examples=examples)
+    # rule 2 here: hits are seen on the attention family (its policy, hash chains and scans over blocks, is not
+    # modelled); on the sliding and hybrid tiny models yunshu serves no cached token at all (measured: the hits
+    # list stays 0), so only what it serves and evicts is judged there
+    checks = (1, 2, 3) if family == "attention" else (1, 3)
+    hits = run_machine(YunshuEngine, models[family], checks, examples=examples)
+    assert family == "attention" or not any(hits), f"{family}: hits seen ({hits}): judge rule 2 here too"
 
 
 @pytest.mark.peer_property(5)
 def test_the_ssd_tier_restores_exactly_or_refuses_a_damaged_or_foreign_file(models, examples):  # noqa: F811
-    run_machine(YunshuEngine, models["attention"], (1, 5), examples=examples, other_model=models["other"])
+    # bfloat16: the restore's cast to bfloat16 (the float32 finding below) is exact there, so damage is what is seen
+    run_machine(YunshuEngine, models["bfloat16"], (1, 5), examples=examples, other_model=models["other-bfloat16"])
+
+
+@pytest.mark.peer_property(5)
+def test_a_float32_prompt_served_from_the_ssd_tier_after_a_restart_equals_uncached(models):  # noqa: F811
+    """A prompt served twice (the second a memory hit, written to the SSD tier), a restart, the prompt again: served
+    from the SSD tier, in the 'native' precision its setting documents as bit-exact."""
+    model = models["attention"]
+    engine = YunshuEngine()
+    engine.start(model, 3)
+    try:
+        prompt = (13, 21, 22, 15, 7, 11, 5, 5, 16, 15, 4)
+        engine.serve([prompt], MAX_TOKENS)
+        engine.serve([prompt], MAX_TOKENS)
+        engine.restart()
+        again = engine.serve([prompt], MAX_TOKENS)[0]
+        assert again.reused, f"after the restart nothing was served from the SSD tier (reused {again.reused})"
+        assert_served_equals_uncached(
+            again, model, call=f"YunshuEngine().serve([{list(prompt)}], 3) twice, restart(), then again"
+        )
+    finally:
+        engine.close()
 
 
 @pytest.mark.peer_property(1)

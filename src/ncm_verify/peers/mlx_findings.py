@@ -128,6 +128,14 @@ TEXTGEN_SAME_NAME = (
     "and the second continues the first one's saved prompt: served [5,20,16] where its uncached greedy tokens are "
     "[12,2,6]. Repro: .peers/mlx-textgen/bin/python mlx_peer_properties/repro/mlx_textgen_same_name.py"
 )
+YUNSHU_SSD_BFLOAT16 = (
+    "yunshu 0.1.5 yunshu_engine/kv_prefix_cache.py:1833-1834 (restore_prefix_from_ssd): K/V restored from the SSD "
+    "tier are cast to bfloat16 whatever the model's dtype and whatever YUNSHU_SSD_CACHE_PRECISION says (default "
+    "'native', documented 'stored bit-exact; lossless'; the function's docstring says 'int8-LOSSY by design'): a "
+    "float32 model's prompt served from the SSD tier after a restart (reused 10 of 11 tokens) is off uncached "
+    "decoding by 5.5e-4 nats, where its memory hits are off by 2.9e-7 (float16 models, as 4-bit MLX models compute, "
+    "lose 3 mantissa bits the same way). Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_ssd_bfloat16.py"
+)
 
 _BROOMVA = "mlx_peer_properties/test_mlx_lm_broomva.py::"
 _BROOMVA_SAMPLED = "test_every_sampled_token_is_a_target_sampler_output_on_its_uncached_conditional"
@@ -200,6 +208,8 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     "on_its_next_hit[flipped byte]": OPENAI_SERVER_PICKLE,
     "mlx_peer_properties/test_mlx_openai_server_prefix_cache.py::test_with_a_draft_model_every_response_and_stored_"
     "entry_equals_uncached": OPENAI_SERVER_DRAFT_ENTRY,
+    "mlx_peer_properties/test_yunshu_prefix_cache.py::test_a_float32_prompt_served_from_the_ssd_tier_after_a_restart_"
+    "equals_uncached": YUNSHU_SSD_BFLOAT16,
     "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_a_model_never_continues_another_models_saved_prompt": (
         TEXTGEN_SAME_NAME
     ),

@@ -18,6 +18,7 @@ the running server reads on its next hit: `damage_entry`.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -139,3 +140,54 @@ class OpenAIServerEngine:
             self.handler.prompt_cache.close()
             self.handler = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class BatchedOpenAIServerEngine(OpenAIServerEngine):
+    """The handler's batched path: its own `BatchScheduler` (``app/core/batch_scheduler.py``, started by the handler's
+    ``_get_or_start_scheduler``) over mlx-lm's BatchGenerator, which fetches from and stores into the same pickled
+    LRU on its own thread. Prompts of one `serve` are submitted together (one batch), as concurrent HTTP requests
+    are; the segments a non-trimmable model gets are the handler's single-turn ones (lines 456-470). The scheduler
+    reports each request's cached prompt tokens but no log-probabilities."""
+
+    name = "mlx-openai-server 1.8.1 (batch scheduler)"
+    supports = frozenset({"batch", "restart"})
+
+    def __init__(self):
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+
+    def start(self, model: EngineModel, capacity: int) -> None:
+        from app.handler.mlx_lm import MLXLMHandler
+
+        self.model, self.capacity = model, capacity
+        self.handler = MLXLMHandler(str(model.path), prompt_cache_size=capacity, prompt_cache_dir=str(self.folder))
+
+    def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
+        from app.core.batch_scheduler import BatchScheduler
+
+        handler = self.handler
+        trimmable = handler.model.cache_is_trimmable
+
+        async def one(scheduler, ids: list[int]) -> Served:
+            segments = None if trimmable or len(ids) < 2 else [ids[:-1], ids[-1:]]
+            tokens, reused = [], 0
+            stream = scheduler.submit_stream(
+                input_ids=ids, max_tokens=max_tokens, sampler=handler.model.build_sampler({"temperature": 0.0}),
+                state_machine=BatchScheduler.build_state_machine(handler.model.tokenizer, None),
+                segments=segments, segment_types=None if segments is None else ["system", "assistant"],
+            )  # fmt: skip
+            async for chunk in stream:
+                tokens.append(int(chunk.token))
+                reused = max(reused, int(chunk.cached_prompt_tokens))
+            return Served(tuple(ids), tuple(tokens), None, reused)
+
+        async def batch() -> list[Served]:
+            scheduler = await handler._get_or_start_scheduler()
+            return list(await asyncio.gather(*(one(scheduler, [int(t) for t in p]) for p in prompts)))
+
+        return self.loop.run_until_complete(batch())
+
+    def close(self) -> None:
+        if self.handler is not None and self.handler._batch_scheduler is not None:
+            self.handler._batch_scheduler.stop()
+        super().close()
