@@ -29,6 +29,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "peer_property(*numbers): which of issue 40's six properties a test states")
+    config.addinivalue_line("markers", "prefix_rule(*numbers): which rules of prefix_cache_machine a test states")
     config.addinivalue_line("markers", "peer_law: a chi-square test of a sampled law, one per example (`LAW_TESTS`)")
     run_state.install(config, policy=stats.Policy(planned_tests=LAW_TESTS, selftest_budget=0.0))
     settings.register_profile(
@@ -83,6 +84,7 @@ def pytest_runtest_makereport(item, call):
     record = dict(
         nodeid=item.nodeid,
         property=list(marker.args) if marker else [],
+        rule=list(rule.args) if (rule := item.get_closest_marker("prefix_rule")) else [],
         status=status,
         detail=detail.removeprefix("Skipped: ").removeprefix("reason: "),
         seconds=round(report.duration, 2),

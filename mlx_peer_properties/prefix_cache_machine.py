@@ -82,6 +82,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     model: EngineModel
     checks: frozenset[int] = frozenset({1})
     other_model: EngineModel | None = None
+    avoid: frozenset[str] = frozenset()
+    """Rules this run leaves out: a case whose known finding has a test of its own and would end every run."""
     hits: list[int]
     """Shared across a test's runs: the reuse counts seen (rule 2 needs some above 0)."""
 
@@ -119,9 +121,17 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         first = data.draw(self.tokens(2), label="first prompt")
         self.send([first], "a first prompt")
         self.send([first], "the same prompt again")  # every run sees a hit where the policy reuses
+        (again,) = self.send([first], "the same prompt a third time")
+        turn = data.draw(self.tokens(2, 3), label="first turn")
+        self.send([again.key + turn], "a chat continuation of the first exchange")
+        if 5 in self.checks and "persist" in self.engine.supports:  # every damage once a run, then as drawn
+            for damage in (None, "truncated", "flipped byte", "another model"):
+                self.persist_case(data, damage)
 
     def send(self, prompts: Sequence[tuple[int, ...]], why: str) -> list[Served]:
         prompts = [tuple(p[: MAX_PROMPT + 2 * MAX_TOKENS]) or (0,) for p in prompts]
+        if "a_stored_key" in self.avoid and self.policy is not None:
+            prompts = [self.not_a_held_key(p) for p in prompts]
         if len(prompts) > 1 and "batch" not in self.engine.supports:
             return [s for p in prompts for s in self.send([p], why + " (one at a time: no batch)")]
         text = f"serve({[list(p) for p in prompts]}, max_tokens={MAX_TOKENS})  # {why}"
@@ -159,6 +169,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self.prompts.append(prompt)
         return served
 
+    def not_a_held_key(self, prompt: tuple[int, ...]) -> tuple[int, ...]:
+        """`prompt`, or where the policy holds it as a key (the case `avoid` leaves out), it with one token more."""
+        while prompt in self.policy.held:
+            prompt = prompt + (0,)
+        return prompt
+
     @rule(data=st.data())
     def a_new_prompt(self, data):
         self.send([data.draw(self.tokens(), label="new prompt")], "a new prompt")
@@ -168,7 +184,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def a_prompt_again(self, data):
         self.send([data.draw(st.sampled_from(self.prompts), label="again")], "a prompt again")
 
-    @precondition(lambda self: self.keys)
+    @precondition(lambda self: self.keys and "a_stored_key" not in self.avoid)
     @rule(data=st.data())
     def a_stored_key(self, data):
         self.send([data.draw(st.sampled_from(self.keys), label="key")], "exactly a stored key (prompt + completion)")
@@ -229,9 +245,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self.send([data.draw(self.tokens(2), label=f"filler {i}")], "a filler")
         self.send([oldest], "the evicted entry's tokens again")
 
-    @precondition(lambda self: self.keys and "restart" in self.engine.supports)
+    @precondition(lambda self: self.keys and "restart" in self.engine.supports and "persist" in self.engine.supports)
     @rule()
     def restart(self):
+        """Only where something may outlive a restart (a process restart empties an in-memory cache by itself)."""
         self.log.append("restart()")
         self.engine.restart()
         if self.policy is not None and "persist" not in self.engine.supports:
@@ -248,7 +265,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.keys and 5 in self.checks and "persist" in self.engine.supports)
     @rule(data=st.data(), damage=st.sampled_from((None, None, "truncated", "flipped byte", "another model")))
     def persist_restart_restore(self, data, damage):
-        """Persist, restart, restore (damaged as drawn), then a persisted key's prompt: the same response."""
+        self.persist_case(data, damage)
+
+    def persist_case(self, data, damage: str | None) -> None:
+        """Persist, restart, restore (damaged as drawn), then a persisted key continued: the uncached response."""
         folder = self.folder / f"persist{len(self.log)}"
         keys = self.engine.persist(folder)
         if damage == "another model":
@@ -261,7 +281,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             finally:
                 other.close()
         elif damage is not None:
-            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            files = sorted(p for p in folder.rglob("*") if p.is_file() and "adapter" not in p.relative_to(folder).parts)
             target = data.draw(st.sampled_from(files), label="damaged file")
             raw = bytearray(target.read_bytes())
             if damage == "truncated":
@@ -287,7 +307,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             else:
                 self.policy = None  # a damaged file taken: what it reuses is unknown; what it serves is checked
         for key in keys[:2]:
-            self.send([key], f"a persisted key after restore ({damage or 'intact'})")
+            turn = data.draw(self.tokens(1, 4), label="continuation")
+            self.send([key + turn], f"a persisted key continued after restore ({damage or 'intact'})")
 
 
 def run_machine(
@@ -298,13 +319,21 @@ def run_machine(
     examples: int,
     steps: int = 6,
     other_model: EngineModel | None = None,
+    avoid: Sequence[str] = (),
 ) -> list[int]:
     """The machine on `factory`'s engine over `model` with `checks`; returns the reuse counts it saw."""
     hits: list[int] = []
     machine = type(
         "PrefixCacheMachine",
         (PrefixCacheMachine,),
-        dict(factory=staticmethod(factory), model=model, checks=frozenset(checks), other_model=other_model, hits=hits),
+        dict(
+            factory=staticmethod(factory),
+            model=model,
+            checks=frozenset(checks),
+            other_model=other_model,
+            hits=hits,
+            avoid=frozenset(avoid),
+        ),
     )
     chosen = settings(
         settings.default,

@@ -17,7 +17,7 @@ from ncm_verify.peers.prefix_locals import LocalsEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 
 
-@pytest.mark.peer_property(1, 2, 3, 6)
+@pytest.mark.prefix_rule(1, 2, 3, 6)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_and_every_stored_entry_equal_uncached_ones(family, models, examples):  # noqa: F811
     # 4 in checks runs the adapter's audit after every request: each entry read as attended (no log-probabilities
@@ -25,12 +25,12 @@ def test_served_responses_and_every_stored_entry_equal_uncached_ones(family, mod
     run_machine(LocalsEngine, models[family], (1, 2, 3, 4), examples=examples)
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 def test_the_disk_tier_restores_exactly_or_refuses_a_damaged_or_foreign_file(models, examples):  # noqa: F811
     run_machine(LocalsEngine, models["attention"], (1, 5), examples=examples, other_model=models["other"])
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 @pytest.mark.parametrize("kind", [*DAMAGES, "another model"])
 def test_a_saved_system_prompt_damaged_on_disk_is_refused_or_served_exactly(kind, models):  # noqa: F811
     """A snapshot saved, the server restarted with the file damaged (or another model's snapshot of the same tokens
@@ -68,7 +68,7 @@ def test_a_saved_system_prompt_damaged_on_disk_is_refused_or_served_exactly(kind
         other.close()
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 def test_planted_a_chain_cache_storing_entries_one_position_short_is_caught(models, monkeypatch, examples):  # noqa: F811
     """locals' own chain cache with one wrong change: every entry trimmed by one position before it is stored, so a
     hit continues a cache one token short of its key."""

@@ -15,7 +15,7 @@ from ncm_verify.peers.prefix_mlx_openai_server import BatchedOpenAIServerEngine,
 from ncm_verify.peers.prefix_peer_files import DAMAGES
 
 
-@pytest.mark.peer_property(1, 2, 3)
+@pytest.mark.prefix_rule(1, 2, 3)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_equal_uncached_ones_and_reuse_is_as_documented(family, models, examples):  # noqa: F811
     # rule 2's policy model covers the trimmable family; the others' checkpoints and refusals are rule 1's and 3's
@@ -23,12 +23,12 @@ def test_served_responses_equal_uncached_ones_and_reuse_is_as_documented(family,
     run_machine(OpenAIServerEngine, models[family], checks, examples=examples)
 
 
-@pytest.mark.peer_property(4)
+@pytest.mark.prefix_rule(4)
 def test_with_a_draft_model_every_response_and_stored_entry_equals_uncached(models, examples):  # noqa: F811
     run_machine(lambda: OpenAIServerEngine(draft=models["draft"]), models["attention"], (4,), examples=examples)
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 @pytest.mark.parametrize("kind", DAMAGES)
 def test_a_damaged_pickle_is_refused_or_served_exactly_on_its_next_hit(kind, models):  # noqa: F811
     engine = OpenAIServerEngine()
@@ -43,7 +43,7 @@ def test_a_damaged_pickle_is_refused_or_served_exactly_on_its_next_hit(kind, mod
         engine.close()
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 def test_planted_a_longer_hit_trimmed_one_token_too_far_is_caught(models, monkeypatch, examples):  # noqa: F811
     """The package's own cache with one wrong change: a longer entry trimmed one token more than the request's
     remaining tokens assume (the cache one position short of what it reports)."""
@@ -54,7 +54,7 @@ def test_planted_a_longer_hit_trimmed_one_token_too_far_is_caught(models, monkey
     run_machine(OpenAIServerEngine, models["attention"], (1,), examples=examples)
 
 
-@pytest.mark.peer_property(1, 3, 6)
+@pytest.mark.prefix_rule(1, 3, 6)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_batched_requests_beside_cached_rows_and_every_stored_entry_equal_uncached(family, models, examples):  # noqa: F811
     # the batch scheduler's path; 4 in checks runs the audit: every pickle it stored read as attended. Rule 2's

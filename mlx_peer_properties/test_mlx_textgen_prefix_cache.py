@@ -15,7 +15,7 @@ from prefix_peer_checks import examples, models  # noqa: F401
 from ncm_verify.peers.prefix_mlx_textgen import TextgenEngine
 
 
-@pytest.mark.peer_property(1, 3, 6)
+@pytest.mark.prefix_rule(1, 3, 6)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_and_every_saved_file_equal_uncached_ones(family, models, examples):  # noqa: F811
     # a family the engine cannot serve even uncached (its first request, on an empty cache) is not applicable
@@ -31,12 +31,12 @@ def test_served_responses_and_every_saved_file_equal_uncached_ones(family, model
     run_machine(TextgenEngine, models[family], (1, 3, 4), examples=examples)
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 def test_saved_files_restore_exactly_or_a_damaged_or_foreign_file_is_refused(models, examples):  # noqa: F811
     run_machine(TextgenEngine, models["attention"], (1, 5), examples=examples, other_model=models["other"])
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 def test_a_model_never_continues_another_models_saved_prompt(models):  # noqa: F811
     """Two model folders named alike (``.../attention`` and ``.../other/attention``: two fine-tunes of one base, or
     one name under two hub organisations), served one after the other by one user: the second must not be served
@@ -59,7 +59,7 @@ def test_a_model_never_continues_another_models_saved_prompt(models):  # noqa: F
         first.close()
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 def test_planted_a_save_shifting_stored_positions_by_one_is_caught(models, monkeypatch, examples):  # noqa: F811
     """mlx-textgen's own save with one wrong change: the stored keys and values rolled by one position."""
     import mlx.core as mx

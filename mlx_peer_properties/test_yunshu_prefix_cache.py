@@ -15,7 +15,7 @@ from prefix_peer_checks import examples, models  # noqa: F401
 from ncm_verify.peers.prefix_yunshu import YunshuEngine
 
 
-@pytest.mark.peer_property(1, 2, 3)
+@pytest.mark.prefix_rule(1, 2, 3)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_equal_uncached_ones_and_the_cache_is_hit(family, models, examples):  # noqa: F811
     # rule 2 here: hits are seen on the attention family (its policy, hash chains and scans over blocks, is not
@@ -26,13 +26,13 @@ def test_served_responses_equal_uncached_ones_and_the_cache_is_hit(family, model
     assert family == "attention" or not any(hits), f"{family}: hits seen ({hits}): judge rule 2 here too"
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 def test_the_ssd_tier_restores_exactly_or_refuses_a_damaged_or_foreign_file(models, examples):  # noqa: F811
     # bfloat16: the restore's cast to bfloat16 (the float32 finding below) is exact there, so damage is what is seen
     run_machine(YunshuEngine, models["bfloat16"], (1, 5), examples=examples, other_model=models["other-bfloat16"])
 
 
-@pytest.mark.peer_property(5)
+@pytest.mark.prefix_rule(5)
 def test_a_float32_prompt_served_from_the_ssd_tier_after_a_restart_equals_uncached(models):  # noqa: F811
     """A prompt served twice (the second a memory hit, written to the SSD tier), a restart, the prompt again: served
     from the SSD tier, in the 'native' precision its setting documents as bit-exact."""
@@ -53,7 +53,7 @@ def test_a_float32_prompt_served_from_the_ssd_tier_after_a_restart_equals_uncach
         engine.close()
 
 
-@pytest.mark.peer_property(1)
+@pytest.mark.prefix_rule(1)
 def test_planted_a_memory_tier_snapshot_one_position_short_is_caught(models, monkeypatch, examples):  # noqa: F811
     """yunshu's own memory tier with one wrong change: every snapshot it hands out trimmed by one more position than
     the match it reports."""

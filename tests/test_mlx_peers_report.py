@@ -69,20 +69,14 @@ def test_every_finding_names_a_property_file_of_a_judged_peer_and_a_reproduction
         assert "Repro" in reason, nodeid
 
 
-def test_a_prefix_cache_peer_fills_a_table_of_its_own_rules(tmp_path):
-    prefix = mlx_peers.PeerRun("eng", "eng==1", "nothing", 0, 2.0, list(GOOD), "prefix")
-    assert mlx_peers.write([run(*GOOD), prefix], tmp_path) == 0
-    markdown = (tmp_path / "peers-mlx.md").read_text()
-    assert "MLX prefix caches: per engine and rule" in markdown
-    assert "1. served equals uncached" in markdown and "5. persisted files restore exactly" in markdown
-
-
 def test_a_peer_without_the_python_it_requires_reads_not_applicable_with_the_reason(tmp_path, monkeypatch):
     import ncm_verify.run_mlx_peers as runner
 
-    peer = runner.MlxPeer("nonesuch", "nonesuch==1", (), "everything", requires_python="9.99", kind="prefix")
+    tests = "mlx_peer_properties/test_nonesuch_prefix_cache.py"
+    peer = runner.MlxPeer("nonesuch", "nonesuch==1", (), "everything", requires_python="9.99", test_file=tests)
     monkeypatch.setattr(runner, "PEERS_DIR", tmp_path / "peers")
     assert runner.find_python("9.99") is None
     assert runner.verify([peer], tmp_path / "reports") == 0
     markdown = (tmp_path / "reports" / "peers-mlx.md").read_text()
     assert "not applicable: nonesuch needs Python 9.99: none on PATH or under pyenv" in markdown
+    assert "Prefix caches as served" in markdown

@@ -16,3 +16,9 @@ def test_the_readmes_complete_port_is_the_shipped_port_file_verbatim():
 def test_the_readme_names_no_issue_numbers_and_ci_runs_its_test_command():
     assert not re.search(r"\bissue #?\d+", README, re.I)
     assert "make test" in README and (ROOT / ".ci" / "run").read_text().rstrip().endswith("make test")
+
+
+def test_the_readmes_prefix_cache_adapter_is_the_shipped_example_verbatim():
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    example = (ROOT / "src" / "ncm_verify" / "peers" / "prefix_example.py").read_text()
+    assert example in blocks, "README's adapter and src/ncm_verify/peers/prefix_example.py differ: edit both"

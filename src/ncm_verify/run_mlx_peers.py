@@ -46,10 +46,7 @@ class MlxPeer:
     """The Python minor version the package requires when this project's own is outside its bounds (e.g. "3.13"):
     found on PATH or under pyenv (`find_python`); where none is found the peer's row reads not applicable."""
     test_file: str = ""
-    """Its properties' file when not ``test_<module>.py`` (the prefix-cache engines: ``test_<module>_prefix_cache``)."""
-    kind: str = "speculative"
-    """Which report table its properties fill: "speculative" (issue 40's six properties) or "prefix" (the prefix
-    cache machine's rules)."""
+    """Its properties' file when not ``test_<module>.py`` (the smaller servers: ``test_<module>_prefix_cache.py``)."""
 
     @property
     def module(self) -> str:
@@ -133,6 +130,13 @@ MLX_PEERS = (
         beside=("mlx-vlm==0.7.10",),
     ),
     MlxPeer(
+        "mlx-lm",
+        "mlx-lm==0.32.2",
+        ("mlx[cpu]>=0.32.2", "numpy", "transformers>=5.7.0", "sentencepiece", "protobuf", "pyyaml", "jinja2"),
+        "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]: its prefix cache (LRUPromptCache), server "
+        "(mlx_lm.server), prompt-cache files and draft-model path are judged as served",
+    ),
+    MlxPeer(
         "yunshu",
         "yunshu==0.1.5",
         ("mlx[cpu]>=0.32.3,<0.32.4", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0"),
@@ -141,7 +145,6 @@ MLX_PEERS = (
         "mlx-lm and numpy only. Needs Python >= 3.13 (found on PATH or under pyenv)",
         requires_python="3.13",
         test_file="mlx_peer_properties/test_yunshu_prefix_cache.py",
-        kind="prefix",
     ),
     MlxPeer(
         "locals",
@@ -150,7 +153,6 @@ MLX_PEERS = (
         "huggingface_hub, llguidance, outlines-core, rich: downloads, grammars and the console; HybridBatchEngine, "
         "chain_cache and DiskPromptCache import mlx and mlx-lm",
         test_file="mlx_peer_properties/test_locals_prefix_cache.py",
-        kind="prefix",
     ),
     MlxPeer(
         "mlx-textgen",
@@ -159,7 +161,6 @@ MLX_PEERS = (
         "mlx-vlm, fastapi, uvicorn: vision models and the server; LLMModel and CacheManager import mlx-lm, pydantic "
         "and (for sampling) outlines",
         test_file="mlx_peer_properties/test_mlx_textgen_prefix_cache.py",
-        kind="prefix",
     ),
     MlxPeer(
         "mlx-openai-server",
@@ -180,7 +181,6 @@ MLX_PEERS = (
         "image, video and embedding models and the HTTP server; MLXLMHandler, LRUPromptCache and MLX_LM import "
         "what is installed",
         test_file="mlx_peer_properties/test_mlx_openai_server_prefix_cache.py",
-        kind="prefix",
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
@@ -222,8 +222,10 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
             try:
                 install(peer)
             except FileNotFoundError as missing:  # no interpreter the package admits: a verdict, not a crash
-                record = dict(nodeid=peer.tests, property=[], status="not applicable", detail=str(missing), seconds=0)
-                runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, [record], peer.kind))
+                rules = list(report.PREFIX_RULES) if "prefix_cache" in peer.tests else []
+                record = dict(nodeid=peer.tests, property=[] if rules else list(report.PROPERTIES), rule=rules, status="not applicable",
+                              detail=f"not applicable: {missing}", seconds=0)  # fmt: skip
+                runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, [record]))
                 continue
         results = reports / f"peers-mlx-{peer.name}.jsonl"
         results.unlink(missing_ok=True)
@@ -235,7 +237,7 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
         status = subprocess.run(command, cwd=ROOT, env=env).returncode
         seconds = time.monotonic() - started
         records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records, peer.kind))
+        runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records))
     return report.write(runs, reports)
 
 

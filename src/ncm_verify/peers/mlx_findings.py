@@ -8,6 +8,8 @@ node whose id holds ``planted``) is expected to fail the same way: it is how we 
 
 from __future__ import annotations
 
+from ncm_verify.peers.prefix_findings import PREFIX_FINDINGS, PREFIX_RAISES
+
 PLANTED = "planted control: the package's own loop with one known-biased change; the property must catch it"
 
 MLX_VLM_PROCESSORS_DROPPED = (
@@ -221,3 +223,6 @@ FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     VLLM_MLLM_WRAPPED_RING: (AssertionError, ValueError),  # a restored ring may refuse the next token outright
 }
 """What a finding fails with when not an assertion: the package's own error."""
+
+KNOWN_PEER_FINDINGS.update(PREFIX_FINDINGS)  # the prefix caches' findings, kept in a table of their own
+FINDING_RAISES.update(PREFIX_RAISES)

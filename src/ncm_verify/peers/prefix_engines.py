@@ -235,8 +235,9 @@ class Uncached:
 class LongestPrefixLRU:
     """A model of a documented reuse policy: entries keyed by token tuples, at most `entries` of them (least recently
     stored or used first out, `touch_on_hit`), a request reusing the longest stored prefix of its prompt, or (where
-    `trim_longer`) a longer entry's common prefix with it, always leaving `keep_last` prompt tokens to compute; where
-    `trimmable` is False (a wrapped ring, recurrent state) an entry is reusable only as a prefix of the prompt."""
+    `trim_longer`) a longer entry's common prefix with it, always leaving `keep_last` prompt tokens to compute; an entry
+    that cannot be trimmed (`entry_trimmable`: recurrent state, a wrapped ring) is reusable only as a prefix of the
+    prompt."""
 
     entries: int
     trim_longer: bool = True
@@ -246,6 +247,13 @@ class LongestPrefixLRU:
     drop_prefixes: bool = True
     exact_only: bool = False
     key_holds_completion: bool = True
+    window: int | None = None
+    recurrent: bool = False
+    shortest_prefix: int = 1
+    """The shortest stored prefix of a prompt reused (1: any, as documented)."""
+    checkpoint_head: bool = False
+    """Whether the engine also stores the prompt's head (all but its last token) before the key, as mlx-lm's server
+    does at the end of a prompt's first segment; a trimmable key then drops it as its prefix."""
     held: OrderedDict = dataclasses.field(default_factory=OrderedDict)
 
     def expected_reuse(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
@@ -260,9 +268,11 @@ class LongestPrefixLRU:
                 if a != b:
                     break
                 common += 1
+            if common == len(key) < self.shortest_prefix and common < len(prompt):
+                continue
             if common == len(key):  # the entry is a prefix of (or equals) the prompt
                 reuse = min(common, len(prompt) - self.keep_last) if common == len(prompt) else common
-            elif self.trim_longer and self.trimmable:
+            elif self.trim_longer and self.entry_trimmable(key):
                 reuse = min(common, len(prompt) - self.keep_last)
             else:
                 continue
@@ -270,15 +280,22 @@ class LongestPrefixLRU:
                 best, source = reuse, key
         return best, source
 
+    def entry_trimmable(self, key: tuple[int, ...]) -> bool:
+        """Whether the entry under `key` can be cut back: not recurrent, a ring that has not wrapped (its cache holds
+        every key token: a sliding layer's ring of `window` wraps once it holds `window` of them)."""
+        return self.trimmable and not self.recurrent and (self.window is None or len(key) < self.window)
+
     def store(self, served: Served) -> None:
         """What the engine stores after serving `served`: its key (prompt + completion, or the prompt alone)."""
+        if self.checkpoint_head and len(served.prompt) > 1:
+            self.store_key(served.prompt[:-1])
         self.store_key(served.key if self.key_holds_completion else served.prompt)
 
     def store_key(self, key: Sequence[int]) -> None:
         key = tuple(key)
         self.held.pop(key, None)
         self.held[key] = True
-        if self.drop_prefixes and self.trimmable:
+        if self.drop_prefixes and self.entry_trimmable(key):
             for other in [k for k in self.held if k != key and key[: len(k)] == k]:
                 del self.held[other]
         while len(self.held) > self.entries:

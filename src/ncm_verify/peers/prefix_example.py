@@ -32,7 +32,7 @@ class ExactMatchEngine:
         self.capacity = capacity
 
     def policy(self) -> LongestPrefixLRU:
-        return LongestPrefixLRU(self.capacity, exact_only=True, key_holds_completion=False)
+        return LongestPrefixLRU(self.capacity, exact_only=True, key_holds_completion=False, drop_prefixes=False)
 
     def _step(self, cache: list, tokens: Sequence[int]) -> mx.array:
         logits = self.net(mx.array([list(tokens)], dtype=mx.int32), cache=cache)[0, -1].astype(mx.float32)

@@ -29,15 +29,15 @@ PROPERTIES = {
 """The six properties judging MLX speculative decoders, by the number a test's ``peer_property`` marker names."""
 
 PREFIX_RULES = {
-    1: "served equals uncached",
-    2: "reuse as documented, hits seen",
-    3: "eviction; an entry unchanged by reuse",
-    4: "draft model beside the cache",
-    5: "persisted files restore exactly or are refused",
-    6: "serves on after a failure; a batch beside cached rows",
+    1: "served == uncached",
+    2: "reuse as documented",
+    3: "evicted never served; a reuse never changes its entry",
+    4: "speculative: entries equal their keys'",
+    5: "persisted: restored exactly or refused",
+    6: "serves after a failed request",
 }
-"""The prefix-cache machine's rules (`mlx_peer_properties/prefix_cache_machine.py`), by ``peer_property`` number, for
-the peers whose `kind` is "prefix"."""
+"""The rules of `mlx_peer_properties/prefix_cache_machine.py` judging prefix caches as served, by the number a
+test's ``prefix_rule`` marker names (docs/prefix-engines.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,6 @@ class PeerRun:
     exit_status: int
     seconds: float
     records: list[dict]
-    kind: str = "speculative"
 
 
 def property_cell(records: list[dict]) -> str:
@@ -93,31 +92,44 @@ def problems(run: PeerRun) -> list[str]:
     return found
 
 
-def verdict_table(runs: list[PeerRun], title: str, columns: dict[int, str]) -> Table:
-    def row(run: PeerRun) -> tuple[str, ...]:
-        if run.records and all(r["status"] == "not applicable" and not r["property"] for r in run.records):
-            reason = "not applicable: " + run.records[0]["detail"]  # the package cannot be driven at all here
-            return (run.pin, *(reason for _ in columns), "none", f"{run.seconds:.0f}")
-        cells = (property_cell([r for r in run.records if n in (r["property"] or [])]) for n in columns)
-        return (run.pin, *cells, planted_cell(run.records), f"{run.seconds:.0f}")
-
+def prefix_table(runs: list[PeerRun]) -> Table:
+    """Engine x rule for the runs that judge prefix caches (records with ``rule``)."""
+    judged = [run for run in runs if any(r.get("rule") for r in run.records)]
     return Table(
-        title,
-        ("package", *(f"{n}. {name}" for n, name in columns.items()), "planted control", "seconds (2 cores)"),
-        [row(run) for run in runs],
-        note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
-        "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
+        "Prefix caches as served: per engine and rule",
+        ("engine", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control", "seconds (2 cores)"),
+        [
+            (
+                run.pin,
+                *(property_cell([r for r in run.records if n in (r.get("rule") or [])]) for n in PREFIX_RULES),
+                planted_cell([r for r in run.records if r.get("rule")]),
+                f"{run.seconds:.0f}",
+            )
+            for run in judged
+        ],
+        note="Each engine served for real in its own environment (.peers/<name>/) and judged by one state machine "
+        "(mlx_peer_properties/prefix_cache_machine.py); counts are property runs (node ids). A finding is a strict "
+        "expected failure of ncm_verify.peers.mlx_findings.",
     )
 
 
 def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
-    speculative = [run for run in runs if run.kind != "prefix"]
-    prefix = [run for run in runs if run.kind == "prefix"]
-    verdicts = []
-    if speculative or not prefix:
-        verdicts.append(verdict_table(speculative, "MLX speculative decoders: per package and property", PROPERTIES))
-    if prefix:
-        verdicts.append(verdict_table(prefix, "MLX prefix caches: per engine and rule", PREFIX_RULES))
+    decoders = [run for run in runs if not run.records or any(r["property"] for r in run.records)]
+    verdicts = Table(
+        "MLX speculative decoders: per package and property",
+        ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
+        [
+            (
+                run.pin,
+                *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
+                planted_cell([r for r in run.records if not r.get("rule")]),
+                f"{run.seconds:.0f}",
+            )
+            for run in decoders
+        ],
+        note="Each package judged on its own code in its own environment (.peers/<name>/); counts are property "
+        "runs (node ids). A finding is a strict expected failure of ncm_verify.peers.mlx_findings.",
+    )
     findings = Table(
         "Findings",
         ("package", "property run", "what differs, where, reproduction"),
@@ -133,7 +145,7 @@ def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
         ("package", "exit status", "dependencies left out"),
         [(run.pin, str(run.exit_status), run.left_out) for run in runs],
     )
-    return (*verdicts, findings, environments)
+    return verdicts, prefix_table(runs), findings, environments
 
 
 def write(runs: list[PeerRun], reports: Path) -> int:
