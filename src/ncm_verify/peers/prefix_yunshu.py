@@ -91,7 +91,13 @@ class YunshuEngine:
         return Served(prompt, tokens, logprobs, int(out.cached_tokens or 0))
 
     def _memory_tiers(self) -> None:
-        """A process restart's memory tiers: as BatchedEngine.__init__ and _apply_settings build them."""
+        """A process restart's memory tiers: as BatchedEngine.__init__ and _apply_settings build them (on yunshu's MLX
+        executor thread, which owns the arrays: the old tier's close flushes its SSD writer there)."""
+        from yunshu_engine.mlx_executor import get_mlx_executor
+
+        get_mlx_executor().submit(self._rebuild).result()
+
+    def _rebuild(self) -> None:
         from yunshu_engine import settings
         from yunshu_engine.kv_prefix_cache import KVPrefixCache
         from yunshu_engine.prompt_cache import PromptCacheManager
@@ -113,8 +119,11 @@ class YunshuEngine:
     def persist(self, folder: Path) -> list[tuple[int, ...]]:
         """The SSD tier flushed (``flush_to_ssd``) and copied to `folder`; returns the memory tier's keys (the
         prompts whose blocks it wrote)."""
+        from yunshu_engine.mlx_executor import get_mlx_executor
+
         cache = self.engine._kv_prefix_cache
-        cache.flush_to_ssd()
+        get_mlx_executor().submit(cache.flush_to_ssd).result()  # the executor thread owns the arrays
+        get_mlx_executor().submit(cache._ssd_cache.close).result()  # its background writer drained to disk
         keys = [tuple(int(t) for t in prompt.tolist()) for prompt in cache._prompts]
         shutil.copytree(self.ssd, folder, dirs_exist_ok=True)
         return keys
