@@ -34,13 +34,25 @@ def examples(request) -> int:
 def assert_a_damaged_entry_is_refused_or_served_exactly(
     engine, model: EngineModel, prompt: Sequence[int], harm: Callable[[tuple[int, ...]], str], *, call: str
 ) -> None:
-    """Serve `prompt` (stored), `harm` what the engine stored for it (returns what it did), serve `prompt` again: the
-    engine must refuse (raise) or serve the uncached response; a hit on damaged bytes served silently fails."""
+    """Serve `prompt` (stored), `harm` what the engine stored for it (returns what it did), serve `prompt` again: as
+    `assert_served_after_damage`; a hit on damaged bytes served silently fails."""
     first = engine.serve([prompt], MAX_TOKENS)[0]
     assert_served_equals_uncached(first, model, call=f"{call}: before the damage")
     what = harm(first.key)
+    assert_served_after_damage(engine, model, prompt, call=f"{call}: after the damage ({what})")
+
+
+def assert_served_after_damage(engine, model: EngineModel, prompt: Sequence[int], *, call: str) -> None:
+    """After a file was damaged: the request for `prompt` is served as uncached, or refused once (an exception) and
+    then served as uncached: a damaged file may cost a request, never the prompt for good."""
     try:
-        again = engine.serve([prompt], MAX_TOKENS)[0]
-    except Exception:  # a refusal is what a damaged file must get  # noqa: BLE001
-        return
-    assert_served_equals_uncached(again, model, call=f"{call}: after the damage ({what}; reused {again.reused})")
+        served = engine.serve([prompt], MAX_TOKENS)[0]
+    except Exception as first:  # noqa: BLE001
+        try:
+            served = engine.serve([prompt], MAX_TOKENS)[0]
+        except Exception as second:  # noqa: BLE001
+            raise AssertionError(
+                f"rule 5: the damaged file fails every request for {list(prompt)}: {first!r}, then again {second!r}"
+                f"\n  call: {call}"
+            ) from second
+    assert_served_equals_uncached(served, model, call=f"{call} (reused {served.reused})")

@@ -8,11 +8,13 @@ shifts the stored positions by one.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
-from prefix_peer_checks import examples, models  # noqa: F401
+from prefix_peer_checks import assert_served_after_damage, examples, models  # noqa: F401
 
 from ncm_verify.peers.prefix_mlx_textgen import TextgenEngine
+from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 
 
 @pytest.mark.prefix_rule(1, 3, 6)
@@ -75,3 +77,27 @@ def test_planted_a_save_shifting_stored_positions_by_one_is_caught(models, monke
 
     monkeypatch.setattr(cache_utils, "create_cache_dict", rolled)
     run_machine(TextgenEngine, models["attention"], (1,), examples=examples)
+
+
+@pytest.mark.prefix_rule(5)
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_a_saved_file_damaged_on_disk_is_refused_or_served_exactly(kind, models):  # noqa: F811
+    """A prompt's cache saved, the file damaged, a restart (the manager reads its folder again), the prompt extended:
+    refused, or served as uncached."""
+    import mlx.core as mx
+
+    model = models["attention"]
+    engine = TextgenEngine()
+    engine.start(model, 3)
+    try:
+        prompt = (3, 1, 4, 1, 5, 9, 2, 6)
+        engine.serve([prompt], MAX_TOKENS)
+        (saved,) = engine.cache_dir.glob("*.safetensors")
+        stored = max(mx.load(str(saved)).values(), key=lambda array: array.size)
+        what = damage(saved, kind, np.array(stored).reshape(-1))
+        engine.restart()
+        assert_served_after_damage(
+            engine, model, prompt + (7,), call=f"restart with {what}, then serve([{list(prompt + (7,))}], 3)"
+        )
+    finally:
+        engine.close()

@@ -8,10 +8,12 @@ stale position.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
-from prefix_peer_checks import examples, models  # noqa: F401
+from prefix_peer_checks import assert_served_after_damage, examples, models  # noqa: F401
 
+from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 from ncm_verify.peers.prefix_yunshu import YunshuEngine
 
 
@@ -62,3 +64,38 @@ def test_planted_a_memory_tier_snapshot_one_position_short_is_caught(models, mon
     snapshot = KVPrefixCache._snapshot_cache
     monkeypatch.setattr(KVPrefixCache, "_snapshot_cache", lambda self, cache, trim=0: snapshot(self, cache, trim + 1))
     run_machine(YunshuEngine, models["attention"], (1,), examples=examples)
+
+
+@pytest.mark.prefix_rule(5)
+@pytest.mark.parametrize("kind", [*DAMAGES, "another model"])
+def test_a_block_damaged_on_the_ssd_tier_is_refused_or_served_exactly(kind, models):  # noqa: F811
+    """A prompt's block written to the SSD tier, the file damaged (or another model's block of the same tokens in its
+    place), a restart, the prompt again: refused, or served as uncached (bfloat16: the restore's cast is exact)."""
+    import mlx.core as mx
+
+    model = models["bfloat16"]
+    engine, other = YunshuEngine(), YunshuEngine()
+    engine.start(model, 3)
+    try:
+        prompt = (13, 21, 22, 15, 7, 11, 5, 5, 16, 15, 4)
+        engine.serve([prompt], MAX_TOKENS)
+        engine.serve([prompt], MAX_TOKENS)
+        engine.persist(engine.root / "copy")  # flushes the tier's writer: the block is on disk
+        (block,) = [f for f in engine.ssd.rglob("*.safetensors")]
+        if kind == "another model":
+            other.start(models["other-bfloat16"], 3)
+            other.serve([prompt], MAX_TOKENS)
+            other.serve([prompt], MAX_TOKENS)
+            other.persist(other.root / "copy")
+            (theirs,) = [f for f in other.ssd.rglob("*.safetensors")]
+            block.write_bytes(theirs.read_bytes())
+            what = f"{block.name} replaced by the other model's block of the same tokens"
+        else:
+            stored = max(mx.load(str(block)).values(), key=lambda array: array.size)
+            as_stored = stored.view({2: mx.uint16, 4: mx.uint32}[stored.itemsize])  # its bytes as in the file
+            what = damage(block, kind, np.array(as_stored).reshape(-1))
+        engine.restart()
+        assert_served_after_damage(engine, model, prompt, call=f"restart with {what}, then serve([{list(prompt)}], 3)")
+    finally:
+        engine.close()
+        other.close()

@@ -23,7 +23,9 @@ what = engine.damage_entry(first.key, "flipped byte")
 again = engine.serve([prompt], 3)[0]
 want = [float(oracle.rows(prompt + again.tokens[: i + 1])[-2][t]) for i, t in enumerate(again.tokens)]
 gap = max(abs(a - b) for a, b in zip(again.logprobs, want))
-print(f"before: {list(first.tokens)}; {what}; after: {list(again.tokens)} (reused {again.reused}); "
-      f"log-probabilities off uncached by up to {gap:.3g} nats")
+print(
+    f"before: {list(first.tokens)}; {what}; after: {list(again.tokens)} (reused {again.reused}); "
+    f"log-probabilities off uncached by up to {gap:.3g} nats"
+)
 engine.close()
 sys.exit(1 if gap > 1e-4 else 0)

@@ -1,8 +1,9 @@
 """yunshu 0.1.5: its SSD prefix tier restores K/V as bfloat16, in the 'native' precision documented as bit-exact.
 
-Run from the repository root (Python 3.13 env): .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_ssd_bfloat16.py
+Run from the repository root (Python 3.13 env):
+    .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_ssd_bfloat16.py
 Exits 1 while the finding stands (a float32 model served from its SSD tier after a restart is off its uncached
-log-probabilities by more than float32 roundoff, and the restored keys are bfloat16), 0 once fixed.
+log-probabilities by more than float32 roundoff), 0 once fixed.
 """
 
 import sys
@@ -30,7 +31,9 @@ gap = max(abs(a - b) for a, b in zip(again.logprobs, want))
 first_gap = max(abs(a - b) for a, b in zip(first.logprobs, want))
 dtypes = sorted({str(c.keys.dtype) for c in engine.engine._kv_prefix_cache._caches[0] if hasattr(c, "keys")})
 print(f"model float32, SSD precision 'native' (documented bit-exact); files in the SSD folder at the restart: {files}")
-print(f"uncached request: off uncached by {first_gap:.2g} nats; after the restart: reused {again.reused}, tokens "
-      f"{list(again.tokens)}, off uncached by {gap:.2g} nats; keys held now: {dtypes}")
+print(
+    f"uncached request: off uncached by {first_gap:.2g} nats; after the restart: reused {again.reused}, tokens "
+    f"{list(again.tokens)}, off uncached by {gap:.2g} nats; keys held now: {dtypes}"
+)
 engine.close()
 sys.exit(1 if gap > 1e-4 else 0)

@@ -223,7 +223,8 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3) -> int:
                 install(peer)
             except FileNotFoundError as missing:  # no interpreter the package admits: a verdict, not a crash
                 rules = list(report.PREFIX_RULES) if "prefix_cache" in peer.tests else []
-                record = dict(nodeid=peer.tests, property=[] if rules else list(report.PROPERTIES), rule=rules, status="not applicable",
+                properties = [] if rules else list(report.PROPERTIES)
+                record = dict(nodeid=peer.tests, property=properties, rule=rules, status="not applicable",
                               detail=f"not applicable: {missing}", seconds=0)  # fmt: skip
                 runs.append(report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, [record]))
                 continue

@@ -51,7 +51,8 @@ LOCALS_DISK_SNAPSHOT = (
     "load_prompt_cache()s it into the prompt cache whatever its bytes hold. After a restart, one flipped exponent bit "
     "in a stored key, or another model's snapshot of the same tokens in its place, is served silently: prompt "
     "[3,1,4,1,5,9,2,6,7] gets [0,0,0] / [0,10,10] where uncached decoding gives [23,2,13]. A truncated file is "
-    "refused (forgotten) as documented. Repro: .peers/locals/bin/python mlx_peer_properties/repro/locals_disk_snapshot.py"
+    "refused (forgotten) as documented. Repro: .peers/locals/bin/python "
+    "mlx_peer_properties/repro/locals_disk_snapshot.py"
 )
 OPENAI_SERVER_PICKLE = (
     "mlx-openai-server 1.8.1 app/utils/prompt_cache.py:291 and :295-303 (_write_cache_to_disk / "
@@ -85,7 +86,17 @@ YUNSHU_SSD_BFLOAT16 = (
     "'native', documented 'stored bit-exact; lossless'; the function's docstring says 'int8-LOSSY by design'): a "
     "float32 model's prompt served from the SSD tier after a restart (reused 10 of 11 tokens) is off uncached "
     "decoding by 5.5e-4 nats, where its memory hits are off by 2.9e-7 (float16 models, as 4-bit MLX models compute, "
-    "lose 3 mantissa bits the same way). Repro: .peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_ssd_bfloat16.py"
+    "lose 3 mantissa bits the same way). Repro: .peers/yunshu/bin/python "
+    "mlx_peer_properties/repro/yunshu_ssd_bfloat16.py"
+)
+
+TEXTGEN_DAMAGED_FILE = (
+    "mlx-textgen 0.2.1 mlx_textgen/cache_utils.py:645-721 (CacheManager.get_cache): a saved cache file is read with "
+    "mx.load when a prompt matches its tokens, with no checksum and no error handling: after a restart one flipped "
+    "exponent bit in a stored key is served ([0,0,0] where uncached decoding gives [23,2,13]), and a file cut short "
+    "raises RuntimeError ('[load_safetensors] ... invalid data offsets') on every request that matches it, for "
+    "good (the entry stays in cached_prompts.json). Repro: .peers/mlx-textgen/bin/python "
+    "mlx_peer_properties/repro/mlx_textgen_damaged_file.py"
 )
 
 _MLX_LM = "mlx_peer_properties/test_mlx_lm.py::"
@@ -110,6 +121,15 @@ PREFIX_FINDINGS: dict[str, str] = {
     "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_a_model_never_continues_another_models_saved_prompt": (
         TEXTGEN_SAME_NAME
     ),
+    **{
+        f"mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_a_saved_file_damaged_on_disk_is_refused_or_served_"
+        f"exactly[{kind}]": TEXTGEN_DAMAGED_FILE
+        for kind in ("truncated", "flipped byte")
+    },
+    "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_saved_files_restore_exactly_or_a_damaged_or_foreign_"
+    "file_is_refused": TEXTGEN_DAMAGED_FILE,
 }
-PREFIX_RAISES: dict[str, tuple[type[BaseException], ...]] = {}
+PREFIX_RAISES: dict[str, tuple[type[BaseException], ...]] = {
+    TEXTGEN_DAMAGED_FILE: (AssertionError, RuntimeError),  # the machine meets the cut file as a failed request
+}
 """What a finding fails with when not an assertion."""

@@ -44,7 +44,8 @@ class LocalsEngine:
 
         self.model, self.capacity = model, capacity
         self.net, self.tokenizer = load(str(model.path))
-        tag = f"{str(model.path).strip('/').replace('/', '--')[-80:]}--{model.dtype}--{_weights_fingerprint(str(model.path))}"
+        name = str(model.path).strip("/").replace("/", "--")[-80:]
+        tag = f"{name}--{model.dtype}--{_weights_fingerprint(str(model.path))}"  # service.py's folder name
         self.disk_dir = self.root / tag
         self._fresh()
 
