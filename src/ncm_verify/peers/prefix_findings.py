@@ -99,6 +99,14 @@ TEXTGEN_DAMAGED_FILE = (
     "mlx_peer_properties/repro/mlx_textgen_damaged_file.py"
 )
 
+YUNSHU_SSD_FLIPPED = (
+    "yunshu 0.1.5 yunshu_engine/ssd_kv_cache.py:753-800 (SSDKVCache.load_block): a block file on the SSD tier is "
+    "checked for the checkpoint's fingerprint (another model's block is refused) but not for its bytes: after a "
+    "restart a block with one flipped exponent bit is restored and served (bfloat16 model, prompt of 11 tokens, "
+    "reused 10: the first token's log-probability off uncached by 0.57 nats). Repro: .peers/yunshu/bin/python "
+    "mlx_peer_properties/repro/yunshu_ssd_flipped.py"
+)
+
 _MLX_LM = "mlx_peer_properties/test_mlx_lm.py::"
 PREFIX_FINDINGS: dict[str, str] = {
     f"{_MLX_LM}test_a_prompt_that_is_exactly_a_stored_key_is_served": MLX_LM_EXACT_KEY,
@@ -128,6 +136,8 @@ PREFIX_FINDINGS: dict[str, str] = {
     },
     "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_saved_files_restore_exactly_or_a_damaged_or_foreign_"
     "file_is_refused": TEXTGEN_DAMAGED_FILE,
+    "mlx_peer_properties/test_yunshu_prefix_cache.py::test_a_block_damaged_on_the_ssd_tier_is_refused_or_served_"
+    "exactly[flipped byte]": YUNSHU_SSD_FLIPPED,
 }
 PREFIX_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     TEXTGEN_DAMAGED_FILE: (AssertionError, RuntimeError),  # the machine meets the cut file as a failed request
