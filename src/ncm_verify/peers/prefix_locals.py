@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served
 from ncm_verify.peers.prefix_peer_files import entry_gap
@@ -43,7 +44,7 @@ class LocalsEngine:
         from mlx_lm import load
 
         self.model, self.capacity = model, capacity
-        self.net, self.tokenizer = load(str(model.path))
+        self.net, self.tokenizer = load(str(model.path))[:2]
         name = str(model.path).strip("/").replace("/", "--")[-80:]
         tag = f"{name}--{model.dtype}--{_weights_fingerprint(str(model.path))}"  # service.py's folder name
         self.disk_dir = self.root / tag
@@ -89,9 +90,10 @@ class LocalsEngine:
             )
         return served
 
-    def entries(self) -> list[tuple[tuple[int, ...], object]]:
+    def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, mlx-lm CacheEntry) for every entry the prompt cache holds."""
-        found, stack = [], [((), self.lru._trie._trie.get(LRU_KEY, {}))]
+        found: list[tuple[tuple[int, ...], Any]] = []
+        stack: list[tuple[tuple[int, ...], dict]] = [((), self.lru._trie._trie.get(LRU_KEY, {}))]
         while stack:
             key, node = stack.pop()
             for token, child in node.items():

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,8 @@ class OpenAIServerEngine:
         self.draft = draft
         if draft is not None:
             self.supports = frozenset({"restart", "speculative"})
-        self.handler = None
+        self.handler: Any = None
+        self._oracle: Any = None
         self.folder = Path(tempfile.mkdtemp(prefix="mlx-openai-server-cache-"))
 
     def start(self, model: EngineModel, capacity: int) -> None:
@@ -90,9 +92,10 @@ class OpenAIServerEngine:
     def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
         return [self._request([int(t) for t in p], max_tokens) for p in prompts]
 
-    def entries(self) -> list[tuple[tuple[int, ...], object]]:
+    def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, CacheEntry) for every entry its trie holds."""
-        found, stack = [], [((), self.handler.prompt_cache._trie._trie)]
+        found: list[tuple[tuple[int, ...], Any]] = []
+        stack: list[tuple[tuple[int, ...], dict]] = [((), self.handler.prompt_cache._trie._trie)]
         while stack:
             key, node = stack.pop()
             for token, child in node.items():
@@ -108,8 +111,9 @@ class OpenAIServerEngine:
         from ncm_verify.peers.prefix_engines import Uncached
         from ncm_verify.tolerances import SERVED_LOGPROBS
 
-        oracle = Uncached(self.model) if not hasattr(self, "_oracle") else self._oracle
-        self._oracle = oracle
+        if self._oracle is None:
+            self._oracle = Uncached(self.model)
+        oracle = self._oracle
         n_model = self.handler.model._num_model_cache_layers
         for key, entry in self.entries():
             cache = self.handler.prompt_cache._load_cache_from_disk(entry)

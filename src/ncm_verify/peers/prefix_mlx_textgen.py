@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served, text_of
 from ncm_verify.peers.prefix_peer_files import entry_gap
@@ -36,7 +37,7 @@ class TextgenEngine:
 
     def __init__(self, home: Path | None = None):
         self.home = home or Path(tempfile.mkdtemp(prefix="mlx-textgen-home-"))
-        self.llm = None
+        self.llm: Any = None
 
     def start(self, model: EngineModel, capacity: int) -> None:
         import mlx_textgen.model_utils as model_utils
@@ -56,9 +57,9 @@ class TextgenEngine:
 
         os.environ["HOME"] = str(self.home)
         params = SamplingParams(temperature=0.0, max_completion_tokens=max_tokens)
-        prompts = [tuple(int(t) for t in p) for p in prompts]
-        out = self.llm.generate([text_of(p) for p in prompts], params)
-        return [Served(p, tuple(int(t) for t in ids), None) for p, ids in zip(prompts, out["token_ids"])]
+        rows = [tuple(int(t) for t in p) for p in prompts]
+        out = self.llm.generate([text_of(p) for p in rows], params)
+        return [Served(p, tuple(int(t) for t in ids), None) for p, ids in zip(rows, out["token_ids"])]
 
     def audit(self, call: str) -> None:
         """Every saved file, loaded by the package's own ``load_cache`` into an empty cache, attends as its key."""

@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served, text_of
 
@@ -46,8 +47,11 @@ class YunshuEngine:
     name = "yunshu 0.1.5"
     supports = frozenset({"restart", "persist"})
 
+    root: Path
+    """The started engine's folder: its model folder (with the settings) and its SSD tier."""
+
     def __init__(self):
-        self.engine = None
+        self.engine: Any = None
 
     def start(self, model: EngineModel, capacity: int) -> None:
         self.model, self.capacity = model, capacity
