@@ -141,7 +141,7 @@ bench-compare: install
 
 # PyPI's Linux torch wheel pulls CUDA packages (GBs): torch's CPU build 2.13.0 first (where pip finds it
 # locally), so that the extra's torch==2.13.0 is already met and pip pulls no other.
-# PEER=mlx-vlm (or dflash-mlx, mtplx, mlx-lm-broomva, vllm-mlx; comma-separated, or all): instead, that MLX
+# PEER=mlx-vlm (or dflash-mlx, mtplx, mlx-lm-broomva, vllm-mlx, mlx-lm; comma-separated, or all): instead, that MLX
 # speculative decoder in an environment of its own, .peers/<name>/, at its pinned version (issue 40, docs/peers-mlx.md).
 PEER ?=
 ## install-peers: add torch (CPU) and transformers, the peers of `make verify-peers` and `make bench` (optional); PEER=name: .peers/name
@@ -156,7 +156,8 @@ endif
 # Not part of `make test`: transformers' step runs one sequence at a time (minutes). A finding in a peer is
 # a finding; the run fails only when the planted pre-#28508 peer is not caught or a peer's run broke.
 PEERS_PROFILE ?= dev
-# PEERS=mlx-vlm,dflash-mlx,... (or all): instead, those MLX speculative decoders, each in its own environment
+# PEERS=mlx-vlm,dflash-mlx,... (or all): instead, those MLX speculative decoders (and mlx-lm's prefix caches as
+# served, PEERS=mlx-lm: docs/prefix-engines.md), each in its own environment
 # (made when missing), judged on their own code; peers-mlx.md. EXAMPLES=N: Hypothesis examples a property (3).
 # Never part of `make test`.
 PEERS ?=

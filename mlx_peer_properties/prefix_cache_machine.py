@@ -131,7 +131,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def send(self, prompts: Sequence[tuple[int, ...]], why: str) -> list[Served]:
         prompts = [tuple(p[: MAX_PROMPT + 2 * MAX_TOKENS]) or (0,) for p in prompts]
         if "a_stored_key" in self.avoid and self.policy is not None:
-            prompts = [self.not_a_held_key(p) for p in prompts]
+            prompts = self.not_held_keys(prompts)
         if len(prompts) > 1 and "batch" not in self.engine.supports:
             return [s for p in prompts for s in self.send([p], why + " (one at a time: no batch)")]
         text = f"serve({[list(p) for p in prompts]}, max_tokens={MAX_TOKENS})  # {why}"
@@ -146,7 +146,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 type(self).hits.append(response.reused)
             if 1 in self.checks or 4 in self.checks:
                 assert_served_equals_uncached(response, self.model, call=call)
-            if 2 in self.checks and want is not None and response.reused is not None:
+            beside = [p for p in prompts if p != prompt and p[:1] == prompt[:1]]  # reuse of a row beside: timing
+            if 2 in self.checks and want is not None and response.reused is not None and not beside:
                 assert response.reused == want[0], (
                     f"rule 2: prompt {list(prompt)}: the engine reports {response.reused} tokens reused, its "
                     f"documented policy {want[0]} (from the entry {list(want[1] or ())}; held, least recent first: "
@@ -169,11 +170,23 @@ class PrefixCacheMachine(RuleBasedStateMachine):
             self.prompts.append(prompt)
         return served
 
-    def not_a_held_key(self, prompt: tuple[int, ...]) -> tuple[int, ...]:
-        """`prompt`, or where the policy holds it as a key (the case `avoid` leaves out), it with one token more."""
-        while prompt in self.policy.held:
-            prompt = prompt + (0,)
-        return prompt
+    def not_held_keys(self, prompts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """`prompts`, each one that the policy holds as a key (the case `avoid` leaves out) with tokens appended, and
+        each one related by prefix to another row of the batch changed where they meet (rows are admitted while
+        others run: a row's head, stored first, could be another row's prompt)."""
+        out: list[tuple[int, ...]] = []
+        for prompt in prompts:
+            for _ in range(4 * MAX_PROMPT):
+                related = next((p for p in out if p[: len(prompt)] == prompt or prompt[: len(p)] == p), None)
+                if related is not None:
+                    at = min(len(related), len(prompt)) - 1
+                    prompt = prompt[:at] + ((prompt[at] + 1) % self.model.vocab,) + prompt[at + 1 :]
+                elif prompt in self.policy.held:
+                    prompt = prompt + (0,)
+                else:
+                    break
+            out.append(prompt)
+        return out
 
     @rule(data=st.data())
     def a_new_prompt(self, data):

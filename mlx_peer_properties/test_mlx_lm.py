@@ -20,7 +20,7 @@ MODELS = {
     "draft-float32": ("attention", "float32", 1),  # the draft model: the attention target's shape, other weights
     "other-float32": ("attention", "float32", 2),
 }
-STEPS = 10
+STEPS = 6
 EXACT_KEY_AVOIDED = ("a_stored_key",)
 """A prompt that is exactly a stored key ends the server (`test_a_prompt_that_is_exactly_a_stored_key_is_served`,
 a finding): the machine's runs leave that case to that test, so that each still judges everything else."""
@@ -160,4 +160,28 @@ def test_a_stored_one_token_prefix_is_reused(models):
     assert later.reused == 1, (
         f"prompt [4, 9, 9] after [4, 6] (stored: [4] and [4, 6] + completion): reused {later.reused}, documented 1"
         "\n  repro: .peers/mlx-lm/bin/python mlx_peer_properties/repro/mlx_lm_one_token_prefix.py"
+    )
+
+
+@pytest.mark.prefix_rule(5)
+def test_a_prompt_cache_file_with_one_flipped_bit_in_its_keys_is_refused_or_harmless(models, tmp_path):
+    """The drawn damage of the machine's runs mostly lands in the header (refused) or in the unused tail of a
+    256-position buffer (harmless); here one exponent bit of the first stored key value, inside the prompt."""
+    from ncm_verify.peers.prefix_engines import Served
+
+    engine = peer.MlxLmPromptFiles()
+    engine.start(models["attention-float32"], 3)
+    engine.serve([(3, 1, 2, 5, 7)], 2)
+    engine.persist(tmp_path)
+    peer.flip_first_key_bit(tmp_path / "prompt.safetensors")
+    try:
+        engine.restore(tmp_path)
+    except Exception:  # refused: what a damaged file must get
+        return
+    served: Served = engine.serve([(3, 1, 2, 5, 7, 9, 9)], 3)[0]
+    assert_served_equals_uncached(
+        served,
+        models["attention-float32"],
+        call="cache_prompt [3, 1, 2, 5, 7]; one bit flipped; generate --prompt-cache-file, prompt [9, 9]\n  repro: "
+        ".peers/mlx-lm/bin/python mlx_peer_properties/repro/mlx_lm_flipped_file.py",
     )

@@ -80,3 +80,26 @@ def test_a_peer_without_the_python_it_requires_reads_not_applicable_with_the_rea
     markdown = (tmp_path / "reports" / "peers-mlx.md").read_text()
     assert "not applicable: nonesuch needs Python 9.99: none on PATH or under pyenv" in markdown
     assert "Prefix caches as served" in markdown
+
+
+def test_prefix_cache_runs_get_their_own_table_of_rules_beside_the_decoders():
+    prefix = mlx_peers.PeerRun(
+        "engine",
+        "engine==2",
+        "nothing",
+        0,
+        42.0,
+        [
+            {**record("p.py::test_x[a]", "passed", ()), "rule": [1]},
+            {**record("p.py::test_y", "finding", (), "engine x.py:2: dies Repro: r.py"), "rule": [6]},
+            {**record("p.py::test_planted", "planted caught", ()), "rule": [1]},
+            {**record("p.py::test_z", "not applicable", (), "not applicable: no files"), "rule": [5]},
+        ],
+    )
+    verdicts, table, findings, _ = mlx_peers.tables([run(*GOOD), prefix])
+    assert [row[0] for row in verdicts.rows] == ["pkg==1"] and [row[0] for row in table.rows] == ["engine==2"]
+    cells = dict(zip(table.header, table.rows[0]))
+    assert cells["1. served == uncached"] == "passed (1)" and cells["6. serves after a failed request"] == "finding (1)"
+    assert cells["5. persisted: restored exactly or refused"] == "not applicable: no files"
+    assert cells["planted control"] == "caught by 1 of 1" and cells["seconds (2 cores)"] == "42"
+    assert ("engine==2", "test_y", "engine x.py:2: dies Repro: r.py") in [tuple(r) for r in findings.rows]

@@ -1,4 +1,5 @@
-"""The MLX speculative decoders users run, each judged in an environment of its own.
+"""The MLX speculative decoders users run, and the prefix caches MLX servers keep, each judged in an environment of
+its own.
 
     python -m ncm_verify.run_mlx_peers install mlx-vlm          (make install-peers PEER=mlx-vlm)
     python -m ncm_verify.run_mlx_peers verify mlx-vlm,dflash-mlx (make verify-peers PEERS=mlx-vlm,dflash-mlx)

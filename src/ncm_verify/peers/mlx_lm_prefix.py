@@ -111,7 +111,7 @@ class MlxLmServer:
         except (OSError, http.client.HTTPException) as error:  # closed without a reply, refused, timed out
             return {"error": f"no reply: {error!r}", "status": None}
 
-    def complete(self, prompt: tuple[int, ...], max_tokens: int, **fields) -> Served:
+    def complete(self, prompt: Sequence[int], max_tokens: int, **fields) -> Served:
         """One ``/v1/completions`` request (`fields` added to its body: a seed sends it down the sequential path)."""
         body = {"prompt": text_of(prompt), "max_tokens": max_tokens, "temperature": 0.0, "logprobs": True, **fields}
         reply = self.post(body)
@@ -120,7 +120,7 @@ class MlxLmServer:
         content = reply["choices"][0]["logprobs"]["content"]
         details = reply.get("usage", {}).get("prompt_tokens_details") or {}
         return Served(
-            prompt,
+            tuple(prompt),
             tuple(int(c["id"]) for c in content),
             tuple(float(c["logprob"]) for c in content),
             details.get("cached_tokens"),
@@ -168,6 +168,19 @@ class MlxLmServer:
             self.process = None
 
 
+def flip_first_key_bit(file: Path) -> str:
+    """Flip the top exponent bit of the first value of the first array a prompt-cache file names (safetensors:
+    8-byte header length, JSON header, data); returns the array's name."""
+    raw = bytearray(file.read_bytes())
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    name = sorted(k for k in header if k != "__metadata__" and header[k]["dtype"] in ("F32", "BF16"))[0]
+    start = 8 + length + header[name]["data_offsets"][0]
+    raw[start + (3 if header[name]["dtype"] == "F32" else 1)] ^= 0x40
+    file.write_bytes(bytes(raw))
+    return name
+
+
 class MlxLmPromptFiles:
     """mlx-lm's prompt-cache files as a user runs them: ``mlx_lm.cache_prompt`` writes the cache of a prompt,
     ``mlx_lm.generate --prompt-cache-file`` continues it with the rest of a later prompt. Both are run in-process
@@ -176,6 +189,9 @@ class MlxLmPromptFiles:
 
     name = "mlx-lm 0.32.2 prompt-cache files"
     supports = frozenset({"persist", "restart"})
+
+    restored: tuple[Path, tuple[int, ...]] | None = None
+    last: tuple[int, ...] | None = None
 
     def start(self, model: EngineModel, capacity: int) -> None:
         self.model, self.restored, self.last = model, None, None

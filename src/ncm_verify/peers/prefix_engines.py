@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import mlx.core as mx
+import numpy as np
 
 FAMILIES = ("attention", "sliding", "hybrid")
 """attention: mlx-lm's llama, every layer full attention (a `KVCache` per layer); sliding: llama with sliding-window
@@ -178,7 +179,8 @@ def make_model_folder(folder: Path | str, family: str, dtype: str = "float32", s
     path.mkdir(parents=True, exist_ok=True)
     classes = _get_classes(config)
     net = seed_parameters(classes[0](classes[1].from_dict(config)), seed)
-    weights = {name: value.astype(getattr(mx, dtype)) for name, value in tree_flatten(net.parameters())}
+    flat: list[tuple[str, mx.array]] = tree_flatten(net.parameters())  # type: ignore[assignment]
+    weights = {name: value.astype(getattr(mx, dtype)) for name, value in flat}
     mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
     tokenizer, tokenizer_config = _tokenizer(vocab)
     (path / "tokenizer.json").write_text(json.dumps(tokenizer))
@@ -224,10 +226,10 @@ class Uncached:
         """Greedy decoding by full forwards only: each token the argmax of the uncached row after all before it."""
         tokens, logprobs = list(prompt), []
         for _ in range(max_tokens):
-            row = self.rows(tokens)[-1]
-            token = int(mx.argmax(row).item())
+            row = np.array(self.rows(tokens)[-1])
+            token = int(row.argmax())
             tokens.append(token)
-            logprobs.append(float(row[token].item()))
+            logprobs.append(float(row[token]))
         return tokens[len(prompt) :], logprobs
 
 

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import mlx.core as mx
+import numpy as np
 
 from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Served
 
@@ -41,10 +42,10 @@ class ExactMatchEngine:
     def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
         from mlx_lm.models.cache import make_prompt_cache
 
-        prompts = [tuple(p) for p in prompts]
-        hits = [copy.deepcopy(self.held[p]) if p in self.held else None for p in prompts]  # every row looked up first
+        rows = [tuple(p) for p in prompts]
+        hits = [copy.deepcopy(self.held[p]) if p in self.held else None for p in rows]  # every row looked up first
         served = []
-        for prompt, hit in zip(prompts, hits):  # then served and stored row by row: what a batch must equal
+        for prompt, hit in zip(rows, hits):  # then served and stored row by row: what a batch must equal
             if hit is None:
                 cache = make_prompt_cache(self.net)
                 if len(prompt) > 1:
@@ -57,10 +58,10 @@ class ExactMatchEngine:
                 self.held.popitem(last=False)
             row, tokens, logprobs = self._step(cache, prompt[-1:]), [], []
             for _ in range(max_tokens):
-                token = int(mx.argmax(row).item())
-                tokens.append(token)
-                logprobs.append(float(row[token].item()))
-                row = self._step(cache, [token])
+                values = np.array(row)
+                tokens.append(int(values.argmax()))
+                logprobs.append(float(values[tokens[-1]]))
+                row = self._step(cache, tokens[-1:])
             served.append(Served(prompt, tuple(tokens), tuple(logprobs), 0 if hit is None else len(prompt) - 1))
         return served
 

@@ -8,7 +8,10 @@ MLX_LM_EXACT_KEY = (
     "a stored key (a client resending prompt + completion, no new turn) is an exact trie hit that returns no token to "
     "compute; insert_segments raises ValueError('Sequence N has an empty prompt') in the generation thread, which "
     "dies (server.py:544-547): the request gets no reply and every later request {'error': 'generation thread "
-    "died'}. Known upstream: mlx-lm #1215 (closed; IndexError then, ValueError now), PRs #1581/#1596/#1887 not in "
+    "died'}. The server also stores each prompt's head (all but its last token, server.py:940-969; kept where the "
+    "cache cannot be trimmed: hybrid, sliding window), so a prompt equal to another's head ends it too: on the "
+    "sliding and hybrid models, two concurrent requests [0, 0] and [0] do. Known upstream: mlx-lm #1215 (closed; "
+    "IndexError then, ValueError now), PRs #1581/#1596/#1887 not in "
     "0.32.2. Repro: .peers/mlx-lm/bin/python mlx_peer_properties/repro/mlx_lm_exact_key.py"
 )
 MLX_LM_EMPTY_PROMPT = (
@@ -42,6 +45,15 @@ MLX_LM_ONE_TOKEN_PREFIX = (
     "prefix, 1). It shows where entries cannot be trimmed (hybrid, wrapped sliding window: the server keeps each "
     "prompt's head, server.py:940-969); what is served stays right. Upstream fix proposed in mlx-lm PR #1496. "
     "Repro: .peers/mlx-lm/bin/python mlx_peer_properties/repro/mlx_lm_one_token_prefix.py"
+)
+MLX_LM_FLIPPED_FILE = (
+    "mlx-lm 0.32.2 models/cache.py:82-112 (load_prompt_cache) and generate.py:2038-2070: a prompt-cache file carries "
+    "no checksum, and the only check is the model path string in its metadata; one exponent bit flipped in a stored "
+    "key is loaded and served in silence: generate --prompt-cache-file continuing [3, 1, 2, 5, 7] with [9, 9] gives "
+    "[2, 13, 18], uncached [18, 13, 10]; the machine's drawn flips find it too (hybrid: other tokens; sliding: a "
+    "ValueError from attention two requests later). A truncated file, a broken header and another model's file are "
+    "refused. "
+    "Repro: .peers/mlx-lm/bin/python mlx_peer_properties/repro/mlx_lm_flipped_file.py"
 )
 
 LOCALS_DISK_SNAPSHOT = (
@@ -115,6 +127,9 @@ PREFIX_FINDINGS: dict[str, str] = {
     f"{_MLX_LM}test_an_entry_larger_than_the_byte_limit_is_never_reused[sequential]": MLX_LM_CACHE_BYTES,
     f"{_MLX_LM}test_with_a_draft_model_every_response_and_every_reuse_equals_uncached": MLX_LM_DRAFT_KEY,
     f"{_MLX_LM}test_a_stored_one_token_prefix_is_reused": MLX_LM_ONE_TOKEN_PREFIX,
+    f"{_MLX_LM}test_a_prompt_cache_file_with_one_flipped_bit_in_its_keys_is_refused_or_harmless": MLX_LM_FLIPPED_FILE,
+    f"{_MLX_LM}test_a_prompt_cache_file_restores_exactly_or_is_refused[sliding-float32]": MLX_LM_FLIPPED_FILE,
+    f"{_MLX_LM}test_a_prompt_cache_file_restores_exactly_or_is_refused[hybrid-float32]": MLX_LM_FLIPPED_FILE,
     **{
         f"mlx_peer_properties/test_locals_prefix_cache.py::test_a_saved_system_prompt_damaged_on_disk_is_refused_or_"
         f"served_exactly[{kind}]": LOCALS_DISK_SNAPSHOT
@@ -140,6 +155,7 @@ PREFIX_FINDINGS: dict[str, str] = {
     "exactly[flipped byte]": YUNSHU_SSD_FLIPPED,
 }
 PREFIX_RAISES: dict[str, tuple[type[BaseException], ...]] = {
+    MLX_LM_FLIPPED_FILE: (AssertionError, ValueError),  # a damaged ring offset fails in attention, not an assertion
     TEXTGEN_DAMAGED_FILE: (AssertionError, RuntimeError),  # the machine meets the cut file as a failed request
 }
 """What a finding fails with when not an assertion."""

@@ -154,13 +154,14 @@ def write(runs: list[PeerRun], reports: Path) -> int:
     verdict = "fail: " + "; ".join(found) if found else "pass: every peer judged, every planted control caught"
     parts = tables(runs)
     markdown = "\n".join(
-        ["# MLX speculative decoders", "", f"Verdict: {verdict}", ""] + [render_table(t) for t in parts]
+        ["# MLX speculative decoders and prefix caches", "", f"Verdict: {verdict}", ""]
+        + [render_table(t) for t in parts]
     )
     (reports / "peers-mlx.md").write_text(markdown, encoding="utf-8")
     body = "\n".join(html_report.render_table(t) for t in parts)
     page = (
-        f"<!doctype html><meta charset='utf-8'><title>MLX speculative decoders</title>"
-        f"<h1>MLX speculative decoders</h1><p>Verdict: {escape(verdict)}</p>\n{body}\n"
+        f"<!doctype html><meta charset='utf-8'><title>MLX speculative decoders and prefix caches</title>"
+        f"<h1>MLX speculative decoders and prefix caches</h1><p>Verdict: {escape(verdict)}</p>\n{body}\n"
     )
     (reports / "peers-mlx.html").write_text(page, encoding="utf-8")
     record = {"schema": "ncm-verify/peers-mlx/1", "verdict": verdict, "runs": [dataclasses.asdict(r) for r in runs]}
