@@ -293,6 +293,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 keys = other.persist(folder)
             finally:
                 other.close()
+        elif damage is not None and not any(p.is_file() for p in folder.rglob("*")):
+            damage = None  # nothing persisted yet (an engine that saves only some prompts): nothing to damage
         elif damage is not None:
             files = sorted(p for p in folder.rglob("*") if p.is_file() and "adapter" not in p.relative_to(folder).parts)
             target = data.draw(st.sampled_from(files), label="damaged file")
