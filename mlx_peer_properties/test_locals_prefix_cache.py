@@ -17,11 +17,11 @@ from ncm_verify.peers.prefix_locals import LocalsEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 
 
-@pytest.mark.prefix_rule(1, 2, 3, 6)
+@pytest.mark.prefix_rule(1, 2, 3, 4)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_and_every_stored_entry_equal_uncached_ones(family, models, examples):  # noqa: F811
     # 4 in checks runs the adapter's audit after every request: each entry read as attended (no log-probabilities
-    # are reported, so the entries carry that check); batches of a held prompt beside new ones are drawn (rule 6)
+    # are reported, so the entries carry that check); batches of a held prompt beside new ones are drawn
     run_machine(LocalsEngine, models[family], (1, 2, 3, 4), examples=examples)
 
 

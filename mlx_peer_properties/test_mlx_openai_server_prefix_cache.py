@@ -54,7 +54,7 @@ def test_planted_a_longer_hit_trimmed_one_token_too_far_is_caught(models, monkey
     run_machine(OpenAIServerEngine, models["attention"], (1,), examples=examples)
 
 
-@pytest.mark.prefix_rule(1, 3, 6)
+@pytest.mark.prefix_rule(1, 2, 3, 4)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_batched_requests_beside_cached_rows_and_every_stored_entry_equal_uncached(family, models, examples):  # noqa: F811
     # the batch scheduler's path; 4 in checks runs the audit: every pickle it stored read as attended. Rule 2's

@@ -17,7 +17,7 @@ from ncm_verify.peers.prefix_mlx_textgen import TextgenEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 
 
-@pytest.mark.prefix_rule(1, 3, 6)
+@pytest.mark.prefix_rule(1, 3, 4)
 @pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
 def test_served_responses_and_every_saved_file_equal_uncached_ones(family, models, examples):  # noqa: F811
     # a family the engine cannot serve even uncached (its first request, on an empty cache) is not applicable
