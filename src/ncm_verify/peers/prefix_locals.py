@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ncm_verify.peers.prefix_engines import EngineModel, Served
-from ncm_verify.peers.prefix_peer_files import entry_gap
+from ncm_verify.peers.prefix_peer_files import entry_gap, trie_entries
 
 LRU_KEY = "locals"
 """The model key service.py hands ``serve`` (its default)."""
@@ -92,16 +92,7 @@ class LocalsEngine:
 
     def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, mlx-lm CacheEntry) for every entry the prompt cache holds."""
-        found: list[tuple[tuple[int, ...], Any]] = []
-        stack: list[tuple[tuple[int, ...], dict]] = [((), self.lru._trie._trie.get(LRU_KEY, {}))]
-        while stack:
-            key, node = stack.pop()
-            for token, child in node.items():
-                if token == "__value__":
-                    found.append((key, child))
-                else:
-                    stack.append(((*key, token), child))
-        return found
+        return trie_entries(self.lru._trie._trie.get(LRU_KEY, {}))
 
     def audit(self, call: str) -> None:
         """Every entry the prompt cache holds attends as its key (a copy fed one probe token against an uncached

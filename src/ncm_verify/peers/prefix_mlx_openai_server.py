@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Served
-from ncm_verify.peers.prefix_peer_files import damage, entry_gap
+from ncm_verify.peers.prefix_peer_files import damage, entry_gap, trie_entries
 
 
 class OpenAIServerEngine:
@@ -94,16 +94,7 @@ class OpenAIServerEngine:
 
     def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, CacheEntry) for every entry its trie holds."""
-        found: list[tuple[tuple[int, ...], Any]] = []
-        stack: list[tuple[tuple[int, ...], dict]] = [((), self.handler.prompt_cache._trie._trie)]
-        while stack:
-            key, node = stack.pop()
-            for token, child in node.items():
-                if token == "__value__":
-                    found.append((key, child))
-                else:
-                    stack.append(((*key, token), child))
-        return found
+        return trie_entries(self.handler.prompt_cache._trie._trie)
 
     def audit(self, call: str) -> None:
         """Every stored entry, loaded from its pickle as a hit would load it, attends as its key: the main model's

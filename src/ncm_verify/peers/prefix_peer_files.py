@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -61,3 +62,18 @@ def entry_gap(net, oracle, cache: Sequence, key: Sequence[int], probe: int = 0) 
     served = probe_logprobs(net, cache, probe)
     want = np.array(oracle.rows([*key, probe])[-1])
     return float(np.max(np.abs(served - want)))
+
+
+def trie_entries(node: dict) -> list[tuple[tuple[int, ...], Any]]:
+    """(tokens, value) for every value a token trie of nested dicts holds under ``"__value__"`` keys (mlx-lm's
+    `PromptTrie` layout, which locals and mlx-openai-server keep)."""
+    found: list[tuple[tuple[int, ...], Any]] = []
+    stack: list[tuple[tuple[int, ...], dict]] = [((), node)]
+    while stack:
+        key, here = stack.pop()
+        for token, child in here.items():
+            if token == "__value__":
+                found.append((key, child))
+            else:
+                stack.append(((*key, token), child))
+    return found
