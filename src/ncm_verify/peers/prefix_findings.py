@@ -153,6 +153,8 @@ PREFIX_FINDINGS: dict[str, str] = {
     "file_is_refused": TEXTGEN_DAMAGED_FILE,
     "mlx_peer_properties/test_yunshu_prefix_cache.py::test_a_block_damaged_on_the_ssd_tier_is_refused_or_served_"
     "exactly[flipped byte]": YUNSHU_SSD_FLIPPED,
+    "mlx_peer_properties/test_locals_prefix_cache.py::test_the_disk_tier_restores_exactly_or_refuses_a_damaged_or_"
+    "foreign_file": LOCALS_DISK_SNAPSHOT,
 }
 PREFIX_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     MLX_LM_FLIPPED_FILE: (AssertionError, ValueError),  # a damaged ring offset fails in attention, not an assertion
