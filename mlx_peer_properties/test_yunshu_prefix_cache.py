@@ -23,8 +23,10 @@ def test_served_responses_equal_uncached_ones_and_the_cache_is_hit(family, model
     # rule 2 here: hits are seen on the attention family (its policy, hash chains and scans over blocks, is not
     # modelled); on the sliding and hybrid tiny models yunshu serves no cached token at all (measured: the hits
     # list stays 0), so only what it serves and evicts is judged there
+    # the attention family in bfloat16: after a drawn restart its prompts come back from the SSD tier, whose restore
+    # casts to bfloat16 (exact there; the float32 case is the finding tested below on its own)
     checks = (1, 2, 3) if family == "attention" else (1, 3)
-    hits = run_machine(YunshuEngine, models[family], checks, examples=examples)
+    hits = run_machine(YunshuEngine, models["bfloat16" if family == "attention" else family], checks, examples=examples)
     assert family == "attention" or not any(hits), f"{family}: hits seen ({hits}): judge rule 2 here too"
 
 
