@@ -4,23 +4,15 @@
 """
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from ncm_verify.peers.mlx_lm_prefix import MlxLmServer  # noqa: E402
-from ncm_verify.peers.prefix_engines import attention_model  # noqa: E402
+from ncm_verify.peers.mlx_lm_prefix import running_server  # noqa: E402
 
-with tempfile.TemporaryDirectory() as folder:
-    server = MlxLmServer()
-    server.start(attention_model(Path(folder) / "attention"), 4)
-    try:
-        print(f"w3 w1 w2 -> {server.post({'prompt': 'w3 w1 w2', 'max_tokens': 2, 'temperature': 0.0})}")
-        print(f"empty prompt -> {server.fail()}")
-        after = server.post({"prompt": "w3 w1 w2 w5", "max_tokens": 2, "temperature": 0.0})
-        print(f"w3 w1 w2 w5 -> {after}")
-        print(f"server log: {server.tail(6)}")
-    finally:
-        server.close()
+with running_server() as server:
+    print(f"w3 w1 w2 -> {server.post({'prompt': 'w3 w1 w2', 'max_tokens': 2, 'temperature': 0.0})}")
+    print(f"empty prompt -> {server.fail()}")
+    after = server.post({"prompt": "w3 w1 w2 w5", "max_tokens": 2, "temperature": 0.0})
+    print(f"w3 w1 w2 w5 -> {after}\nserver log: {server.tail(6)}")
 sys.exit(0 if "choices" in after else 1)

@@ -4,25 +4,17 @@
 """
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from ncm_verify.peers.mlx_lm_prefix import MlxLmServer  # noqa: E402
-from ncm_verify.peers.prefix_engines import attention_model  # noqa: E402
+from ncm_verify.peers.mlx_lm_prefix import running_server  # noqa: E402
 
-with tempfile.TemporaryDirectory() as folder:
-    server = MlxLmServer()
-    server.start(attention_model(Path(folder) / "attention"), 4)
-    try:
-        first = server.complete((3, 1, 2, 5, 7), 3)
-        print(f"prompt {list(first.prompt)} -> {list(first.tokens)} (stored under {list(first.key)})")
-        reply = server.post({"prompt": " ".join(f"w{t}" for t in first.key), "max_tokens": 3, "temperature": 0.0})
-        print(f"prompt {list(first.key)} (exactly the stored key) -> {reply}")
-        after = server.post({"prompt": "w3 w1 w2", "max_tokens": 3, "temperature": 0.0})
-        print(f"the next request -> {after}")
-        print(f"server log: {server.tail(6)}")
-    finally:
-        server.close()
+with running_server() as server:
+    first = server.complete((3, 1, 2, 5, 7), 3)
+    print(f"prompt {list(first.prompt)} -> {list(first.tokens)} (stored under {list(first.key)})")
+    reply = server.post({"prompt": " ".join(f"w{t}" for t in first.key), "max_tokens": 3, "temperature": 0.0})
+    print(f"prompt {list(first.key)} (exactly the stored key) -> {reply}")
+    after = server.post({"prompt": "w3 w1 w2", "max_tokens": 3, "temperature": 0.0})
+    print(f"the next request -> {after}\nserver log: {server.tail(6)}")
 sys.exit(0 if "choices" in reply and "choices" in after else 1)

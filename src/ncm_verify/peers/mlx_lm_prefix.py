@@ -264,3 +264,18 @@ class MlxLmPromptFiles:
 
     def close(self) -> None:
         self.restored = None
+
+
+@contextlib.contextmanager
+def running_server(capacity: int = 4, **options):
+    """An `MlxLmServer(**options)` started on a fresh attention model folder in a temporary folder, closed after: the
+    reproduction scripts' set-up."""
+    from ncm_verify.peers.prefix_engines import attention_model
+
+    with tempfile.TemporaryDirectory() as folder:
+        server = MlxLmServer(**options)
+        server.start(attention_model(Path(folder) / "attention"), capacity)
+        try:
+            yield server
+        finally:
+            server.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -22,8 +23,8 @@ class ExactMatchEngine:
     name = "exact-match example"
     supports = frozenset({"batch", "restart"})
 
-    def __init__(self):
-        self.net = None
+    def __init__(self) -> None:
+        self.net: Any = None  # mlx-lm's model, loaded by start
         self.held: OrderedDict[tuple[int, ...], list] = OrderedDict()
 
     def start(self, model: EngineModel, capacity: int) -> None:
