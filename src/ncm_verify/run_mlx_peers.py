@@ -157,7 +157,8 @@ MLX_PEERS = (
         "yunshu==0.1.5",
         ("mlx[cpu]>=0.32.3,<0.32.4", "mlx-lm[cpu]>=0.32.0", "numpy>=1.24.0"),
         "fastapi, transformers, tokenizers, llguidance, openai, opentelemetry, pydantic, uvicorn and the rest: the "
-        "gateway, server and tooling; `yunshu_engine.speculative_decoder` imports mlx and mlx-lm only",
+        "gateway, server and tooling; `yunshu_engine.speculative_decoder` imports mlx and mlx-lm only, and "
+        "BatchedEngine, KVPrefixCache and PromptCacheManager (its prefix caches) mlx, mlx-lm and numpy",
         requires_python=(3, 13),
         reach=mlx_reach_more.YUNSHU,
         unreached=mlx_reach_more.YUNSHU_REASONS,
@@ -227,6 +228,39 @@ MLX_PEERS = (
         ("mlx[cpu]>=0.32.2", "numpy", "transformers>=5.7.0", "sentencepiece", "protobuf", "pyyaml", "jinja2"),
         "nothing but its Darwin-only mlx marker, replaced by mlx[cpu]: its prefix cache (LRUPromptCache), server "
         "(mlx_lm.server), prompt-cache files and draft-model path are judged as served",
+    ),
+    MlxPeer(
+        "locals",
+        "locals==0.2.1",
+        ("mlx[cpu]>=0.32,<0.34", "mlx-lm[cpu]>=0.32,<0.33", "numpy>=1.26"),
+        "huggingface_hub, llguidance, outlines-core, rich: downloads, grammars and the console; HybridBatchEngine, "
+        "chain_cache and DiskPromptCache import mlx and mlx-lm",
+    ),
+    MlxPeer(
+        "mlx-textgen",
+        "mlx-textgen==0.2.1",
+        ("mlx[cpu]", "mlx-lm[cpu]>=0.24.0", "outlines>=0.2.3", "pydantic"),
+        "mlx-vlm, fastapi, uvicorn: vision models and the server; LLMModel and CacheManager import mlx-lm, pydantic "
+        "and (for sampling) outlines",
+    ),
+    MlxPeer(
+        "mlx-openai-server",
+        "mlx-openai-server==1.8.1",
+        (
+            "mlx[cpu]>=0.31.2",
+            "mlx-lm[cpu]>=0.31.3,<0.32",
+            "numpy>=2.2.0,<2.4",
+            "dill>=0.4,<0.5",
+            "xxhash>=3.6,<4",
+            "loguru>=0.7.3,<0.8",
+            "outlines>=1.1.1,<1.2",
+            "fastapi>=0.115.14,<0.130",
+            "openai>=2.21,<3",
+            "openai-harmony>=0.0.8,<0.1",
+        ),
+        "av, librosa, mlx-embeddings, mlx-vlm, mlx-whisper, mflux, torchvision, pillow, uvicorn and the rest: audio, "
+        "image, video and embedding models and the HTTP server; MLXLMHandler, LRUPromptCache and MLX_LM import "
+        "what is installed",
     ),
 )
 BY_NAME = {peer.name: peer for peer in MLX_PEERS}
@@ -325,8 +359,11 @@ def unavailable(peer: MlxPeer) -> report.PeerRun:
     """The run of a peer that needs a Python this machine lacks: every property not applicable, saying why."""
     need = ".".join(map(str, peer.requires_python))
     reason = f"not applicable: {peer.pin} requires Python >= {need} and this machine has none (PATH, pyenv)"
-    nodeid = f"{(peer.tests or [f'mlx_peer_properties/test_{peer.module}.py'])[0]}::no interpreter"
-    records = [dict(nodeid=nodeid, property=list(report.PROPERTIES), status="not applicable", detail=reason,
+    files = peer.tests or [f"mlx_peer_properties/test_{peer.module}.py"]
+    prefix = any(name.endswith("_prefix_cache.py") for name in files)
+    decoder = any(not name.endswith("_prefix_cache.py") for name in files)
+    records = [dict(nodeid=f"{files[0]}::no interpreter", property=list(report.PROPERTIES) if decoder else [],
+                    rule=list(report.PREFIX_RULES) if prefix else [], status="not applicable", detail=reason,
                     seconds=0.0)]  # fmt: skip
     return report.PeerRun(peer.name, peer.pin, peer.left_out, 0, 0.0, records)
 

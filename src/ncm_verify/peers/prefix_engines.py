@@ -63,16 +63,18 @@ class EngineModel:
 
 @dataclasses.dataclass(frozen=True)
 class Served:
-    """One response: the prompt, the greedy tokens generated, each one's log-probability as the engine reports it,
-    and `reused`: how many prompt tokens the engine says it served from its cache (None: it reports nothing)."""
+    """One response: the prompt, the greedy tokens generated, each one's log-probability as the engine reports it
+    (None: the engine reports none; then only the tokens are compared, and an `audit` of its stored entries carries
+    the log-probability check), and `reused`: how many prompt tokens the engine says it served from its cache (None:
+    it reports nothing)."""
 
     prompt: tuple[int, ...]
     tokens: tuple[int, ...]
-    logprobs: tuple[float, ...]
+    logprobs: tuple[float, ...] | None
     reused: int | None = None
 
     def __post_init__(self):
-        if len(self.tokens) != len(self.logprobs):
+        if self.logprobs is not None and len(self.tokens) != len(self.logprobs):
             raise ValueError(f"logprobs: {len(self.logprobs)} for {len(self.tokens)} tokens")
         if self.reused is not None and not 0 <= self.reused <= len(self.prompt):
             raise ValueError(f"reused: expected 0..{len(self.prompt)} (the prompt's length), got {self.reused}")
