@@ -185,7 +185,7 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-PROGRESS_FIRST_S = 60
+PROGRESS_FIRST_S = 120
 """A phase whose test lines go to the log says how far it is after this long, then each time its time doubles: a
 long phase is never silent, and a slow machine's run prints a few lines more, not one a minute."""
 FIRST_FAILURE_HEADING = "ncm-verify: first failure"
@@ -609,8 +609,10 @@ def run_phases(
         f"run {run.run_id}: implementation {run.implementation['module']} ({run.implementation['path']}), "
         f"profile {profile}"
     )
-    say(f"suite: properties and self-tests from {ROOT}; reports to {run.reports}; cache {run.cache}")
-    say(f"log: every test's line to {run.reports / VERIFY_LOG} when the run ends (until then {run.log})")
+    say(
+        f"suite: properties and self-tests from {ROOT}; cache {run.cache}; reports to {run.reports}, every test's "
+        f"line in {VERIFY_LOG} there when the run ends (until then {run.log})"
+    )
     env = subprocess_environment(profile)
     # a seed redraws a derandomized profile's examples reproducibly; a random profile's never repeat
     key = suite_key()  # one key for the whole run: the reference evidence and the self-tests are filed under it
@@ -620,7 +622,8 @@ def run_phases(
     kept_path = reference_evidence_path(run.cache, evidence_key, profile, seed)
     say(f"[1/4] properties: model-level path (b) judges {judged_line(checkpoint)}")
     reuse = plan_reuse(run.module, staging, kept_path, derandomized=derandomized, rerun=rerun, selected=selected)
-    say(f"[1/4] properties: {reuse['why']}")
+    if reuse["reused"] or run.module.__name__ != DEFAULT_IMPLEMENTATION:  # the reference's: said in its summary
+        say(f"[1/4] properties: {reuse['why']}")
     command = pytest_command(
         *(selected or ["properties"]),
         "-q",
