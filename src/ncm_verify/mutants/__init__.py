@@ -149,7 +149,7 @@ CATCHERS: dict[str, Catchers] = {
             "block_weight_ratio_padded",
             "block_correction_threshold_moved_at_large_vocab",
         ),
-        BLOCKS.catching_first(EXACT_BLOCK_ROWS),
+        Catchers(("C16",), sweep=(EXACT_BLOCK_ROWS, *BLOCKS.sweep)),
     ),
     **dict.fromkeys(
         ("tree_sibling_mass_padded", "tree_correction_threshold_moved_at_large_vocab"),
