@@ -182,8 +182,10 @@ def choose_children(rng: np.random.Generator, pair: ExactPair, count: int, mode:
     draw from its whole target row) and later ones where a sibling's boundary
     ``r(x) / q_i(x)`` lies below 1 (`ExactPair.contested`), else on the residual's support."""
     q = as_probabilities(pair.draft)
-    if mode == "top_k":
-        return np.argsort(-q, kind="stable")[:count]
+    if mode == "top_k":  # the `count` largest, ties to the smaller id (a stable argsort of -q, without sorting V)
+        kth = np.partition(q, len(q) - count)[len(q) - count]
+        candidates = np.flatnonzero(q >= kth)
+        return candidates[np.lexsort((candidates, -q[candidates]))][:count]
     first = (pair.sinks, pair.halving, pair.taken)[int(rng.integers(3))]
     children = [int(rng.choice(first if len(first) else pair.tail))]
     later = next((ids for ids in (pair.contested, pair.taken) if len(ids) >= count - 1), None)
