@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ncm_verify.evidence.thresholds import MIN_DISTINCT_EXAMPLES
 from ncm_verify.harness import checks
+from ncm_verify.harness.exact_steps import exact_step_cases
 from ncm_verify.harness.kernels import BLOCK, CHAIN, FACTORIZED, LATENT_CHAIN, STEP_KERNELS, TREE
 from ncm_verify.harness.strategies import seeds, step_cases
 from ncm_verify.oracles import exact
@@ -130,6 +131,45 @@ def test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summe
         label="step",
     )
     check_apply_step(impl, step)
+
+
+EXACT_ROW_EXAMPLES = EXACTLY_SUMMED_EXAMPLES
+"""A block example reads up to 9 rows of 128 256 entries, a tree's up to 7 (about 0.2-0.4 s each)."""
+
+
+def check_exact_row_step(impl, kernel, data, options: dict | None = None) -> None:
+    step = data.draw(
+        exact_step_cases(kernel, options, vocab=REAL_VOCAB, offsets=PAST_EXACT_SLACK), label="step on exact rows"
+    )
+    check_apply_step(impl, step)
+
+
+@pytest.mark.claim("C16")
+@pytest.mark.needs("apply")
+@settings(max_examples=EXACT_ROW_EXAMPLES)
+@given(data=st.data())
+def test_apply_block_takes_the_float64_thresholds_to_two_ulps_on_rows_exact_in_float32_at_V_128256(impl, data):
+    """Rows whose prefix weights (1, 1/2, 1/4), weighted residuals ``max(w p - q, 0)`` and masses (2^-m) float32
+    computes exactly in any order, in float32, float16 or bfloat16 (`harness.exact_steps`): each threshold
+    ``rho / (rho + 1 - w)``, ``h_g = w_g`` and the last draw is excused only within two ulps (the any-order slack
+    excused 3e-2 of a threshold here), and uniforms sit 3-16 ulps from them: a w, rho or h moved by 1e-6 decides
+    otherwise."""
+    check_exact_row_step(impl, BLOCK, data)
+
+
+@pytest.mark.claim("C13")
+@pytest.mark.needs("apply")
+@pytest.mark.parametrize("mode", TREE.argument("mode").values)
+@settings(max_examples=EXACT_ROW_EXAMPLES)
+@given(data=st.data())
+def test_apply_tree_takes_the_float64_sibling_decisions_to_two_ulps_on_rows_exact_in_float32_at_V_128256(
+    impl, mode, data
+):
+    """Each mode, on rows whose sibling residuals ``norm(max(r - q_i, 0))`` float32 computes exactly in any order (a
+    power-of-two mass) or to one division's rounding (`exact_tree.residual_drift`), in float32 or half: each
+    sibling's acceptance and the last draw are excused only within that (the any-order drift excused 1.5e-2 of
+    the residual here), uniforms 3-16 ulps from their boundaries."""
+    check_exact_row_step(impl, TREE, data, {"mode": mode})
 
 
 HALF_KERNELS = (CHAIN, FACTORIZED, LATENT_CHAIN, BLOCK, TREE)

@@ -72,6 +72,15 @@ MUTANTS = {
     "judged over G drafts, its accepted count cut to its own",
     "block_weight_unclipped": "block: the prefix weight w_i = w_{i-1} p(x) / q(x) not clipped at 1",
     "block_residual_with_own_weight": "block: the residual of position i taken with w_i instead of w_{i-1}",
+    "block_threshold_denominator_padded": "block: each threshold h = rho / (rho + 1 - w + 1e-6), an epsilon that moves "
+    "h by ~1e-6 of itself",
+    "block_weight_ratio_padded": "block: the prefix weight divides by q(x) + 1e-10 (1e-5 of w where q(x) is 1e-5)",
+    "block_correction_threshold_moved_at_large_vocab": "block: above 2^16 ids the last draw moves its threshold "
+    "u * total up by 1e-6 of itself",
+    "tree_sibling_mass_padded": "tree: after a rejected child the residual's mass is kept with 1e-6 added",
+    "tree_without_replacement_mass_padded": "tree: without replacement, q divided by the mass left plus 1e-5",
+    "tree_correction_threshold_moved_at_large_vocab": "tree: above 2^16 ids the last draw moves its threshold "
+    "u * total up by 1e-6 of itself",
     "tree_residual_in_half": "tree: half-precision inputs keep the residual in their own precision between siblings",
     "tree_renormalised_naively": "tree: without replacement, q_i divided by 1 - q(tried ids), not by what is left",
     "tree_tried_shared_across_batch": "tree: without replacement, one set of tried ids for the whole batch",

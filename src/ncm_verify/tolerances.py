@@ -133,21 +133,37 @@ admit either form. At V = 128 256 the any-order bound above is 1.5e-2 of the tot
 """
 
 
-def exactly_summed(weights) -> bool:
-    """Whether float32 sums every prefix of `weights` exactly in any order: all are multiples of one power of
-    two g, their total is a power of two and at most ``2^24 g`` (so is every partial sum, a multiple of g)."""
+def float32_exact(values) -> np.ndarray:
+    """Per entry: whether the float64 value is a float32 value (so float32 holds it without rounding)."""
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        return np.isfinite(values) & (values.astype(np.float32).astype(np.float64) == values)
+
+
+def sums_exactly(weights) -> bool:
+    """Whether float32 sums every subset of `weights` exactly, in any order: all non-negative multiples of one power
+    of two g with their total at most ``2^24 g`` (every partial sum is then a multiple of g below it)."""
     weights = np.asarray(weights, dtype=np.float64)
     positive = weights[weights > 0]
-    if not len(positive) or (weights < 0).any() or not np.isfinite(weights).all():
+    if (weights < 0).any() or not np.isfinite(weights).all():
         return False
-    total = float(positive.sum())  # exact in float64 when the row qualifies (24 bits of a 53-bit significand)
-    if np.frexp(total)[0] != 0.5:
-        return False
+    if not len(positive):
+        return True
     mantissa, exponent = np.frexp(positive)
     integers = (mantissa * 2.0**53).astype(np.int64)  # exact: every float64 significand
     lowest = integers & -integers  # the lowest set bit of each
     grid = np.ldexp(lowest.astype(np.float64), exponent - 53).min()
+    total = float(positive.sum())  # exact in float64 when the row qualifies (24 bits of a 53-bit significand)
     return bool(total <= grid * 2.0**FLOAT32_SIGNIFICAND_BITS)
+
+
+def exactly_summed(weights) -> bool:
+    """Whether float32 sums every prefix of `weights` exactly in any order and normalises it exactly: `sums_exactly`
+    with a positive power-of-two total (dividing by it is exact too)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if not sums_exactly(weights) or not (weights > 0).any():
+        return False
+    return bool(np.frexp(float(weights[weights > 0].sum()))[0] == 0.5)
 
 
 def draw_boundary_slack(weights) -> float:
@@ -170,19 +186,20 @@ def prefix_weight_slack(position: int, weight: float) -> float:
     return PREFIX_WEIGHT_ULPS * position * FLOAT32_EPS * abs(weight)
 
 
-def threshold_boundary_slack(u: float, mass: float, weight: float, positive_terms: int, position: int) -> float:
+def threshold_boundary_slack(
+    u: float, mass: float, weight: float, mass_error: float, weight_error: float, denominator_error: float = 0.0
+) -> float:
     """How far ``u`` may sit from a block threshold ``h = rho / (rho + 1 - w)`` before float32 must agree.
 
-    ``w`` is off by `prefix_weight_slack`; ``rho``, a sum of m positive terms of ``w p - q`` (their total at most
-    ``w + 1``), by that times ``sum p <= 1`` plus `cdf_boundary_slack`. Both carried through h's derivatives,
-    with the denominator at its smallest; a denominator within those errors of 0 excuses any decision.
+    ``w`` is off by `weight_error`, ``rho`` by `mass_error` and the denominator's own roundings by
+    `denominator_error` (each from `exact_block.block_quantities`, which counts only the roundings its rows allow):
+    carried through h's derivatives with the denominator at its smallest, plus the division's rounding. A
+    denominator within those errors of 0 excuses any decision.
     """
-    weight_error = prefix_weight_slack(position, weight)
-    mass_error = weight_error + cdf_boundary_slack(weight + 1.0, positive_terms)
-    smallest = mass + 1.0 - weight - mass_error - weight_error
+    smallest = mass + 1.0 - weight - mass_error - weight_error - denominator_error
     if smallest <= 0:
         return 1.0
-    moved = (abs(1.0 - weight) * mass_error + abs(mass) * weight_error) / smallest**2
+    moved = (abs(1.0 - weight) * mass_error + abs(mass) * (weight_error + denominator_error)) / smallest**2
     return moved + accept_boundary_slack(u, mass / (mass + 1.0 - weight))
 
 

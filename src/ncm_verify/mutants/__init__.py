@@ -89,6 +89,14 @@ EXACTLY_SUMMED = (
     "properties/test_apply_exact.py::"
     "test_apply_steps_draw_to_two_ulps_of_the_float64_boundaries_of_exactly_summed_rows_at_V_128256"
 )
+EXACT_BLOCK_ROWS = (
+    "properties/test_apply_exact.py::"
+    "test_apply_block_takes_the_float64_thresholds_to_two_ulps_on_rows_exact_in_float32_at_V_128256"
+)
+EXACT_TREE_ROWS = (
+    "properties/test_apply_exact.py::"
+    "test_apply_tree_takes_the_float64_sibling_decisions_to_two_ulps_on_rows_exact_in_float32_at_V_128256"
+)
 HALF_STEPS = (
     "properties/test_apply_exact.py::"
     "test_half_precision_steps_take_the_float64_decisions_just_below_and_above_every_boundary"
@@ -139,6 +147,20 @@ CATCHERS: dict[str, Catchers] = {
         EXACT_STEP,
     ),
     "tree_residual_in_half": TREE_WALK,
+    # within the any-order slack of a large vocabulary: only rows exact in float32 show them
+    **dict.fromkeys(
+        (
+            "block_threshold_denominator_padded",
+            "block_weight_ratio_padded",
+            "block_correction_threshold_moved_at_large_vocab",
+        ),
+        Catchers(("C16",), sweep=(EXACT_BLOCK_ROWS, *BLOCKS.sweep)),
+    ),
+    **dict.fromkeys(
+        ("tree_sibling_mass_padded", "tree_correction_threshold_moved_at_large_vocab"),
+        TREE_FILES.catching_first(EXACT_TREE_ROWS),
+    ),
+    "tree_without_replacement_mass_padded": TREE_FILES.catching_first(f"{EXACT_TREE_ROWS}[without_replacement]"),
     "correction_threshold_moved_at_large_vocab": EXACT_STEP.catching_first(EXACTLY_SUMMED),
     "correction_cdf_in_bfloat16_for_half_inputs": EXACT_STEP.catching_first(f"{HALF_STEPS}[chain]"),
     "block_weight_in_half_for_half_inputs": Catchers(("C16",), sweep=(f"{HALF_STEPS}[block]", *BLOCKS.sweep)),

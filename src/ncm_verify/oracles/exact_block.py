@@ -29,7 +29,14 @@ from ncm_verify.oracles.exact import (
     inverse_cdf,
 )
 from ncm_verify.oracles.exact_tree import judge_draw
-from ncm_verify.tolerances import FLOAT32_EPS, prefix_weight_slack, threshold_boundary_slack
+from ncm_verify.tolerances import (
+    FLOAT32_EPS,
+    cdf_boundary_slack,
+    float32_exact,
+    prefix_weight_slack,
+    sums_exactly,
+    threshold_boundary_slack,
+)
 
 __all__ = [
     "PAD_TOKEN",
@@ -68,22 +75,70 @@ class BlockRule(Protocol):
 @dataclasses.dataclass(frozen=True)
 class BlockQuantities:
     """``weights [g+1]`` w_0..w_g; ``masses [g]`` rho_1..rho_g; ``thresholds [g]`` h_1..h_g;
-    ``terms [g]``: the positive terms of each rho."""
+    ``terms [g]``: the positive terms of each rho; ``weight_errors [g+1]`` and ``mass_errors [g]``: how far a float32
+    kernel's w and rho may sit from these, counting only the roundings the rows allow (`block_quantities`)."""
 
     weights: np.ndarray
     masses: np.ndarray
     thresholds: np.ndarray
     terms: np.ndarray
+    weight_errors: np.ndarray
+    mass_errors: np.ndarray
+
+
+def weight_step_is_exact(previous: float, p_x: float, q_x: float) -> bool:
+    """Whether float32 computes ``min(previous p(x) / q(x), 1)`` without rounding, product or quotient first: a true
+    value of at least 1 clips to 1 however it rounds; else every intermediate must be a float32 value."""
+    if q_x <= 0:
+        return False
+    if previous * p_x >= q_x:
+        return True
+    quotient, scaled = p_x / q_x, previous * p_x / q_x
+    return bool(
+        float32_exact(previous * p_x)
+        and float32_exact(quotient)
+        and quotient * q_x == p_x  # the float64 quotient itself exact
+        and float32_exact(scaled)
+        and scaled * q_x == previous * p_x
+        and float32_exact(previous * quotient)
+    )
+
+
+def residual_terms_are_exact(weight: float, p: np.ndarray, q: np.ndarray) -> bool:
+    """Whether float32 forms every positive ``w p(x) - q(x)`` and sums them without rounding, in any order (a
+    negative one clips to 0 however it rounds: rounding is monotone and q(x) a float32 value)."""
+    scaled = weight * p
+    kept = np.maximum(scaled - q, 0.0)
+    positive = kept > 0
+    return bool(float32_exact(scaled[positive]).all() and float32_exact(kept).all() and sums_exactly(kept))
+
+
+def denominator_error(mass: float, weight: float) -> float:
+    """Rounding of ``rho + 1 - w`` in float32, either order: 0 where every partial result is a float32 value."""
+    partials = (1.0 - weight, mass + (1.0 - weight), mass + 1.0, (mass + 1.0) - weight)
+    return 0.0 if float32_exact(np.array(partials)).all() else 2 * FLOAT32_EPS * (mass + 1.0)
 
 
 def block_quantities(target: np.ndarray, draft: np.ndarray, drafts: np.ndarray) -> BlockQuantities:
-    """The paper's w, rho and h for one block, in float64."""
+    """The paper's w, rho and h for one block, in float64, with float32's errors on w and rho.
+
+    An error is 0 where float32 computes the value exactly whatever the order (rows of few-bit multiples of one power
+    of two: `exact_steps`); else the any-order bound: 2 i eps32 w_i (`prefix_weight_slack`) and, for rho, w's
+    error plus `cdf_boundary_slack` of its m positive terms.
+    """
     count = len(drafts)
-    weights = np.ones(count + 1)
+    weights, weight_errors = np.ones(count + 1), np.zeros(count + 1)
     for i, x in enumerate(drafts):
         weights[i + 1] = min(weights[i] * target[i, x] / draft[i, x], 1.0)
+        exact = weight_errors[i] == 0 and weight_step_is_exact(weights[i], target[i, x], draft[i, x])
+        weight_errors[i + 1] = 0.0 if exact else prefix_weight_slack(i + 1, weights[i + 1])
     terms = np.maximum(weights[:count, None] * target[:count] - draft, 0.0)
     masses = terms.sum(axis=1)
+    positive = (terms > 0).sum(axis=1)
+    mass_errors = np.zeros(count)
+    for k in range(count):
+        if weight_errors[k] or not residual_terms_are_exact(weights[k], target[k], draft[k]):
+            mass_errors[k] = weight_errors[k] + cdf_boundary_slack(weights[k] + 1.0, int(positive[k]))
     thresholds = np.empty(count)
     for i in range(1, count + 1):
         if i == count:
@@ -91,7 +146,7 @@ def block_quantities(target: np.ndarray, draft: np.ndarray, drafts: np.ndarray) 
             continue
         denominator = masses[i] + 1.0 - weights[i]
         thresholds[i - 1] = masses[i] / denominator if denominator > 0 else 1.0
-    return BlockQuantities(weights, masses, thresholds, (terms > 0).sum(axis=1))
+    return BlockQuantities(weights, masses, thresholds, positive, weight_errors, mass_errors)
 
 
 def weighted_residual(weight: float, p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -255,16 +310,19 @@ def boundaries(args: tuple, uniforms: np.ndarray, b: int, row: int, column: int)
 
 
 def _judge_threshold(comparison: StepComparison, where: str, kernel: bool, u: float, q: BlockQuantities, i: int):
-    """Position i (1-based) passed iff ``u < h_i``; near h excused within `threshold_boundary_slack`."""
+    """Position i (1-based) passed iff ``u < h_i``; near h excused within `threshold_boundary_slack` of w's and
+    rho's float32 errors (`BlockQuantities`): two ulps of h where the rows make both exact."""
     comparison.decisions += 1
     h = float(q.thresholds[i - 1])
     if bool(kernel) == (u < h):
         return
     count = len(q.thresholds)
     if i == count:
-        slack = prefix_weight_slack(i, q.weights[i]) + 2 * FLOAT32_EPS * max(u, h)
+        slack = q.weight_errors[i] + 2 * FLOAT32_EPS * max(u, h)
     else:
-        slack = threshold_boundary_slack(u, q.masses[i], q.weights[i], int(q.terms[i]), i)
+        mass, weight = float(q.masses[i]), float(q.weights[i])
+        rounding = denominator_error(mass, weight)
+        slack = threshold_boundary_slack(u, mass, weight, q.mass_errors[i], q.weight_errors[i], rounding)
     line = f"{where}: passed={bool(kernel)}, float64 says {u < h} (u={u!r}, h={h!r}, u-h={u - h:.3g})"
     (comparison.excused if abs(u - h) <= slack else comparison.mismatches).append(line)
 
@@ -294,8 +352,8 @@ def compare_block_step(target, draft, drafts, num_draft, uniforms, tokens, num_a
         comparison.same(f"sequence {b} padding", tokens[b, k + 1 :], np.full(tokens.shape[1] - k - 1, PAD_TOKEN))
         weights = _last_weights(p, q, quantities, k)
         if k < g:
-            w = quantities.weights[k]
-            error = prefix_weight_slack(k, w) * p[k] + 2 * FLOAT32_EPS * (w * p[k] + q[k])
+            w, rounded = quantities.weights[k], quantities.mass_errors[k] > 0
+            error = quantities.weight_errors[k] * p[k] + rounded * 2 * FLOAT32_EPS * (w * p[k] + q[k])
         else:
             error = np.zeros_like(weights)
         what = "correction" if k < g else "bonus"

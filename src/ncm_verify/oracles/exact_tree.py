@@ -32,7 +32,14 @@ from ncm_verify.oracles.exact import (
     inverse_cdf,
     target_joint,
 )
-from ncm_verify.tolerances import CDF_BOUNDARY_TERMS, FLOAT32_EPS, accept_boundary_slack, cdf_boundary_slack
+from ncm_verify.tolerances import (
+    CDF_BOUNDARY_TERMS,
+    FLOAT32_EPS,
+    accept_boundary_slack,
+    draw_boundary_slack,
+    float32_exact,
+    sums_exactly,
+)
 
 __all__ = [
     "MODES",
@@ -130,6 +137,10 @@ def residual_drift(state: SiblingState, q_i: np.ndarray, q_error: np.ndarray) ->
     """
     fresh = not state.tried
     difference = state.residual - q_i
+    # A negative difference clips to 0 however it rounds (rounding is monotone): only the kept terms must be exact.
+    kept = np.maximum(difference, 0.0)
+    if not state.error.any() and not q_error.any() and float32_exact(kept).all() and sums_exactly(kept):
+        return normalisation_error(kept)
     error = state.error + q_error + FLOAT32_EPS * (np.abs(difference) + (0.0 if fresh else q_i))
     rest = np.maximum(difference, 0.0)
     mass, terms = rest.sum(), np.count_nonzero(rest + error)
@@ -141,10 +152,24 @@ def residual_drift(state: SiblingState, q_i: np.ndarray, q_error: np.ndarray) ->
     return (error + rest / mass * mass_error) / (mass - mass_error)
 
 
+def normalisation_error(rest: np.ndarray) -> np.ndarray:
+    """Per id, how far float32's ``rest / sum(rest)`` may sit from its float64 value when the sum is exact in any
+    order (`sums_exactly`): nothing for a power-of-two sum (or none), else the division's one rounding."""
+    mass = rest.sum()
+    if mass <= RESIDUAL_FLOOR or np.frexp(mass)[0] == 0.5:
+        return np.zeros_like(rest)
+    return FLOAT32_EPS * rest / mass
+
+
 def proposal_error(mode: str, state: SiblingState, q_i: np.ndarray) -> np.ndarray:
-    """Bound on a float32 q_i: without replacement, after a sibling, q divided by a float32 sum of m terms."""
+    """Bound on a float32 q_i: without replacement, after a sibling, q divided by a float32 sum of m terms (its one
+    rounding where the sum is exact in any order)."""
     if mode != "without_replacement" or not state.tried:
         return np.zeros_like(q_i)
+    left = state.draft.copy()
+    left[list(state.tried)] = 0.0
+    if float32_exact(left).all() and sums_exactly(left):
+        return normalisation_error(left)
     return (np.count_nonzero(q_i) + CDF_BOUNDARY_TERMS) * FLOAT32_EPS * q_i
 
 
@@ -513,7 +538,7 @@ def judge_draw(comparison: StepComparison, where: str, kernel_id: int, weights, 
     possible = 0 <= kernel_id < len(weights) and (weights[kernel_id] > 0 or error[kernel_id] > 0)
     cumulative = np.cumsum(weights)
     between = cumulative[min(kernel_id, exact_id) : max(kernel_id, exact_id)]
-    slack = cdf_boundary_slack(total, int(np.count_nonzero(weights))) + error.sum()
+    slack = draw_boundary_slack(weights) + error.sum()
     near = possible and bool(np.all(np.abs(u * total - between) <= slack))
     (comparison.excused if near else comparison.mismatches).append(line)
 

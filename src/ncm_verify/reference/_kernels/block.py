@@ -29,13 +29,14 @@ class BlockRules(NamedTuple):
     """The decisions of block verification; a planted bug swaps one out.
 
     ``weight(w_prev, p_x, q_x) -> w``: the prefix weight after one draft; ``residual_weights(w [B, G+1]) ->
-    [B, G]``: the weight scaling p in each row's residual; ``judged(num_draft, G) -> lengths`` the thresholds
-    are built for; ``passes(u, h, p_x, q_x) -> bool``; ``length(passed [B, G]) -> tau``; ``correction(p, q, w,
-    u) -> ids`` (w: the residual's weight); ``uniforms(keys [B, 2], shape) -> [B, *shape]``.
+    [B, G]``: the weight scaling p in each row's residual; ``threshold(rho, w) -> h``; ``judged(num_draft, G) ->
+    lengths`` the thresholds are built for; ``passes(u, h, p_x, q_x) -> bool``; ``length(passed [B, G]) -> tau``;
+    ``correction(p, q, w, u) -> ids`` (w: the residual's weight); ``uniforms(keys [B, 2], shape) -> [B, *shape]``.
     """
 
     weight: Callable
     residual_weights: Callable
+    threshold: Callable
     judged: Callable
     passes: Callable
     length: Callable
@@ -66,6 +67,7 @@ def block_correction(p_row: mx.array, q_row: mx.array, weight: mx.array, uniform
 BLOCK_RULES = BlockRules(
     weight=prefix_weight,
     residual_weights=lambda weights: weights[:, :-1],
+    threshold=threshold,
     judged=lambda num_draft, max_draft: num_draft,
     passes=lambda uniforms, thresholds, p_x, q_x: uniforms < thresholds,
     length=longest_passing,
@@ -96,7 +98,7 @@ def apply_block(
         mass = mx.concatenate([row_sums(residual)[:, 1:], mx.zeros((batch, 1))], axis=1)
         position = positions(max_draft)[None] + 1
         last = position == judged[:, None]
-        thresholds = mx.where(last, weight[:, 1:], threshold(mass, weight[:, 1:]))
+        thresholds = mx.where(last, weight[:, 1:], rules.threshold(mass, weight[:, 1:]))
         passed = rules.passes(uniforms[:, 0, :max_draft], thresholds, p_x, q_x)
         passed = passed & drafted_columns(judged, max_draft)
         num_accepted = mx.minimum(rules.length(passed).astype(mx.int32), num_draft)
