@@ -334,6 +334,9 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach
         command = [str(peer.python), "-m", "pytest", *peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
         command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
         files = reach.resolve(peer.site, peer.reach) if measure_reach else []
+        if files and subprocess.run([str(peer.python), "-c", "import coverage"], capture_output=True).returncode:
+            # an environment made before coverage.py joined TOOLS: add the tools, nothing else
+            subprocess.run([uv(), "pip", "install", "-q", "--python", str(peer.python), *TOOLS], check=True)
         raw = reports / f"peers-mlx-{peer.name}-reach.json"
         raw.unlink(missing_ok=True)
         if files:

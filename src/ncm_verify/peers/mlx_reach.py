@@ -271,6 +271,30 @@ DFLASH_MLX_REASONS = (
         "the drafter's full-context cache: drafters configured without a context window",
         True,
     ),
+    Reason(
+        "dflash_mlx/engine/*.py",
+        r"re:max_new_tokens > 0|>= max_new_tokens|if not paths|resolved_len <= 0|limit <= 0",
+        "budget edges: a budget of 0 tokens, or one reached inside a round's bookkeeping",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:draft_source == \"copyspec\"|copyspec_|acceptance_len == 0|adaptive_cycle_cost_ns",
+        "copy-speculation statistics in block mode and adaptive cost accounting",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:supports_prefix_snapshot|runtime_context is None|projected_ctx >= dflash_max_ctx",
+        "runtime setup: prefix snapshots (server), a context longer than the drafter's maximum",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:suppress_token_mask is not None|draft_dtype is not None|pad_len > 0|prefix_tokens.shape\[0\]\) > int",
+        "tree drafting options: suppressed tokens in tree mode, draft dtype casts, prefixes longer than a block",
+        True,
+    ),
 )
 
 MTPLX = (
