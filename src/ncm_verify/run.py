@@ -686,6 +686,10 @@ def run_phases(
     return document.verdict.exit_status
 
 
+READ_AS = {"failed": "FAILED", "error": "ERROR", "xfailed": "known upstream bugs (strict xfail)"}
+"""The properties phase's outcomes as its terminal line names them."""
+
+
 def properties_line(staging: Path, phase: Phase) -> str:
     """The properties phase in one line from its evidence: runs by outcome, refuted hypotheses as findings (a
     result, not a failure), its time."""
@@ -695,19 +699,12 @@ def properties_line(staging: Path, phase: Phase) -> str:
         return f"no evidence after {took} (pytest exit status {phase.exit_status})"
     ledger, _ = read_ledger(ROOT / "ledger.json")
     hypotheses = frozenset(claim["id"] for claim in ledger["claims"] if claim.get("hypothesis"))
-    findings = [node for node in evidence.properties if refutes_a_hypothesis(node, hypotheses)]
     tally: dict[str, int] = {}
     for node in evidence.properties:
-        if not refutes_a_hypothesis(node, hypotheses):
-            tally[node.outcome.value] = tally.get(node.outcome.value, 0) + 1
-    parts = [
-        f"{number} {outcome.upper() if outcome in ('failed', 'error') else outcome}"
-        for outcome, number in sorted(tally.items(), key=lambda item: item[0] != "passed")
-    ]
-    if findings:
-        claims = sorted({claim for node in findings for claim in node.claims})
-        parts.append(
-            f"{len(findings)} findings ({', '.join(claims)}: a research hypothesis refuted or inconclusive, a "
-            "result of the run)"
-        )
+        said = READ_AS.get(node.outcome.value, node.outcome.value)
+        if refutes_a_hypothesis(node, hypotheses):  # a result of the run, not a failure
+            said = "findings refuting " if node.outcome.value == "failed" else "inconclusive findings on "
+            said += ", ".join(node.claims)
+        tally[said] = tally.get(said, 0) + 1
+    parts = [f"{number} {said}" for said, number in sorted(tally.items(), key=lambda item: item[0] != "passed")]
     return f"{len(evidence.properties)} property runs in {took}: {', '.join(parts) or 'none'}"
