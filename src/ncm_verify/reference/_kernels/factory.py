@@ -8,16 +8,44 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
-from ncm_verify.reference._kernels import block, chain, tree
+from ncm_verify.reference._kernels import block, chain, fused, tree
 from ncm_verify.reference._kernels.arrays import all_drafts
-from ncm_verify.reference._kernels.checks import check_latent_chain_inputs, per_sequence_keys
-from ncm_verify.reference._kernels.compiled import compile_step, run_step
-from ncm_verify.reference._kernels.fused import check_chain_inputs, check_factorized_inputs, check_greedy_inputs
+from ncm_verify.reference._kernels.checks import (
+    check_chain_inputs_stepwise,
+    check_factorized_inputs_stepwise,
+    check_greedy_inputs_stepwise,
+    check_latent_chain_inputs,
+    per_sequence_keys,
+)
+from ncm_verify.reference._kernels.compiled import compile_step, run_checked, run_step, step_keys
 from ncm_verify.reference._kernels.sampling import first_argmax
-from ncm_verify.reference._kernels.tree_inputs import check_tree_inputs_fast
+from ncm_verify.reference._kernels.tree_inputs import check_tree_inputs, tree_guard, tree_types, tree_values_valid
 
 GREEDY_STEP = mx.compile(chain.apply_greedy)
-"""The greedy step after validation, compiled once (eager, its small ops cost 10% more at B = 1)."""
+"""The greedy step unvalidated, compiled once (eager, its small ops cost 10% more at B = 1)."""
+
+CHECKS: dict[str, tuple[Callable, Callable]] = {
+    "chain": (fused.chain_values_valid, fused.chain_guard),
+    "block": (fused.chain_values_valid, fused.chain_guard),
+    "factorized": (fused.factorized_values_valid, fused.factorized_guard),
+    "latent": (fused.latent_values_valid, fused.latent_guard),
+    "greedy": (fused.greedy_values_valid, fused.greedy_guard),
+}
+"""Each family's value checks (a lazy flag) and guard, fused into its compiled step (`compile_step`)."""
+
+
+def validated(prepare: Callable[[], tuple], stepwise: Callable[[], object], unchecked: Callable[[], tuple]) -> tuple:
+    """A validated call: `prepare()` checks types, shapes and key on the host and returns the checked step and its
+    arguments; the values are checked inside the step, in the one host sync that evaluates it.
+
+    A problem `prepare` finds goes through `stepwise` first, so that the first bad argument in order is named.
+    """
+    try:
+        step, arguments = prepare()
+    except ValueError:
+        stepwise()
+        raise
+    return run_checked(step, arguments, stepwise, unchecked)
 
 
 class Kernels:
@@ -57,25 +85,42 @@ class Kernels:
         self._counts_later = tree_step is None and levels.fresh
         self._compiled = functools.lru_cache(maxsize=64)(self._compile)
 
-    def _compile(self, family: str, columns: int, mode: str = "", later: int | None = None) -> Callable:
-        """`family`'s step given uniforms, compiled with its uniforms drawn inside; once per (family, columns, mode,
-        later) in this instance's cache."""
+    def _compile(
+        self, family: str, columns: int, mode: str = "", later: int | None = None, checked: bool = False
+    ) -> Callable:
+        """`family`'s step given uniforms, compiled with its uniforms drawn inside (and, when `checked`, its input's
+        value checks fused in); once per (family, columns, mode, later, checked) in this instance's cache."""
         if family == "tree":
-            return compile_step(self._walk(mode, later), self.tree_rules.uniforms, columns)
+            checks = (functools.partial(tree_values_valid, mode=mode), tree_guard) if checked else None
+            return compile_step(self._walk(mode, later), self.tree_rules.uniforms, columns, checks)
+        checks = CHECKS[family] if checked else None
+        if family == "greedy":
+            return compile_step(self.apply_greedy, None, columns, checks)
         if family == "block":
-            return compile_step(self.apply_block, self.block_rules.uniforms, columns)
+            return compile_step(self.apply_block, self.block_rules.uniforms, columns, checks)
         apply: dict[str, Callable] = {
             "chain": self.apply_chain,
             "factorized": self.apply_factorized,
             "latent": self.apply_latent_chain,
         }
-        return compile_step(apply[family], self.rules.uniforms, columns)
+        return compile_step(apply[family], self.rules.uniforms, columns, checks)
 
-    def _draft_lengths(self, target_probs, draft_probs, draft_tokens, num_draft, validate: bool):
-        """Chain input checked (when `validate`), and its per-sequence draft lengths (None: G each)."""
-        if validate:
-            return check_chain_inputs(target_probs, draft_probs, draft_tokens, num_draft)
-        return all_drafts(target_probs.shape[0], draft_tokens.shape[1]) if num_draft is None else num_draft
+    def _verify_rows(self, family: str, arrays: tuple, num_draft, key, validate: bool) -> tuple:
+        """The chain or block step on ``(target, draft, tokens)`` with `num_draft`, validated when `validate`."""
+        columns = arrays[2].shape[1] + 1
+        if not validate:
+            lengths = all_drafts(arrays[0].shape[0], columns - 1) if num_draft is None else num_draft
+            return run_step(self._compiled(family, columns), (*arrays, lengths), key)
+
+        def prepare() -> tuple:
+            lengths = fused.chain_types(*arrays, num_draft)
+            return self._compiled(family, columns, checked=True), (*arrays, lengths, *step_keys(arrays, key))
+
+        def unchecked() -> tuple:
+            lengths = check_chain_inputs_stepwise(*arrays, num_draft)
+            return run_step(self._compiled(family, columns), (*arrays, lengths), key)
+
+        return validated(prepare, lambda: check_chain_inputs_stepwise(*arrays, num_draft), unchecked)
 
     # --- the speculative kernels ---------------------------------------------------------------
 
@@ -116,24 +161,50 @@ class Kernels:
     def verify_chain(
         self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True
     ) -> chain.ChainOutcome:
-        num_draft = self._draft_lengths(target_probs, draft_probs, draft_tokens, num_draft, validate)
-        step = self._compiled("chain", draft_tokens.shape[1] + 1)
-        return chain.ChainOutcome(*run_step(step, (target_probs, draft_probs, draft_tokens, num_draft), key))
+        arrays = (target_probs, draft_probs, draft_tokens)
+        return chain.ChainOutcome(*self._verify_rows("chain", arrays, num_draft, key, validate))
 
     def verify_greedy(self, target, draft_tokens, *, num_draft=None, validate: bool = True) -> chain.ChainOutcome:
-        if validate:
-            num_draft = check_greedy_inputs(target, draft_tokens, num_draft)
-        elif num_draft is None:
-            num_draft = all_drafts(target.shape[0], draft_tokens.shape[1])
-        return chain.ChainOutcome(*self._greedy_step(target, draft_tokens, num_draft))
+        columns = draft_tokens.shape[1] + 1
+        if not validate:
+            if num_draft is None:
+                num_draft = all_drafts(target.shape[0], columns - 1)
+            return chain.ChainOutcome(*self._greedy_step(target, draft_tokens, num_draft))
+
+        def stepwise() -> mx.array:
+            return check_greedy_inputs_stepwise(target, draft_tokens, num_draft)
+
+        if self._argmax is not first_argmax:  # a planted argmax runs eager, after the stepwise checks
+            return chain.ChainOutcome(*self._greedy_step(target, draft_tokens, stepwise()))
+
+        def prepare() -> tuple:
+            lengths = fused.greedy_types(target, draft_tokens, num_draft)
+            return self._compiled("greedy", columns, checked=True), (target, draft_tokens, lengths)
+
+        def unchecked() -> tuple:
+            return tuple(self._greedy_step(target, draft_tokens, stepwise()))
+
+        return chain.ChainOutcome(*validated(prepare, stepwise, unchecked))
 
     def verify_factorized(
         self, target_probs, draft_probs, draft_tokens, *, key, validate: bool = True
     ) -> chain.FactorizedOutcome:
-        if validate:
-            check_factorized_inputs(target_probs, draft_probs, draft_tokens)
-        step = self._compiled("factorized", target_probs.shape[1])
-        return chain.FactorizedOutcome(*run_step(step, (target_probs, draft_probs, draft_tokens), key))
+        arrays = (target_probs, draft_probs, draft_tokens)
+        columns = target_probs.shape[1]
+        if not validate:
+            return chain.FactorizedOutcome(*run_step(self._compiled("factorized", columns), arrays, key))
+
+        def prepare() -> tuple:
+            fused.factorized_types(*arrays)
+            return self._compiled("factorized", columns, checked=True), (*arrays, *step_keys(arrays, key))
+
+        def stepwise() -> None:
+            check_factorized_inputs_stepwise(*arrays)
+
+        def unchecked() -> tuple:
+            return run_step(self._compiled("factorized", columns), arrays, key)
+
+        return chain.FactorizedOutcome(*validated(prepare, stepwise, unchecked))
 
     def verify_latent_chain(
         self,
@@ -155,10 +226,18 @@ class Kernels:
             draft_token_probs,
             draft_tokens,
         )
-        if validate:
-            check_latent_chain_inputs(*inputs)
-        step = self._compiled("latent", draft_tokens.shape[1] + 1)
-        return chain.LatentChainOutcome(*run_step(step, inputs, key))
+        columns = draft_tokens.shape[1] + 1
+        if not validate:
+            return chain.LatentChainOutcome(*run_step(self._compiled("latent", columns), inputs, key))
+
+        def prepare() -> tuple:
+            fused.latent_types(*inputs)
+            return self._compiled("latent", columns, checked=True), (*inputs, *step_keys(inputs, key))
+
+        def unchecked() -> tuple:
+            return run_step(self._compiled("latent", columns), inputs, key)
+
+        return chain.LatentChainOutcome(*validated(prepare, lambda: check_latent_chain_inputs(*inputs), unchecked))
 
     # --- tree and block verification -------------------------------------------------------------
 
@@ -186,20 +265,34 @@ class Kernels:
         mode: str = "with_replacement",
         validate: bool = True,
     ) -> tree.TreeOutcome:
-        later = None
-        if validate:
-            num_nodes = check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
-            if self._counts_later:
-                # Read once validated: the walk works through as many later siblings as this batch has.
-                ids = parents if parents.dtype == mx.int32 else parents.astype(mx.int32)  # no op to run for int32
-                read = np.array(self.tree_rules.parents(ids))
-                later = tree.later_siblings(read, np.array(num_nodes))
-        else:
+        arrays = (target_probs, draft_probs, tree_tokens, parents)
+        columns = tree_tokens.shape[1] + 1
+        if not validate:
             tree.check_mode(mode)
             if num_nodes is None:
                 num_nodes = all_drafts(target_probs.shape[0], tree_tokens.shape[1])
-        step = self._compiled("tree", tree_tokens.shape[1] + 1, mode, later)
-        return tree.TreeOutcome(*run_step(step, (target_probs, draft_probs, tree_tokens, parents, num_nodes), key))
+            step = self._compiled("tree", columns, mode, None)
+            return tree.TreeOutcome(*run_step(step, (*arrays, num_nodes), key))
+
+        def stepwise() -> mx.array:
+            return check_tree_inputs(*arrays, num_nodes, mode)
+
+        def prepare() -> tuple:
+            counts = tree_types(*arrays, num_nodes, mode)
+            later = None
+            if self._counts_later:
+                # Read on the host (inputs, already evaluated): the walk works through as many later siblings as
+                # this batch has; unchecked values only size the walk, which the fused flag then refuses.
+                ids = parents if parents.dtype == mx.int32 else parents.astype(mx.int32)  # no op to run for int32
+                later = tree.later_siblings(np.array(self.tree_rules.parents(ids)), np.array(counts))
+            step = self._compiled("tree", columns, mode, later, checked=True)
+            return step, (*arrays, counts, *step_keys(arrays, key))
+
+        def unchecked() -> tuple:
+            step = self._compiled("tree", columns, mode, None)
+            return run_step(step, (*arrays, stepwise()), key)
+
+        return tree.TreeOutcome(*validated(prepare, stepwise, unchecked))
 
     def apply_block(self, target_probs, draft_probs, draft_tokens, num_draft, uniforms) -> chain.ChainOutcome:
         return block.apply_block(target_probs, draft_probs, draft_tokens, num_draft, uniforms, rules=self.block_rules)
@@ -207,10 +300,9 @@ class Kernels:
     def verify_block(
         self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True
     ) -> chain.ChainOutcome:
-        # The chain's validation and compiled step, with the block's step and rules.
-        num_draft = self._draft_lengths(target_probs, draft_probs, draft_tokens, num_draft, validate)
-        step = self._compiled("block", draft_tokens.shape[1] + 1)
-        return chain.ChainOutcome(*run_step(step, (target_probs, draft_probs, draft_tokens, num_draft), key))
+        # The chain's validation, fused into the block's compiled step.
+        arrays = (target_probs, draft_probs, draft_tokens)
+        return chain.ChainOutcome(*self._verify_rows("block", arrays, num_draft, key, validate))
 
 
 REFERENCE_KERNELS = Kernels()

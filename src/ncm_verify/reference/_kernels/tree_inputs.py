@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import mlx.core as mx
 import numpy as np
 
@@ -16,8 +14,8 @@ from ncm_verify.reference._kernels.checks import (
     check_tokens,
     valid_rows,
 )
-from ncm_verify.reference._kernels.fused import checked_in_one_pass
-from ncm_verify.reference._kernels.tree import MODES, check_mode, gather_entries
+from ncm_verify.reference._kernels.fused import clamped_counts, clamped_ids
+from ncm_verify.reference._kernels.tree import check_mode, gather_entries
 from ncm_verify.tolerances import normalisation_for
 
 
@@ -140,7 +138,7 @@ def tree_values_valid(target_probs, draft_probs, tree_tokens, parents, num_nodes
     vocab = target_probs.shape[-1]
     node = positions(count)[None]
     real = node < num_nodes[:, None]
-    table, ids = parents.astype(mx.int32), tree_tokens.astype(mx.int64)
+    table, ids = parents.astype(mx.int64), tree_tokens.astype(mx.int64)
     ok = valid_rows("target_probs", target_probs) & valid_rows("draft_probs", draft_probs)
     ok = ok & mx.all((num_nodes >= 0) & (num_nodes <= size_operand(count)))
     # A real node's parent is -1 or an earlier (hence real) node; padding holds -1: no cycle can pass.
@@ -157,12 +155,20 @@ def tree_values_valid(target_probs, draft_probs, tree_tokens, parents, num_nodes
     return ok
 
 
-TREE_VALUES_VALID = {mode: mx.compile(functools.partial(tree_values_valid, mode=mode)) for mode in MODES}
-"""Compiled once per mode: one fused pass whose one host sync answers every value check, as the chain's."""
+def tree_guard(target_probs, draft_probs, tree_tokens, parents, num_nodes) -> tuple:
+    """Ids and node counts clamped into range (parents need none: the walk reads only a real node's)."""
+    vocab, count = target_probs.shape[-1], tree_tokens.shape[1]
+    return (
+        target_probs,
+        draft_probs,
+        clamped_ids(tree_tokens, PAD_TOKEN, vocab),
+        parents,
+        clamped_counts(num_nodes, count),
+    )
 
 
-def tree_input_flags(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> tuple[mx.array, mx.array]:
-    """Check tree input's types and shapes; returns the node counts and a lazy "all values valid"."""
+def tree_types(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> mx.array:
+    """Tree input's types and shapes checked on the host; returns the node counts as given (values unchecked)."""
     check_mode(mode)
     check_floating("target_probs", target_probs, 3, "probabilities")
     batch, rows, vocab = target_probs.shape
@@ -179,18 +185,6 @@ def tree_input_flags(target_probs, draft_probs, tree_tokens, parents, num_nodes,
         raise ValueError("num_nodes: expected an integer mx.array of shape [B]")
     else:
         check_shape("num_nodes", num_nodes, (batch,))
-        counts = num_nodes.astype(mx.int32)
+        counts = num_nodes
     check_ids_type("parents", parents, (batch, rows - 1))
-    flag = TREE_VALUES_VALID[mode](target_probs, draft_probs, tree_tokens, parents, counts)
-    return counts, flag
-
-
-def check_tree_inputs_fast(target_probs, draft_probs, tree_tokens, parents, num_nodes, mode) -> mx.array:
-    """Validate tree input in one fused pass and one host sync; returns the node counts.
-
-    Input the fused pass doubts goes to the stepwise checks, which name the first problem in argument order.
-    """
-    arguments = (target_probs, draft_probs, tree_tokens, parents, num_nodes, mode)
-    return checked_in_one_pass(
-        functools.partial(tree_input_flags, *arguments), functools.partial(check_tree_inputs, *arguments)
-    )
+    return counts
