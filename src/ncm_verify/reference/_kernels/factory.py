@@ -90,6 +90,7 @@ class Kernels:
     ) -> Callable:
         """`family`'s step given uniforms, compiled with its uniforms drawn inside (and, when `checked`, its input's
         value checks fused in); once per (family, columns, mode, later, checked) in this instance's cache."""
+        checks: tuple[Callable, Callable] | None = None
         if family == "tree":
             checks = (functools.partial(tree_values_valid, mode=mode), tree_guard) if checked else None
             return compile_step(self._walk(mode, later), self.tree_rules.uniforms, columns, checks)
@@ -105,22 +106,25 @@ class Kernels:
         }
         return compile_step(apply[family], self.rules.uniforms, columns, checks)
 
-    def _verify_rows(self, family: str, arrays: tuple, num_draft, key, validate: bool) -> tuple:
-        """The chain or block step on ``(target, draft, tokens)`` with `num_draft`, validated when `validate`."""
-        columns = arrays[2].shape[1] + 1
+    def _verify_rows(self, family: str, target_probs, draft_probs, draft_tokens, num_draft, key, validate: bool):
+        """The chain or block step with `num_draft`, validated when `validate`."""
+        arrays = (target_probs, draft_probs, draft_tokens)
+        columns = draft_tokens.shape[1] + 1
         if not validate:
-            lengths = all_drafts(arrays[0].shape[0], columns - 1) if num_draft is None else num_draft
+            lengths = all_drafts(target_probs.shape[0], columns - 1) if num_draft is None else num_draft
             return run_step(self._compiled(family, columns), (*arrays, lengths), key)
 
+        def stepwise() -> mx.array:
+            return check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft)
+
         def prepare() -> tuple:
-            lengths = fused.chain_types(*arrays, num_draft)
+            lengths = fused.chain_types(target_probs, draft_probs, draft_tokens, num_draft)
             return self._compiled(family, columns, checked=True), (*arrays, lengths, *step_keys(arrays, key))
 
         def unchecked() -> tuple:
-            lengths = check_chain_inputs_stepwise(*arrays, num_draft)
-            return run_step(self._compiled(family, columns), (*arrays, lengths), key)
+            return run_step(self._compiled(family, columns), (*arrays, stepwise()), key)
 
-        return validated(prepare, lambda: check_chain_inputs_stepwise(*arrays, num_draft), unchecked)
+        return validated(prepare, stepwise, unchecked)
 
     # --- the speculative kernels ---------------------------------------------------------------
 
@@ -161,8 +165,8 @@ class Kernels:
     def verify_chain(
         self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True
     ) -> chain.ChainOutcome:
-        arrays = (target_probs, draft_probs, draft_tokens)
-        return chain.ChainOutcome(*self._verify_rows("chain", arrays, num_draft, key, validate))
+        outcome = self._verify_rows("chain", target_probs, draft_probs, draft_tokens, num_draft, key, validate)
+        return chain.ChainOutcome(*outcome)
 
     def verify_greedy(self, target, draft_tokens, *, num_draft=None, validate: bool = True) -> chain.ChainOutcome:
         columns = draft_tokens.shape[1] + 1
@@ -301,8 +305,8 @@ class Kernels:
         self, target_probs, draft_probs, draft_tokens, *, key, num_draft=None, validate: bool = True
     ) -> chain.ChainOutcome:
         # The chain's validation, fused into the block's compiled step.
-        arrays = (target_probs, draft_probs, draft_tokens)
-        return chain.ChainOutcome(*self._verify_rows("block", arrays, num_draft, key, validate))
+        outcome = self._verify_rows("block", target_probs, draft_probs, draft_tokens, num_draft, key, validate)
+        return chain.ChainOutcome(*outcome)
 
 
 REFERENCE_KERNELS = Kernels()
