@@ -58,8 +58,12 @@ def run_checked(step: Callable, arguments: tuple, stepwise: Callable[[], object]
     Input the flag refuses goes to `stepwise`, which raises the first problem's ValueError in argument order; if
     it raises none (the fused pass doubted what the stepwise checks accept), ``unchecked()`` gives the result.
     """
-    *outputs, ok = step(*arguments)
-    mx.eval(*outputs, ok)
+    try:
+        *outputs, ok = step(*arguments)
+        mx.eval(*outputs, ok)
+    except ValueError:  # a trace that refuses the input: the stepwise checks name its first problem, if any
+        stepwise()
+        raise
     if ok.item():
         return tuple(outputs)
     stepwise()

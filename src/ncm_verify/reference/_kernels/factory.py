@@ -109,20 +109,23 @@ class Kernels:
     def _verify_rows(self, family: str, target_probs, draft_probs, draft_tokens, num_draft, key, validate: bool):
         """The chain or block step with `num_draft`, validated when `validate`."""
         arrays = (target_probs, draft_probs, draft_tokens)
-        columns = draft_tokens.shape[1] + 1
         if not validate:
-            lengths = all_drafts(target_probs.shape[0], columns - 1) if num_draft is None else num_draft
-            return run_step(self._compiled(family, columns), (*arrays, lengths), key)
+            lengths = all_drafts(target_probs.shape[0], draft_tokens.shape[1]) if num_draft is None else num_draft
+            return run_step(self._compiled(family, draft_tokens.shape[1] + 1), (*arrays, lengths), key)
 
         def stepwise() -> mx.array:
             return check_chain_inputs_stepwise(target_probs, draft_probs, draft_tokens, num_draft)
 
         def prepare() -> tuple:
             lengths = fused.chain_types(target_probs, draft_probs, draft_tokens, num_draft)
-            return self._compiled(family, columns, checked=True), (*arrays, lengths, *step_keys(arrays, key))
+            return self._compiled(family, draft_tokens.shape[1] + 1, checked=True), (
+                *arrays,
+                lengths,
+                *step_keys(arrays, key),
+            )
 
         def unchecked() -> tuple:
-            return run_step(self._compiled(family, columns), (*arrays, stepwise()), key)
+            return run_step(self._compiled(family, draft_tokens.shape[1] + 1), (*arrays, stepwise()), key)
 
         return validated(prepare, stepwise, unchecked)
 
@@ -169,10 +172,9 @@ class Kernels:
         return chain.ChainOutcome(*outcome)
 
     def verify_greedy(self, target, draft_tokens, *, num_draft=None, validate: bool = True) -> chain.ChainOutcome:
-        columns = draft_tokens.shape[1] + 1
         if not validate:
             if num_draft is None:
-                num_draft = all_drafts(target.shape[0], columns - 1)
+                num_draft = all_drafts(target.shape[0], draft_tokens.shape[1])
             return chain.ChainOutcome(*self._greedy_step(target, draft_tokens, num_draft))
 
         def stepwise() -> mx.array:
@@ -183,7 +185,7 @@ class Kernels:
 
         def prepare() -> tuple:
             lengths = fused.greedy_types(target, draft_tokens, num_draft)
-            return self._compiled("greedy", columns, checked=True), (target, draft_tokens, lengths)
+            return self._compiled("greedy", draft_tokens.shape[1] + 1, checked=True), (target, draft_tokens, lengths)
 
         def unchecked() -> tuple:
             return tuple(self._greedy_step(target, draft_tokens, stepwise()))
@@ -194,19 +196,18 @@ class Kernels:
         self, target_probs, draft_probs, draft_tokens, *, key, validate: bool = True
     ) -> chain.FactorizedOutcome:
         arrays = (target_probs, draft_probs, draft_tokens)
-        columns = target_probs.shape[1]
         if not validate:
-            return chain.FactorizedOutcome(*run_step(self._compiled("factorized", columns), arrays, key))
+            return chain.FactorizedOutcome(*run_step(self._compiled("factorized", target_probs.shape[1]), arrays, key))
 
         def prepare() -> tuple:
             fused.factorized_types(*arrays)
-            return self._compiled("factorized", columns, checked=True), (*arrays, *step_keys(arrays, key))
+            return self._compiled("factorized", target_probs.shape[1], checked=True), (*arrays, *step_keys(arrays, key))
 
         def stepwise() -> None:
             check_factorized_inputs_stepwise(*arrays)
 
         def unchecked() -> tuple:
-            return run_step(self._compiled("factorized", columns), arrays, key)
+            return run_step(self._compiled("factorized", target_probs.shape[1]), arrays, key)
 
         return chain.FactorizedOutcome(*validated(prepare, stepwise, unchecked))
 
@@ -230,16 +231,15 @@ class Kernels:
             draft_token_probs,
             draft_tokens,
         )
-        columns = draft_tokens.shape[1] + 1
         if not validate:
-            return chain.LatentChainOutcome(*run_step(self._compiled("latent", columns), inputs, key))
+            return chain.LatentChainOutcome(*run_step(self._compiled("latent", draft_tokens.shape[1] + 1), inputs, key))
 
         def prepare() -> tuple:
             fused.latent_types(*inputs)
-            return self._compiled("latent", columns, checked=True), (*inputs, *step_keys(inputs, key))
+            return self._compiled("latent", draft_tokens.shape[1] + 1, checked=True), (*inputs, *step_keys(inputs, key))
 
         def unchecked() -> tuple:
-            return run_step(self._compiled("latent", columns), inputs, key)
+            return run_step(self._compiled("latent", draft_tokens.shape[1] + 1), inputs, key)
 
         return chain.LatentChainOutcome(*validated(prepare, lambda: check_latent_chain_inputs(*inputs), unchecked))
 
@@ -270,12 +270,11 @@ class Kernels:
         validate: bool = True,
     ) -> tree.TreeOutcome:
         arrays = (target_probs, draft_probs, tree_tokens, parents)
-        columns = tree_tokens.shape[1] + 1
         if not validate:
             tree.check_mode(mode)
             if num_nodes is None:
                 num_nodes = all_drafts(target_probs.shape[0], tree_tokens.shape[1])
-            step = self._compiled("tree", columns, mode, None)
+            step = self._compiled("tree", tree_tokens.shape[1] + 1, mode, None)
             return tree.TreeOutcome(*run_step(step, (*arrays, num_nodes), key))
 
         def stepwise() -> mx.array:
@@ -289,11 +288,11 @@ class Kernels:
                 # this batch has; unchecked values only size the walk, which the fused flag then refuses.
                 ids = parents if parents.dtype == mx.int32 else parents.astype(mx.int32)  # no op to run for int32
                 later = tree.later_siblings(np.array(self.tree_rules.parents(ids)), np.array(counts))
-            step = self._compiled("tree", columns, mode, later, checked=True)
+            step = self._compiled("tree", tree_tokens.shape[1] + 1, mode, later, checked=True)
             return step, (*arrays, counts, *step_keys(arrays, key))
 
         def unchecked() -> tuple:
-            step = self._compiled("tree", columns, mode, None)
+            step = self._compiled("tree", tree_tokens.shape[1] + 1, mode, None)
             return run_step(step, (*arrays, stepwise()), key)
 
         return tree.TreeOutcome(*validated(prepare, stepwise, unchecked))
