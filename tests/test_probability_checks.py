@@ -15,10 +15,10 @@ from ncm_verify.reference._kernels import checks
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16, "float64": mx.float64}
 
 
-@pytest.fixture(params=["masked sum", "minimum and sum"])
+@pytest.fixture(params=["masked sum", "bits maximum and sum"])
 def value_path(request, monkeypatch):
-    """Small inputs take the masked sum and large ones the minimum and sum: every check runs under both."""
-    if request.param == "minimum and sum":
+    """Small inputs take the masked sum, large ones their bits' maximum and the sum: every check runs under both."""
+    if request.param == "bits maximum and sum":
         monkeypatch.setattr(checks, "MASKED_CHECK_MAX_ENTRIES", 0)
     return request.param
 
