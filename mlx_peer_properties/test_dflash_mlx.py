@@ -114,6 +114,60 @@ def test_prompt_lookup_drafts_in_the_tree_mode_cases_judged():
     assert spec == peer.plain(target, [1, 2, 3, 1, 2, 3, 1, 2], 20)
 
 
+DRAFT_LAYERS = (
+    ("full_attention",),
+    ("sliding_attention",),
+    ("sliding_attention", "full_attention"),
+)
+"""Draft layer stacks: dflash-mlx's default attention, and the sliding-window layers Gemma 4 DFlash drafters ship."""
+
+
+@pytest.mark.peer_property(1, 4)
+@pytest.mark.parametrize("mode", peer.VERIFY_MODES)
+@pytest.mark.parametrize("kind", [kind for kind in peer.TARGET_KINDS if kind != "hybrid"])
+@given(data=st.data())
+def test_greedy_decoding_is_plain_under_every_runtime_option_drafter_layout_and_stop_token(kind, mode, data):
+    """Every option of the offline runtime context that must not change greedy output (the drafter's sink and
+    window, smaller than the context so that its context cache drops positions; a verify-length cap; a prefill
+    step shorter than the prompt), every draft layer layout (sliding-window draft layers, full-context ones) and
+    stop tokens handed to both paths: the engine emits its plain decoding's tokens. (Not on the hybrid target: the
+    tape-replay finding makes the paths differ whatever the option.)"""
+    target, _, prompt, max_tokens, _ = data.draw(decodings(kind))
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    layers = data.draw(st.sampled_from(DRAFT_LAYERS), label="draft layer_types")
+    window = data.draw(st.integers(2, 4), label="draft sliding_window") if "sliding_attention" in layers else None
+    block = data.draw(st.integers(2, 6), label="block_size")
+    runtime = {
+        "draft_sink_size": data.draw(st.integers(0, 2), label="draft_sink_size"),
+        "draft_window_size": data.draw(st.integers(1, 4), label="draft_window_size"),
+        "verify_len_cap": data.draw(st.sampled_from([0, 2, 3] if mode == "ddtree" else [0, 1, 2, 3]), label="cap"),
+        "prefill_step_size": data.draw(st.sampled_from([1, 2, 2048]), label="prefill_step_size"),
+    }
+    stops = data.draw(st.lists(st.integers(0, vocab - 1), max_size=1), label="stop_token_ids")
+    seed = data.draw(st.integers(0, 2**16), label="drafter seed")
+    drafter = peer.make_drafter(target, seed, block_size=block, layer_types=layers, sliding_window=window)
+    note(f"make_drafter(target, {seed}, block_size={block}, layer_types={layers}, sliding_window={window}); {runtime}")
+    spec, events, _ = peer.generate(
+        target, drafter, prompt, max_tokens, mode, runtime=runtime, stop_token_ids=stops or None
+    )
+    plain = peer.plain(target, prompt, max_tokens, stop_token_ids=stops or None)
+    assert spec == plain, f"{mode} with {runtime}, stops {stops}: speculative {spec} != plain {plain}: " + (
+        first_difference(spec, plain)
+    )
+
+
+@pytest.mark.peer_property(4)
+@given(data=st.data())
+def test_tree_mode_with_a_verify_length_cap_of_one_emits_plain_greedy_decoding(data):
+    """`verify_len_cap` (``--verify-len-cap``, any positive integer) caps the tokens verified per target pass; a cap
+    of 1 verifies the staged token alone, plain decoding: block mode does so, tree mode must too or refuse it up
+    front. (Kept out of the property above, whose other tree cases it would stop.)"""
+    target, drafter, prompt, max_tokens, _ = data.draw(decodings("attention"))
+    spec, _, _ = peer.generate(target, drafter, prompt, max_tokens, "ddtree", runtime={"verify_len_cap": 1})
+    plain = peer.plain(target, prompt, max_tokens)
+    assert spec == plain, f"ddtree, verify_len_cap=1: {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
 @pytest.mark.peer_property(2, 3)
 @pytest.mark.parametrize("what", ["sampled law", "batch equals rows"])
 def test_sampling_and_batches_are_not_offered_by_the_engine(what):

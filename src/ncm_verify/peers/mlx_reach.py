@@ -203,16 +203,52 @@ DFLASH_MLX = (
     Scope("dflash_mlx/model.py"),
 )
 SERVER = "server-only: the prefix cache, snapshots and memory telemetry the server's runtime drives"
+INSTRUMENTATION = (
+    "not the speculative path: instrumentation (cycle profiling, memory sampling, telemetry events, yield-pause "
+    "timing), off by default, emitting nothing the tokens or caches depend on"
+)
+SNAPSHOTS = (
+    "not the speculative path: the server's prefix-cache snapshots (publication at prefix boundaries and after a "
+    "generation, restore from one) and its Metal memory housekeeping (mx.clear_cache at boundaries); the prefix "
+    "caches are judged by their own properties"
+)
 
 DFLASH_MLX_REASONS = (
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_prefill_events", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_generation_snapshot_events", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "_publish_snapshot_event", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.clear_cache_boundary", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.memory_waterfall_event", SERVER, True),
     Reason(
-        "dflash_mlx/engine/spec_epoch.py", "_SessionRequest.should_collect_generation_snapshot_hidden", SERVER, True
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:profile_cycles|sample_memory_cycle|evt is not None|memory_waterfall|_clear_at|if self\.enabled"
+        r"|clear_cache_boundaries|callable\((synchronize|clear_cache)\)",
+        INSTRUMENTATION,
+        speculative=False,
     ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:snapshot|prefix_cache_active|snap_prefix_len|publication is None|end_target_hidden is None"
+        r"|last_cycle_logits is not None|prefill_logits is None|snapshot_boundary",
+        SNAPSHOTS,
+        speculative=False,
+    ),
+    Reason("dflash_mlx/engine/spec_epoch.py", "_publish_snapshot_event", SNAPSHOTS, speculative=False),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "SpeculativeSession._run_generation_snapshot_events",
+        SNAPSHOTS,
+        speculative=False,
+    ),
+    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.clear_cache_boundary", SNAPSHOTS, speculative=False),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "SpeculativeSession.memory_waterfall_event",
+        INSTRUMENTATION,
+        speculative=False,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "_SessionRequest.should_collect_generation_snapshot_hidden",
+        SNAPSHOTS,
+        speculative=False,
+    ),
+    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_prefill_events", SERVER, True),
     Reason(
         "dflash_mlx/engine/spec_epoch.py",
         "_AdaptiveBlockPolicy",
@@ -226,15 +262,23 @@ DFLASH_MLX_REASONS = (
         True,
     ),
     Reason("dflash_mlx/engine/ddtree.py", "verify_candidates_batch", "tree candidates verified as a batch", True),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:strategy (==|!=) \"(first|margin)\"|for pos in range\(min\(len\(top_values_desc",
+        'dead code on the engine\'s path: its one caller (spec_epoch.py, tree mode) passes strategy="first"; the '
+        '"margin" ordering and the unknown-strategy error are never taken',
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:isinstance\((value|captured), (list|dict|tuple)\)|value\.ndim >= 2 and",
+        "dead code with mlx-lm's caches and this engine: the captured tree-verify state is a flat array, never the "
+        "nested containers these helpers walk",
+        True,
+    ),
     Reason("dflash_mlx/model.py", "DFlashDraftModelArgs", LOADING, True),
     Reason("dflash_mlx/model.py", "build_target_layer_ids", LOADING, True),
     Reason("dflash_mlx/model.py", "_default_draft_layer_types", LOADING, True),
-    Reason(
-        "dflash_mlx/engine/spec_epoch.py",
-        r"re:profile_cycles|sample_memory_cycle|evt is not None|memory_waterfall|_clear_at",
-        "instrumentation: cycle profiling, memory sampling and telemetry events, off by default",
-        True,
-    ),
     Reason(
         "dflash_mlx/engine/spec_epoch.py",
         r"re:stop_token|stop_hit",
