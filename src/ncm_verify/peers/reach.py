@@ -130,10 +130,10 @@ def branch_name(file: str, line: int, dest: int) -> str:
 def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reason, ...]) -> dict:
     """The reach of one peer's run from `dump`'s table: totals, and every unreached branch with its reason.
 
-    Returns ``{"total", "not_runnable", "not_speculative", "runnable", "reached", "percent", "unreached": [{"branch", "reason",
-    "runnable"}], "ran_though_not_runnable": [...], "reasons": [{"path", "lines", "reason", "runnable",
-    "branches"}], "files": {file: {"total", "reached"}}}``: a branch a reason calls not runnable that ran anyway is
-    listed, so a stale reason shows.
+    Returns ``{"total", "not_runnable", "not_speculative", "runnable", "reached", "percent", "unreached":
+    [{"branch", "reason", "runnable"}], "ran_though_not_runnable": [...], "reasons": [{"path", "lines", "reason",
+    "runnable", "speculative", "branches"}], "files": {file: {"total", "reached"}}}``: a branch a reason calls not
+    runnable that ran anyway is listed, so a stale reason shows.
     """
     totals = {"total": 0, "not_runnable": 0, "not_speculative": 0, "reached": 0}
     unreached, ran, files = [], [], {}

@@ -186,9 +186,9 @@ def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ],
         note="coverage.py branch coverage (a branch: one exit of a line with several), measured in the package's own "
         "environment while its properties ran; scopes and reasons in ncm_verify.peers.mlx_reach. 'Not runnable here' "
-        "branches (macOS-only, Metal, ...) leave the runnable total, as do 'not speculative' ones (branch lines deciding only "
-        "instrumentation or the server's prefix snapshots, taken or not); 'before' is the properties before the reach "
-        "work.",
+        "branches (macOS-only, Metal, ...) leave the runnable total, as do 'not speculative' ones (branch lines "
+        "deciding only instrumentation or the server's prefix snapshots, taken or not); 'before' is the properties "
+        "before the reach work.",
     )  # fmt: skip
     grouped = []
     for run, judged in measured:
