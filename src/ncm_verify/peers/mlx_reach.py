@@ -431,18 +431,6 @@ MLX_LM_BROOMVA_REASONS = (
     Reason("mlx_lm/models/gemma4_assistant.py", "Model.sanitize", LOADING),
     Reason("mlx_lm/models/gemma4_assistant.py", "Model.quant_predicate", LOADING + " (quantisation)"),
     Reason("mlx_lm/models/gemma4_assistant.py", "ModelArgs.__post_init__", LOADING, True),
-    Reason(
-        "mlx_lm/generate.py",
-        r"re:if logits_processors|prev_tokens",
-        "logits processors on the draft-model loop: judged on the MTP loop only (finding 9 there)",
-        True,
-    ),
-    Reason(
-        "mlx_lm/generate.py",
-        r"re:can_trim_prompt_cache",
-        "untrimmable caches are refused with a ValueError: the hybrid target's refusal is not a property",
-        True,
-    ),
     Reason("mlx_lm/generate.py", r"re:while y.size > 1", "prompts longer than the prefill step (2048)", True),
 )
 
