@@ -17,6 +17,8 @@ from ncm_verify.peers import dflash_mlx_spec as peer
 
 VARIANTS = ("own", "planted")
 MORE = settings(max_examples=8)
+CHEAP = settings(max_examples=60)
+"""Pure-Python properties (the prompt-lookup index) take a millisecond an example."""
 """The rollback property sees the tape finding only in rounds that accept a draft: 8 examples, not 3."""
 
 
@@ -89,21 +91,26 @@ def test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptan
 
 
 @pytest.mark.peer_property(1)
-@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@pytest.mark.parametrize(
+    "kind, mode",
+    [(k, m) for k in peer.TARGET_KINDS for m in peer.VERIFY_MODES if k != "hybrid" or m == "ddtree"],
+)
 @given(data=st.data())
-def test_prompt_lookup_drafts_in_tree_mode_emit_plain_greedy_decoding(kind, data):
-    """Tree mode drafts by prompt lookup (`engine/copyspec.py`) when the last token occurs in the prompt: with a
-    prompt that repeats a pattern, the engine still emits its plain greedy tokens."""
+def test_prompt_lookup_drafts_emit_plain_greedy_decoding(kind, mode, data):
+    """Every mode drafts by prompt lookup (`engine/copyspec.py`) when the last tokens occur earlier in the prompt
+    (block and adaptive modes in place of the drafter's block, tree mode as a branch): with a prompt that repeats a
+    pattern, the engine still emits its plain greedy tokens. (Block modes not on the hybrid target: the tape-replay
+    finding makes the paths differ there whatever the drafts.)"""
     vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
     seed = data.draw(st.integers(0, 2**16), label="weights seed")
     pattern = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=4), label="pattern")
-    prompt = pattern * 3
+    prompt = pattern * 4
     target = peer.make_target(kind, seed, vocab)
     drafter = peer.make_drafter(target, seed + 1)
-    spec, _, summary = peer.generate(target, drafter, prompt, 20, "ddtree")
+    spec, _, summary = peer.generate(target, drafter, prompt, 20, mode)
     note(f"prompt lookup hits: {summary.copyspec_hits if summary else None}")
     plain = peer.plain(target, prompt, 20)
-    assert spec == plain, f"ddtree with prompt lookup {spec} != plain {plain}: {first_difference(spec, plain)}"
+    assert spec == plain, f"{mode} with prompt lookup {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
 def test_prompt_lookup_drafts_in_the_tree_mode_cases_judged():
@@ -166,6 +173,50 @@ def test_tree_mode_with_a_verify_length_cap_of_one_emits_plain_greedy_decoding(d
     spec, _, _ = peer.generate(target, drafter, prompt, max_tokens, "ddtree", runtime={"verify_len_cap": 1})
     plain = peer.plain(target, prompt, max_tokens)
     assert spec == plain, f"ddtree, verify_len_cap=1: {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+def copied_continuation(tokens: list[int], staged: int, window: int, count: int, forbidden: set[int]):
+    """Prompt lookup's rule, written out: the earliest place where the last `window` tokens (the staged one last)
+    occurred before, and the `count` tokens that followed it there; None without a full match or with a forbidden
+    token among them."""
+    tail = (tokens[len(tokens) - (window - 1) :] if window > 1 else []) + [staged]
+    if len(tail) < window:
+        return None
+    for end in range(window, len(tokens) + 1):
+        if tokens[end - window : end] == tail:
+            copied = tokens[end : end + count]
+            ok = len(copied) == count and not set(copied) & forbidden
+            return tuple(copied) if ok else None
+    return None
+
+
+@pytest.mark.peer_property(1)
+@CHEAP
+@given(data=st.data())
+def test_prompt_lookup_copies_the_continuation_of_the_earliest_match(data):
+    """Tree mode's prompt-lookup drafts (`engine/copyspec.CopySpecIndex`, a hashed index of every window of the
+    prompt and the committed tokens): `draft_after` proposes the continuation of the earliest earlier occurrence of
+    the last window, in full or not at all, and none holding a suppressed token; a window size of 0 is refused."""
+    from dflash_mlx.engine.copyspec import CopySpecIndex
+
+    window = data.draw(st.integers(1, 4), label="window_size")
+    alphabet = st.integers(0, data.draw(st.integers(1, 3), label="largest token"))
+    prompt = data.draw(st.lists(alphabet, max_size=14), label="prompt")
+    committed = data.draw(st.lists(alphabet, max_size=6), label="committed")
+    index = CopySpecIndex(prompt, window_size=window)
+    index.append_committed(committed)
+    tokens = prompt + committed
+    for staged in range(4):
+        for count in (1, 3):
+            forbidden = set(data.draw(st.lists(alphabet, max_size=1), label="forbidden"))
+            got = index.draft_after(staged, max_tokens=count, forbidden_tokens=forbidden or None)
+            want = copied_continuation(tokens, staged, window, count, forbidden) if len(prompt) > window else None
+            assert got == want, (
+                f"CopySpecIndex({prompt}, window_size={window}) after {committed}: draft_after({staged}, "
+                f"max_tokens={count}, forbidden {forbidden}) = {got}, the rule gives {want}"
+            )
+    with pytest.raises(ValueError):
+        CopySpecIndex(prompt, window_size=0)
 
 
 @pytest.mark.peer_property(2, 3)
