@@ -300,6 +300,23 @@ def test_a_malformed_sparse_row_is_refused_with_an_error_naming_it(row, error):
         )
 
 
+def test_rows_the_distribution_helpers_cannot_use_are_refused():
+    """The host helpers refuse what they cannot turn into a distribution: a softmax of a row without finite mass
+    (`NonFiniteLogitsError`, its message bare when no census is given), and two-dimensional rows for top-k and
+    top-p; a row that top-p and top-k leave empty falls back to its argmax's point mass."""
+    from mtplx.sampling import NonFiniteLogitsError, apply_top_p_top_k, deterministic_top_k_order, softmax
+
+    with pytest.raises(NonFiniteLogitsError, match="nan=0, inf=2, vocab=2"):
+        softmax(np.array([np.inf, np.inf]))
+    assert str(NonFiniteLogitsError("non-finite logits")) == "non-finite logits", "a census appeared from nowhere"
+    with pytest.raises(ValueError):
+        deterministic_top_k_order(np.zeros((2, 3)), 1)
+    with pytest.raises(ValueError):
+        apply_top_p_top_k(np.full((2, 3), 1 / 3), top_p=0.5)
+    fallback = apply_top_p_top_k(np.array([0.0, 0.0, 0.0]), top_p=0.5, top_k=1)
+    assert fallback.tolist() == [1.0, 0.0, 0.0], f"an empty row: {fallback.tolist()}"
+
+
 @pytest.mark.peer_property(4)
 @CHEAP
 @given(data=st.data())
@@ -366,6 +383,18 @@ def test_block_verification_armed_from_a_batch_of_target_rows_equals_it_armed_fr
     assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(empty)) is None, "no mass"
     assert build_verifier(draft_tokens=drafts, draft_probs=list(draft)) is None, "no target rows"
     assert build_verifier(draft_tokens=[], draft_probs=[]) is None, "no drafts"
+    missing = build_verifier(draft_tokens=drafts, draft_probs=list(draft)[:-1], target_list=list(target))
+    assert missing is None, "a missing draft row"
+    torn = SimpleNamespace(token_ids=np.arange(vocab), probs=np.ones(vocab - 1) / (vocab - 1))
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=[torn] * depth) is None, "torn"
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=[None] * depth) is None, "none"
+    for other in (
+        build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_batch=batch, vocab_size=vocab),
+        build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(target)),  # vocabulary inferred
+    ):
+        assert other is not None and other.accept_probability == from_list.accept_probability, "coins differ"
+    with pytest.raises(ValueError):
+        type(from_list)(draft_tokens=drafts, draft_rows=from_list.draft, target_rows=[], vocab_size=vocab)
 
 
 MALFORMED = {"negative keep": (-1, 2), "keep more than verified": (3, 2), "trim past the cache": (0, 40)}
@@ -394,3 +423,4 @@ def test_the_trim_path_declines_malformed_counts_and_empty_caches_without_touchi
     assert done is False, f"{case}: trim_verified_window_to_prefix said it trimmed"
     assert [int(c.offset) for c in cache] == offsets, f"{case}: declined but moved offsets {offsets}"
     assert trim_verified_window_without_snapshot([], verified_tokens=2, keep_tokens=1) is False, "an empty cache list"
+    assert trim_verified_window_to_prefix([], type(snapshot)((), ()), verified_tokens=2, keep_tokens=1) is False

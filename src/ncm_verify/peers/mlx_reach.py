@@ -400,7 +400,21 @@ MTPLX_REASONS = (
     Reason(
         "mtplx/qwen4_block_verify.py",
         "build_verifier",
-        "the batched target rows entry (target_batch) and windows missing a row, where mtplx keeps the chain law",
+        "a batched target row with no mass (each row is also judged through the list entry)",
+        True,
+    ),
+    Reason(
+        "mtplx/qwen4_block_verify.py",
+        "water_fill_lambda",
+        "water-fill edges (no active weight left before the target, a target past every breakpoint): float64 "
+        "boundary values the drawn rows do not reach",
+        True,
+    ),
+    Reason(
+        "mtplx/qwen4_block_verify.py",
+        r"re:if coin > ONE|if q_value <= ZERO|token_ids.size == 0 or wanted.size == 0",
+        "guards the ladder cannot reach: a coin above 1 (realised <= reach by construction), a drafted token outside "
+        "its own draft row, an empty prepared row (prepared_pair returns None first)",
         True,
     ),
     Reason(
