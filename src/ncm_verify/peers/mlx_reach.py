@@ -267,13 +267,13 @@ DFLASH_MLX_REASONS = (
         r"re:strategy (==|!=) \"(first|margin)\"|for pos in range\(min\(len\(top_values_desc",
         'dead code on the engine\'s path: its one caller (spec_epoch.py, tree mode) passes strategy="first"; the '
         '"margin" ordering and the unknown-strategy error are never taken',
-        True,
+        dead=True,
     ),
     Reason(
         "dflash_mlx/engine/ddtree.py",
         r"re:isinstance\((value|captured), (list|dict|tuple)\)|value\.ndim >= 2 and",
-        "dead code with mlx-lm's caches and this engine: the captured tree-verify state is a flat array, never the "
-        "nested containers these helpers walk",
+        "generic attribute cloning and batch selection: containers (lists, tuples, dicts) and array shapes the "
+        "caches built here do not hold",
         True,
     ),
     Reason("dflash_mlx/model.py", "DFlashDraftModelArgs", LOADING, True),
@@ -471,8 +471,15 @@ VLLM_MLX_REASONS = (
     Reason("vllm_mlx/scheduler.py", "_mtp_status_snapshot", "server status endpoint", True),
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
+        "3099-3108",
+        "dead code: the MTP step returns to the plain step (logits_processors_bypass) whenever a request has "
+        "logits processors, so its round never applies them",
+        dead=True,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
         r"re:logits_processors|if samplers",
-        "per-request logits processors and samplers on the MLLM MTP round: not yet judged there",
+        "per-request samplers on the MLLM MTP round: not yet judged there",
         True,
     ),
     Reason(

@@ -50,6 +50,10 @@ class Reason:
     runnable: bool = False
     """False: the branches cannot run here (macOS-only, Metal kernel, dead code) and leave the runnable total.
     True: runnable but not reached by design (the reason says why); they stay in the total, as unreached."""
+    dead: bool = False
+    """True: the branch lines run, but the exits they leave untaken cannot be taken (a guard an earlier return
+    decides, a constant argument): those exits leave the runnable total; a line whose every exit ran is listed
+    as stale. Only with `runnable` False."""
     speculative: bool = True
     """False: the branch lines decide only what is not the speculative path (instrumentation, the server's prefix
     snapshots): their exits leave the total whether taken or not (the guard itself runs, so no stale check)."""
@@ -161,6 +165,12 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
                 per_reason[reason] += count
             if reason is not None and not reason.speculative:
                 totals["not_speculative"] += count
+                continue
+            if reason is not None and reason.dead and not reason.runnable:
+                totals["not_runnable"] += len(missing)
+                file_total += count - len(missing)
+                file_reached += count - len(missing)
+                ran += [] if missing else [f"{relative}:{line}"]
                 continue
             if reason is not None and not reason.runnable:
                 totals["not_runnable"] += count
