@@ -132,6 +132,7 @@ DRAFT_LAYERS = (
 @pytest.mark.peer_property(1, 4)
 @pytest.mark.parametrize("mode", peer.VERIFY_MODES)
 @pytest.mark.parametrize("kind", [kind for kind in peer.TARGET_KINDS if kind != "hybrid"])
+@settings(max_examples=5)  # three layouts, each drawn on every target and mode
 @given(data=st.data())
 def test_greedy_decoding_is_plain_under_every_runtime_option_drafter_layout_and_stop_token(kind, mode, data):
     """Every option of the offline runtime context that must not change greedy output (the drafter's sink and
