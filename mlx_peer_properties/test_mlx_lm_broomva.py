@@ -97,13 +97,15 @@ def test_greedy_mtp_decoding_is_plain_with_every_drafter_layout_the_checkpoints_
     target, _, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
     vocab = target.args.vocab_size
     seed = data.draw(st.integers(0, 2**16), label="drafter seed")
-    budget = data.draw(st.sampled_from([1, max_tokens]), label="max_tokens")
     ordered = layout == "clustered head"
     drafter = peer.make_drafter(kind, seed, vocab, ordered=ordered, kv_heads=1 if ordered else 2)
-    note(f"make_drafter({kind!r}, {seed}, {vocab}, ordered={ordered}); max_tokens={budget}")
-    plain = peer.generate(target, prompt, budget)
-    spec = peer.generate(target, prompt, budget, drafter, num_draft_tokens=drafts)
-    assert spec == plain, f"{layout}: MTP {spec} != plain {plain}: {first_difference(spec, plain)}"
+    note(f"make_drafter({kind!r}, {seed}, {vocab}, ordered={ordered})")
+    for budget in (1, max_tokens):
+        plain = peer.generate(target, prompt, budget)
+        spec = peer.generate(target, prompt, budget, drafter, num_draft_tokens=drafts)
+        assert spec == plain, f"{layout}, max_tokens={budget}: MTP {spec} != plain {plain}: " + (
+            first_difference(spec, plain)
+        )
 
 
 @pytest.mark.peer_property(2)
@@ -274,7 +276,7 @@ def test_the_draft_model_loop_honours_logits_processors_and_a_callers_prompt_cac
     """`speculative_generate_step` with a separate draft model, handed the fork's logits processors (logit bias,
     repetition penalty) and a caller's prompt cache (target's layers, then the draft's): at temperature 0 it emits
     plain decoding's tokens under the same processors, and the target's part of the cache afterwards attends as
-    caches rebuilt from the tokens it holds."""
+    caches rebuilt from the tokens it holds; with no draft tokens at all (``num_draft_tokens=0``), plain decoding."""
     from mlx_lm.models.cache import make_prompt_cache
     from mlx_lm.sample_utils import make_logits_processors
 
@@ -291,6 +293,8 @@ def test_the_draft_model_loop_honours_logits_processors_and_a_callers_prompt_cac
         prompt_cache=cache,
     )  # fmt: skip
     assert spec == plain, f"with {options}: draft-model loop {spec} != plain {plain}: {first_difference(spec, plain)}"
+    none = peer.generate_with_draft_model(target, draft, prompt, max_tokens, 0)
+    assert none == peer.generate(target, prompt, max_tokens), f"num_draft_tokens=0: {none}"
     target_cache = cache[: len(target.layers)]
     held = max(int(c.offset) for c in target_cache)
     assert_caches_equal_rebuilt(target, target_cache, [(prompt + spec)[:held]], label=f"after {spec}")
