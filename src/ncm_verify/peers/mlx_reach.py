@@ -65,8 +65,18 @@ MLX_VLM_REASONS = (
     ),
     Reason("mlx_vlm/speculative/drafters/qwen3_5_mtp/config.py", "Qwen3_5MTPConfig.__post_init__", LOADING, True),
     Reason("mlx_vlm/speculative/ddtree.py", WHOLE, "dead code: build_ddtree is exported and called nowhere in mlx-vlm"),
-    Reason("mlx_vlm/speculative/common.py", "_format_speculative_stats", "verbose statistics printing", True),
-    Reason("mlx_vlm/speculative/common.py", "speculative_stats_since", "verbose statistics", True),
+    Reason(
+        "mlx_vlm/speculative/common.py",
+        "_format_speculative_stats",
+        "not the speculative path: verbose statistics printing",
+        speculative=False,
+    ),
+    Reason(
+        "mlx_vlm/speculative/common.py",
+        "speculative_stats_since",
+        "not the speculative path: acceptance statistics for verbose output",
+        speculative=False,
+    ),
     Reason(
         "mlx_vlm/speculative/drafters/qwen3_5_mtp/qwen3_5_mtp.py",
         "Qwen3_5MTPDraftModel.accept_verified_tokens_batch",
@@ -161,8 +171,8 @@ MLX_VLM_REASONS = (
     Reason(
         "mlx_vlm/*/*.py",
         r"re:% 256 == 0|% DEFAULT_CACHE_EVAL_INTERVAL",
-        "memory housekeeping every 256 tokens: the properties generate at most 20",
-        True,
+        "not the speculative path: memory housekeeping (mx.clear_cache) every 256 tokens",
+        speculative=False,
     ),
     Reason(
         "mlx_vlm/speculative/*.py",
@@ -468,7 +478,27 @@ VLLM_MLX_REASONS = (
     Reason("vllm_mlx/scheduler.py", "_install_mtp._get_mtp_stats", TEXT_MTP_DEAD),
     Reason("vllm_mlx/scheduler.py", "_install_mtp._drain_mtp_uid_deltas", TEXT_MTP_DEAD),
     Reason("vllm_mlx/scheduler.py", "864-1333", TEXT_MTP_DEAD),
-    Reason("vllm_mlx/scheduler.py", "_mtp_status_snapshot", "server status endpoint", True),
+    Reason("vllm_mlx/scheduler.py", r"re:if not hasattr\(batch_gen, \"_step\"\)", TEXT_MTP_DEAD, dead=True),
+    Reason(
+        "vllm_mlx/scheduler.py",
+        "_mtp_status_snapshot",
+        "not the speculative path: the server's status endpoint",
+        speculative=False,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
+        r"re:if isinstance\(hidden, list\)|if hasattr\(_c, \"state\"\)",
+        "model outputs and caches of other families: hidden states returned as a list, a recurrent cache without state",
+        True,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
+        r"re:if no_active_batch_bypass|if responses:|if uid in prev_deferred|if batch is not None"
+        r"|for e, bu in enumerate\(batch.uids\)",
+        "engine states between requests: a step with no active batch or no response (chunked prefill), a deferred "
+        "draft whose request left the batch in that step",
+        True,
+    ),
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
         "3099-3108",
@@ -503,7 +533,7 @@ VLLM_MLX_REASONS = (
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
         r"re:total % 50|num_draft_tokens != 1",
-        "periodic statistics logging and the warning for more than one draft token",
-        True,
+        "not the speculative path: periodic statistics logging and the warning for more than one draft token",
+        speculative=False,
     ),
 )
