@@ -286,6 +286,62 @@ DFLASH_MLX_REASONS = (
         "caches built here do not hold",
         True,
     ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        "flat_tree_path_token_ids",
+        "dead code: called nowhere in dflash-mlx (its tree paths are built by build_flat_ddtree)",
+    ),
+    Reason("dflash_mlx/engine/ddtree.py", "pad_flat_tree_paths", "dead code: called nowhere in dflash-mlx"),
+    Reason(
+        "dflash_mlx/engine/copyspec.py",
+        r"re:if window is None|if not self._matches_window|^\s*if len\(self._tokens\) < self.window_size"
+        r"|len\(self._tokens\) \+ 1 < self.window_size|if start < 0 or source_pos",
+        "guards the index's invariants leave untaken: an enabled index holds more tokens than its window (a tail "
+        "window always exists), and an indexed window matches its source unless the 64-bit FNV hash collides",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:if len\(posterior_token_ids\) < tree.size|if top_width <= 0",
+        "argument checks the engine's calls always pass: a posterior for every tree slot, a positive top-k width",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/model.py",
+        r"re:if cache is None:",
+        "dead on the engine's path: it always hands the drafter its context caches",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1243",
+        "not the speculative path: Metal memory housekeeping (clear_cache every few thousand tokens)",
+        speculative=False,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1981",
+        "not the speculative path: Metal memory housekeeping (clear_cache every few thousand tokens)",
+        speculative=False,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1571",
+        "tree branches drafted as a batch: wide trees with several branches per depth",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "2011-2030",
+        "the block round's profiled twin: runs only with cycle profiling on (a diagnostics option)",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "2053",
+        "a copy draft found on a round with no prefetched block: the drawn prompts find theirs in the prefetch",
+        True,
+    ),
     Reason("dflash_mlx/model.py", "DFlashDraftModelArgs", LOADING, True),
     Reason("dflash_mlx/model.py", "build_target_layer_ids", LOADING, True),
     Reason("dflash_mlx/model.py", "_default_draft_layer_types", LOADING, True),
