@@ -220,6 +220,46 @@ def test_prompt_lookup_copies_the_continuation_of_the_earliest_match(data):
         CopySpecIndex(prompt, window_size=0)
 
 
+@pytest.mark.peer_property(4)
+@given(
+    layers=st.integers(1, 12),
+    pattern=st.sampled_from([None, 2, 3]),
+    model_type=st.sampled_from(["gemma4", "gemma4_text"]),
+)
+def test_draft_configs_get_their_documented_layout_or_are_refused(layers, pattern, model_type):
+    """A Gemma 4 DFlash drafter's config without `layer_types` gets the documented layout (sliding-window layers,
+    every `sliding_window_pattern`-th one full, default 5, window 512), whether read by `from_dict` or built
+    directly; other models get none; a layout of the wrong length, an unknown layer type or sliding layers
+    without a window are refused with a ValueError; the target layers read are spread from layer 1 to 3 before
+    the last (the middle one for a single draft layer)."""
+    import dataclasses
+
+    from dflash_mlx.model import DFlashDraftModelArgs, build_target_layer_ids
+
+    period = pattern or 5
+    want = tuple("full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(layers))
+    config = {**peer.draft_config(8, model_type=model_type), "num_hidden_layers": layers}
+    config.update({"sliding_window_pattern": pattern} if pattern else {})
+    read = DFlashDraftModelArgs.from_dict(config)
+    built = DFlashDraftModelArgs(**{k: v for k, v in config.items() if k in DFlashDraftModelArgs.__annotations__})
+    for how, args in (("from_dict", read), ("constructor", built)):
+        assert tuple(args.layer_types) == want, (
+            f"{model_type}, {layers} layers, pattern {pattern}, {how}: {args.layer_types}"
+        )
+        assert args.sliding_window == (512 if "sliding_attention" in want else None), f"{how}: {args.sliding_window}"
+    assert DFlashDraftModelArgs.from_dict({**config, "model_type": "qwen3"}).layer_types == (), "a qwen3 drafter"
+    for bad in ({"layer_types": ["full_attention"] * (layers + 1)}, {"layer_types": ["linear_attention"] * layers},
+                {"layer_types": ["sliding_attention"] * layers, "sliding_window": 0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            dataclasses.replace(read, **{k: tuple(v) if isinstance(v, list) else v for k, v in bad.items()})
+    target_layers = build_target_layer_ids(24, layers)
+    if layers == 1:
+        assert target_layers == [12], f"one draft layer reads {target_layers}"
+    else:
+        assert len(target_layers) == layers and target_layers[0] == 1 and target_layers[-1] == 21, target_layers
+        assert target_layers == sorted(target_layers), f"target layers out of order: {target_layers}"
+
+
 @pytest.mark.peer_property(2, 3)
 @pytest.mark.parametrize("what", ["sampled law", "batch equals rows"])
 def test_sampling_and_batches_are_not_offered_by_the_engine(what):

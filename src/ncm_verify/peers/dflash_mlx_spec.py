@@ -40,17 +40,26 @@ def make_drafter(target, seed: int, block_size: int = 4, model_class=None, num_t
     from dflash_mlx.model import DFlashDraftModel, DFlashDraftModelArgs
 
     vocab = int(target_logits(target, [0]).shape[-1])
+    fields = draft_config(vocab, layer_types, sliding_window)
     args = DFlashDraftModelArgs.from_dict(
-        dict(
-            model_type="qwen3", hidden_size=HIDDEN, num_hidden_layers=max(1, len(layer_types)),
-            intermediate_size=2 * HIDDEN, layer_types=list(layer_types), sliding_window=sliding_window,
-            num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocab, num_key_value_heads=1,
-            max_position_embeddings=1024, rope_theta=10000.0, head_dim=16, tie_word_embeddings=False,
-            num_target_layers=num_target_layers, block_size=block_size,
-            dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1, **config},
-        )
+        {**fields, "num_target_layers": num_target_layers, "block_size": block_size,
+         "dflash_config": {**fields["dflash_config"], **config}}
     )  # fmt: skip
     return build(lambda: (model_class or DFlashDraftModel)(args), seed)
+
+
+def draft_config(vocab: int, layer_types=(), sliding_window: int | None = None, model_type: str = "qwen3") -> dict:
+    """The tiny drafter's config as a checkpoint's config.json gives it (`DFlashDraftModelArgs.from_dict`'s input):
+    reading target layers 1 and 3, mask token = last id; `layer_types` empty: no `layer_types` key."""
+    return dict(
+        model_type=model_type, hidden_size=HIDDEN, num_hidden_layers=max(1, len(layer_types)),
+        intermediate_size=2 * HIDDEN, num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocab,
+        num_key_value_heads=1, max_position_embeddings=1024, rope_theta=10000.0, head_dim=16,
+        tie_word_embeddings=False, num_target_layers=4, block_size=4,
+        dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1},
+        **({"layer_types": list(layer_types)} if layer_types else {}),
+        **({"sliding_window": sliding_window} if sliding_window is not None else {}),
+    )  # fmt: skip
 
 
 def target_logits(target, tokens: list[int]) -> mx.array:
