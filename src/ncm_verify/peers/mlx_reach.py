@@ -489,6 +489,12 @@ MTPLX_REASONS = (
         "host rows given as sparse objects or with mismatched ids: the property hands dense rows",
         True,
     ),
+    Reason(
+        "mtplx/sampling.py",
+        "_vocab_size",
+        "dead exit: its one caller (residual_distribution with p and q both sparse) hands it a sparse p only",
+        dead=True,
+    ),
     Reason("mtplx/qwen4_block_verify.py", "_env_truthy", "the environment gate (MTPLX_QWEN4_BLOCK_VERIFY)", True),
     Reason("mtplx/qwen4_block_verify.py", "_read_gate", "the environment gate (MTPLX_QWEN4_BLOCK_VERIFY)", True),
     Reason("mtplx/qwen4_block_verify.py", "refresh_from_env", "the environment gate", True),
