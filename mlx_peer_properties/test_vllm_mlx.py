@@ -329,6 +329,29 @@ def test_a_sampled_request_whose_law_is_a_point_mass_gets_greedy_decoding_on_the
             )
 
 
+@pytest.mark.peer_property(1, 4)
+@given(data=st.data())
+def test_a_stop_token_ends_each_request_served_with_the_assistant_where_plain_decoding_ends_it(data):
+    """A stop token the engine knows (`stop_tokens`) ends a request when emitted, drafted and accepted or not: two
+    greedy requests served with the assistant each get plain decoding up to and including their first stop token,
+    as the engine gives them without a drafter."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served("attention", min_tokens=6))
+    plains = [vlm.generate(target, prompt, max_tokens, temperature=0.0) for prompt in prompts]
+    stop = data.draw(st.sampled_from(sorted(set(plains[0][1:]) or {plains[0][0]})), label="stop token")
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, stop_tokens={stop})
+    alone, _ = peer.serve(target, prompts, max_tokens, stop_tokens={stop})
+    note(f"MTP statistics {stats}")
+    for row, plain in enumerate(plains):
+        want = plain[: plain.index(stop) + 1] if stop in plain else plain
+        assert alone[row] == want, f"row {row}: the engine without a drafter {alone[row]} != {want} (stop {stop})"
+        assert emitted[row] == want, (
+            f"row {row}, stop token {stop}: served with the assistant {emitted[row]} != plain up to the stop {want}; "
+            f"{stats}"
+        )
+
+
 def test_text_mtp_installs_on_the_mlx_lm_its_pin_admits():
     """vllm-mlx pins mlx-lm>=0.31.3,<0.32; its text MTP (`scheduler._install_mtp`) must install on that mlx-lm's
     BatchGenerator (it then exposes `get_mtp_stats`), or the path cannot be run, let alone judged."""
