@@ -164,6 +164,23 @@ def test_greedy_decoding_is_plain_under_every_runtime_option_drafter_layout_and_
     )
 
 
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("mode", peer.VERIFY_MODES)
+@settings(max_examples=2)
+@given(data=st.data())
+def test_full_context_draft_layers_on_a_gemma4_target_emit_plain_greedy_decoding(mode, data):
+    """dflash-mlx gives a Gemma 4 target's full-attention draft layers a full-context cache (the rest keep a sink and
+    window): with such layers, alone or under a sliding-window one, every mode emits plain greedy decoding."""
+    target, _, prompt, max_tokens, _ = data.draw(decodings("sliding-window"))
+    layers = data.draw(st.sampled_from(DRAFT_LAYERS[::2]), label="draft layer_types")
+    seed = data.draw(st.integers(0, 2**16), label="drafter seed")
+    window = 3 if "sliding_attention" in layers else None
+    drafter = peer.make_drafter(target, seed, layer_types=layers, sliding_window=window)
+    spec, _, _ = peer.generate(target, drafter, prompt, max_tokens, mode)
+    plain = peer.plain(target, prompt, max_tokens)
+    assert spec == plain, f"{mode}, draft layers {layers}: {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
 @pytest.mark.peer_property(4)
 @given(data=st.data())
 def test_tree_mode_with_a_verify_length_cap_of_one_emits_plain_greedy_decoding(data):
