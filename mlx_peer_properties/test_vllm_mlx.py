@@ -330,6 +330,7 @@ def test_a_sampled_request_whose_law_is_a_point_mass_gets_greedy_decoding_on_the
 
 
 @pytest.mark.peer_property(1, 4)
+@settings(max_examples=8)  # a stop token drafted and accepted takes a draw whose drafter guesses it
 @given(data=st.data())
 def test_a_stop_token_ends_each_request_served_with_the_assistant_where_plain_decoding_ends_it(data):
     """A stop token the engine knows (`stop_tokens`) ends a request when emitted, drafted and accepted or not: two
