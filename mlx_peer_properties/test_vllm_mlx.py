@@ -274,24 +274,31 @@ def test_the_native_mtp_branch_on_a_hybrid_target_serves_plain_decoding_and_rebu
         )
 
 
+def assert_each_row_is_plain_greedy(model, prompts, emitted, max_tokens: int, label: str) -> None:
+    """Each served row equals mlx-vlm's plain greedy `generate_step` for its prompt alone."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    for row, prompt in enumerate(prompts):
+        plain = vlm.generate(model, prompt, max_tokens, temperature=0.0)
+        assert emitted[row] == plain, (
+            f"row {row} (prompt {prompt}): served {emitted[row]} != plain greedy {plain}: "
+            f"{first_difference(emitted[row], plain)}; {label}"
+        )
+
+
 @pytest.mark.peer_property(1, 6)
 @given(data=st.data())
 def test_requests_that_do_not_ask_for_the_assistant_get_plain_decoding_beside_ones_that_do(data):
     """With the assistant drafter installed, a request without ``mllm_draft`` is served plain decoding whatever its
     neighbour asked: alone, or batched beside a request that asks (the engine bypasses the assistant for the whole
     batch then); each gets what mlx-vlm's plain `generate_step` gives it alone."""
-    from ncm_verify.peers import mlx_vlm_spec as vlm
-
     target, drafter, prompts, max_tokens = data.draw(served("attention"))
     requested = data.draw(st.sampled_from([(False, False), (True, False), (False, True)]), label="requested")
     emitted, stats = peer.serve(target, prompts, max_tokens, drafter, requested=requested)
     note(f"MTP statistics {stats}")
-    for row, prompt in enumerate(prompts):
-        plain = vlm.generate(target, prompt, max_tokens, temperature=0.0)
-        assert emitted[row] == plain, (
-            f"row {row} (asked for the assistant: {requested[row]}): {emitted[row]} != plain {plain}: "
-            f"{first_difference(emitted[row], plain)}; {stats}"
-        )
+    assert_each_row_is_plain_greedy(
+        target, prompts, emitted, max_tokens, f"asked for the assistant {requested}; {stats}"
+    )
 
 
 @pytest.mark.peer_property(2, 3)
@@ -303,7 +310,6 @@ def test_a_sampled_request_whose_law_is_a_point_mass_gets_greedy_decoding_on_the
     """Temperature > 0 with top-k 1 sends a request down the sampled MTP branches (the assistant's, the native
     head's with its per-row acceptance, residual and, for a batch of one, the residual draw) while its law is the
     argmax's point mass: served alone and beside another request, each must get exactly plain greedy decoding."""
-    from ncm_verify.peers import mlx_vlm_spec as vlm
 
     temperature = data.draw(st.sampled_from([0.7, 1.3]), label="temperature")
     mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
@@ -321,12 +327,8 @@ def test_a_sampled_request_whose_law_is_a_point_mass_gets_greedy_decoding_on_the
     for batch in ([prompts[0]], prompts):
         emitted, stats = peer.serve(target, batch, max_tokens, temperature=temperature, top_k=1, **options)
         assert stats.get("attempted", 0) > 0 and not stats.get("errors"), f"the MTP branch did not run: {stats}"
-        for row, prompt in enumerate(batch):
-            plain = vlm.generate(plain_model, prompt, max_tokens, temperature=0.0)
-            assert emitted[row] == plain, (
-                f"{branch}, {len(batch)} request(s), temperature {temperature}, top_k=1: row {row} {emitted[row]} != "
-                f"greedy {plain}: {first_difference(emitted[row], plain)}; {stats}"
-            )
+        label = f"{branch}, {len(batch)} request(s), temperature {temperature}, top_k=1; {stats}"
+        assert_each_row_is_plain_greedy(plain_model, batch, emitted, max_tokens, label)
 
 
 @pytest.mark.peer_property(1, 4)

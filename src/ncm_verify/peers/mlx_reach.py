@@ -238,25 +238,15 @@ DFLASH_MLX_REASONS = (
         SNAPSHOTS,
         speculative=False,
     ),
-    Reason("dflash_mlx/engine/spec_epoch.py", "_publish_snapshot_event", SNAPSHOTS, speculative=False),
-    Reason(
-        "dflash_mlx/engine/spec_epoch.py",
-        "SpeculativeSession._run_generation_snapshot_events",
-        SNAPSHOTS,
-        speculative=False,
-    ),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.clear_cache_boundary", SNAPSHOTS, speculative=False),
-    Reason(
-        "dflash_mlx/engine/spec_epoch.py",
-        "SpeculativeSession.memory_waterfall_event",
-        INSTRUMENTATION,
-        speculative=False,
-    ),
-    Reason(
-        "dflash_mlx/engine/spec_epoch.py",
-        "_SessionRequest.should_collect_generation_snapshot_hidden",
-        SNAPSHOTS,
-        speculative=False,
+    *(
+        Reason("dflash_mlx/engine/spec_epoch.py", name, why, speculative=False)
+        for name, why in (
+            ("_publish_snapshot_event", SNAPSHOTS),
+            ("SpeculativeSession._run_generation_snapshot_events", SNAPSHOTS),
+            ("SpeculativeSession.clear_cache_boundary", SNAPSHOTS),
+            ("SpeculativeSession.memory_waterfall_event", INSTRUMENTATION),
+            ("_SessionRequest.should_collect_generation_snapshot_hidden", SNAPSHOTS),
+        )
     ),
     Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_prefill_events", SERVER, True),
     Reason(
