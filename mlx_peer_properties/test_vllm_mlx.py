@@ -355,6 +355,26 @@ def test_a_stop_token_ends_each_request_served_with_the_assistant_where_plain_de
         )
 
 
+@pytest.mark.peer_property(1, 3)
+@given(data=st.data())
+def test_requests_of_different_budgets_served_together_each_get_plain_decoding_to_their_own_budget(data):
+    """Two greedy requests with the assistant, the shorter one's budget reached first (possibly by an accepted
+    draft, which ends it inside a round while the other goes on): each gets plain decoding, as long as its own
+    `max_tokens`."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served("attention", min_tokens=6))
+    short = data.draw(st.integers(2, max_tokens - 2), label="shorter budget")
+    budgets = data.draw(st.permutations([short, max_tokens]), label="budgets")
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, budgets=budgets)
+    for row, (prompt, budget) in enumerate(zip(prompts, budgets)):
+        plain = vlm.generate(target, prompt, budget, temperature=0.0)
+        assert emitted[row] == plain, (
+            f"row {row}, max_tokens {budget} of {budgets}: served {emitted[row]} != plain {plain}: "
+            f"{first_difference(emitted[row], plain)}; {stats}"
+        )
+
+
 def test_text_mtp_installs_on_the_mlx_lm_its_pin_admits():
     """vllm-mlx pins mlx-lm>=0.31.3,<0.32; its text MTP (`scheduler._install_mtp`) must install on that mlx-lm's
     BatchGenerator (it then exposes `get_mtp_stats`), or the path cannot be run, let alone judged."""

@@ -167,7 +167,8 @@ def probe_batch(engine, probe: int) -> list[tuple[int, int, np.ndarray]]:
 
 def serve(
     target, prompts: list[list[int]], max_tokens: int, drafter=None, probe=None, probes=None, native=False,
-    requested: tuple[bool, ...] | None = None, stop_tokens: set[int] | None = None, **fields,
+    requested: tuple[bool, ...] | None = None, stop_tokens: set[int] | None = None,
+    budgets: list[int] | None = None, **fields,
 ) -> tuple[list[list[int]], dict]:  # fmt: skip
     """The tokens vllm-mlx's `MLLMBatchGenerator` emits for `prompts` decoded together (text requests, token ids
     given: no processor runs), with `install_mtp_mllm`'s external assistant `drafter` (every request asks for it:
@@ -176,7 +177,8 @@ def serve(
     `probe` token, `probes` (a list) receives `probe_batch`'s rows of unfinished requests after every step.
     `native`: the native MTP branch (no drafter; the target carries `mtp`, `make_native_mtp_target`). `requested`:
     per prompt, whether its request asks for the assistant (default: every one, when a drafter is given);
-    `stop_tokens`: the engine's stop token ids."""
+    `stop_tokens`: the engine's stop token ids; `budgets`: per prompt, its request's `max_tokens` (default
+    `max_tokens` each)."""
     from vllm_mlx.mllm_batch_generator import MLLMBatchGenerator, MLLMBatchRequest, install_mtp_mllm
 
     engine = MLLMBatchGenerator(
@@ -186,7 +188,8 @@ def serve(
         install_mtp_mllm(engine, engine.language_model, num_draft_tokens=1, draft_model=drafter)
     fields = {"temperature": 0.0, "top_p": 1.0, **fields}
     requests = [
-        MLLMBatchRequest(uid=0, request_id=str(i), prompt="", max_tokens=max_tokens, input_ids=mx.array([prompt]),
+        MLLMBatchRequest(uid=0, request_id=str(i), prompt="", max_tokens=budgets[i] if budgets else max_tokens,
+                         input_ids=mx.array([prompt]),
                          mllm_draft=drafter is not None and (requested is None or requested[i]), **fields)
         for i, prompt in enumerate(prompts)
     ]  # fmt: skip
