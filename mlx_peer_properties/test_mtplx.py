@@ -342,9 +342,9 @@ def test_greedy_and_penalty_overlay_distributions_are_what_the_options_say(data)
         mx.array(logits, dtype=mx.float32), SamplerConfig(temperature=1.0, top_p=1.0, top_k=vocab),
         penalty_overlay=overlay,
     )  # fmt: skip
-    if device is not None:
-        tol = TOLERANCES[mx.float32]
-        assert np.allclose(peer.dense(device, vocab), host, atol=tol.atol, rtol=tol.rtol), "device overlay differs"
+    assert device is not None, "the device path declined a top-k configuration with an overlay"
+    tol = TOLERANCES[mx.float32]
+    assert np.allclose(peer.dense(device, vocab), host, atol=tol.atol, rtol=tol.rtol), "device overlay differs"
     assert deterministic_top_k_order(logits, 0).size == 0, "top-k 0 keeps tokens"
     ties = deterministic_top_k_order(np.zeros(vocab), 3)
     assert ties.tolist() == [0, 1, 2], f"ties not broken by id: {ties.tolist()}"
