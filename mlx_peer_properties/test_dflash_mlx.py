@@ -17,6 +17,8 @@ from ncm_verify.peers import dflash_mlx_spec as peer
 
 VARIANTS = ("own", "planted")
 MORE = settings(max_examples=8)
+CHEAP = settings(max_examples=60)
+"""Pure-Python properties (the prompt-lookup index) take a millisecond an example."""
 """The rollback property sees the tape finding only in rounds that accept a draft: 8 examples, not 3."""
 
 
@@ -89,21 +91,26 @@ def test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptan
 
 
 @pytest.mark.peer_property(1)
-@pytest.mark.parametrize("kind", peer.TARGET_KINDS)
+@pytest.mark.parametrize(
+    "kind, mode",
+    [(k, m) for k in peer.TARGET_KINDS for m in peer.VERIFY_MODES if k != "hybrid" or m == "ddtree"],
+)
 @given(data=st.data())
-def test_prompt_lookup_drafts_in_tree_mode_emit_plain_greedy_decoding(kind, data):
-    """Tree mode drafts by prompt lookup (`engine/copyspec.py`) when the last token occurs in the prompt: with a
-    prompt that repeats a pattern, the engine still emits its plain greedy tokens."""
+def test_prompt_lookup_drafts_emit_plain_greedy_decoding(kind, mode, data):
+    """Every mode drafts by prompt lookup (`engine/copyspec.py`) when the last tokens occur earlier in the prompt
+    (block and adaptive modes in place of the drafter's block, tree mode as a branch): with a prompt that repeats a
+    pattern, the engine still emits its plain greedy tokens. (Block modes not on the hybrid target: the tape-replay
+    finding makes the paths differ there whatever the drafts.)"""
     vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
     seed = data.draw(st.integers(0, 2**16), label="weights seed")
     pattern = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=4), label="pattern")
-    prompt = pattern * 3
+    prompt = pattern * 4
     target = peer.make_target(kind, seed, vocab)
     drafter = peer.make_drafter(target, seed + 1)
-    spec, _, summary = peer.generate(target, drafter, prompt, 20, "ddtree")
+    spec, _, summary = peer.generate(target, drafter, prompt, 20, mode)
     note(f"prompt lookup hits: {summary.copyspec_hits if summary else None}")
     plain = peer.plain(target, prompt, 20)
-    assert spec == plain, f"ddtree with prompt lookup {spec} != plain {plain}: {first_difference(spec, plain)}"
+    assert spec == plain, f"{mode} with prompt lookup {spec} != plain {plain}: {first_difference(spec, plain)}"
 
 
 def test_prompt_lookup_drafts_in_the_tree_mode_cases_judged():
@@ -112,6 +119,162 @@ def test_prompt_lookup_drafts_in_the_tree_mode_cases_judged():
     spec, _, summary = peer.generate(target, peer.make_drafter(target, 4), [1, 2, 3, 1, 2, 3, 1, 2], 20, "ddtree")
     assert summary is not None and summary.copyspec_hits > 0, "no prompt-lookup draft was used"
     assert spec == peer.plain(target, [1, 2, 3, 1, 2, 3, 1, 2], 20)
+
+
+DRAFT_LAYERS = (
+    ("full_attention",),
+    ("sliding_attention",),
+    ("sliding_attention", "full_attention"),
+)
+"""Draft layer stacks: dflash-mlx's default attention, and the sliding-window layers Gemma 4 DFlash drafters ship."""
+
+
+@pytest.mark.peer_property(1, 4)
+@pytest.mark.parametrize("mode", peer.VERIFY_MODES)
+@pytest.mark.parametrize("kind", [kind for kind in peer.TARGET_KINDS if kind != "hybrid"])
+@settings(max_examples=5)  # three layouts, each drawn on every target and mode
+@given(data=st.data())
+def test_greedy_decoding_is_plain_under_every_runtime_option_drafter_layout_and_stop_token(kind, mode, data):
+    """Every option of the offline runtime context that must not change greedy output (the drafter's sink and
+    window, smaller than the context so that its context cache drops positions; a verify-length cap; a prefill
+    step shorter than the prompt), every draft layer layout (sliding-window draft layers, full-context ones) and
+    stop tokens handed to both paths: the engine emits its plain decoding's tokens. (Not on the hybrid target: the
+    tape-replay finding makes the paths differ whatever the option.)"""
+    target, _, prompt, max_tokens, _ = data.draw(decodings(kind))
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    layers = data.draw(st.sampled_from(DRAFT_LAYERS), label="draft layer_types")
+    window = data.draw(st.integers(2, 4), label="draft sliding_window") if "sliding_attention" in layers else None
+    block = data.draw(st.integers(2, 6), label="block_size")
+    runtime = {
+        "draft_sink_size": data.draw(st.integers(0, 2), label="draft_sink_size"),
+        "draft_window_size": data.draw(st.integers(1, 4), label="draft_window_size"),
+        "verify_len_cap": data.draw(st.sampled_from([0, 2, 3] if mode == "ddtree" else [0, 1, 2, 3]), label="cap"),
+        "prefill_step_size": data.draw(st.sampled_from([1, 2, 2048]), label="prefill_step_size"),
+    }
+    stops = data.draw(st.lists(st.integers(0, vocab - 1), max_size=1), label="stop_token_ids")
+    seed = data.draw(st.integers(0, 2**16), label="drafter seed")
+    drafter = peer.make_drafter(target, seed, block_size=block, layer_types=layers, sliding_window=window)
+    note(f"make_drafter(target, {seed}, block_size={block}, layer_types={layers}, sliding_window={window}); {runtime}")
+    spec, events, _ = peer.generate(
+        target, drafter, prompt, max_tokens, mode, runtime=runtime, stop_token_ids=stops or None
+    )
+    plain = peer.plain(target, prompt, max_tokens, stop_token_ids=stops or None)
+    assert spec == plain, f"{mode} with {runtime}, stops {stops}: speculative {spec} != plain {plain}: " + (
+        first_difference(spec, plain)
+    )
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("mode", peer.VERIFY_MODES)
+@settings(max_examples=2)
+@given(data=st.data())
+def test_full_context_draft_layers_on_a_gemma4_target_emit_plain_greedy_decoding(mode, data):
+    """dflash-mlx gives a Gemma 4 target's full-attention draft layers a full-context cache (the rest keep a sink and
+    window): with such layers, alone or under a sliding-window one, every mode emits plain greedy decoding."""
+    target, _, prompt, max_tokens, _ = data.draw(decodings("sliding-window"))
+    layers = data.draw(st.sampled_from(DRAFT_LAYERS[::2]), label="draft layer_types")
+    seed = data.draw(st.integers(0, 2**16), label="drafter seed")
+    window = 3 if "sliding_attention" in layers else None
+    drafter = peer.make_drafter(target, seed, layer_types=layers, sliding_window=window)
+    spec, _, _ = peer.generate(target, drafter, prompt, max_tokens, mode)
+    plain = peer.plain(target, prompt, max_tokens)
+    assert spec == plain, f"{mode}, draft layers {layers}: {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+@pytest.mark.peer_property(4)
+@given(data=st.data())
+def test_tree_mode_with_a_verify_length_cap_of_one_emits_plain_greedy_decoding(data):
+    """`verify_len_cap` (``--verify-len-cap``, any positive integer) caps the tokens verified per target pass; a cap
+    of 1 verifies the staged token alone, plain decoding: block mode does so, tree mode must too or refuse it up
+    front. (Kept out of the property above, whose other tree cases it would stop.)"""
+    target, drafter, prompt, max_tokens, _ = data.draw(decodings("attention"))
+    spec, _, _ = peer.generate(target, drafter, prompt, max_tokens, "ddtree", runtime={"verify_len_cap": 1})
+    plain = peer.plain(target, prompt, max_tokens)
+    assert spec == plain, f"ddtree, verify_len_cap=1: {spec} != plain {plain}: {first_difference(spec, plain)}"
+
+
+def copied_continuation(tokens: list[int], staged: int, window: int, count: int, forbidden: set[int]):
+    """Prompt lookup's rule, written out: the earliest place where the last `window` tokens (the staged one last)
+    occurred before, and the `count` tokens that followed it there; None without a full match or with a forbidden
+    token among them."""
+    tail = (tokens[len(tokens) - (window - 1) :] if window > 1 else []) + [staged]
+    if len(tail) < window:
+        return None
+    for end in range(window, len(tokens) + 1):
+        if tokens[end - window : end] == tail:
+            copied = tokens[end : end + count]
+            ok = len(copied) == count and not set(copied) & forbidden
+            return tuple(copied) if ok else None
+    return None
+
+
+@pytest.mark.peer_property(1)
+@CHEAP
+@given(data=st.data())
+def test_prompt_lookup_copies_the_continuation_of_the_earliest_match(data):
+    """Tree mode's prompt-lookup drafts (`engine/copyspec.CopySpecIndex`, a hashed index of every window of the
+    prompt and the committed tokens): `draft_after` proposes the continuation of the earliest earlier occurrence of
+    the last window, in full or not at all, and none holding a suppressed token; a window size of 0 is refused."""
+    from dflash_mlx.engine.copyspec import CopySpecIndex
+
+    window = data.draw(st.integers(1, 4), label="window_size")
+    alphabet = st.integers(0, data.draw(st.integers(1, 3), label="largest token"))
+    prompt = data.draw(st.lists(alphabet, max_size=14), label="prompt")
+    committed = data.draw(st.lists(alphabet, max_size=6), label="committed")
+    index = CopySpecIndex(prompt, window_size=window)
+    index.append_committed(committed)
+    tokens = prompt + committed
+    for staged in range(4):
+        for count in (1, 3):
+            forbidden = set(data.draw(st.lists(alphabet, max_size=1), label="forbidden"))
+            got = index.draft_after(staged, max_tokens=count, forbidden_tokens=forbidden or None)
+            want = copied_continuation(tokens, staged, window, count, forbidden) if len(prompt) > window else None
+            assert got == want, (
+                f"CopySpecIndex({prompt}, window_size={window}) after {committed}: draft_after({staged}, "
+                f"max_tokens={count}, forbidden {forbidden}) = {got}, the rule gives {want}"
+            )
+    with pytest.raises(ValueError):
+        CopySpecIndex(prompt, window_size=0)
+
+
+@pytest.mark.peer_property(4)
+@given(
+    layers=st.integers(1, 12),
+    pattern=st.sampled_from([None, 2, 3]),
+    model_type=st.sampled_from(["gemma4", "gemma4_text"]),
+)
+def test_draft_configs_get_their_documented_layout_or_are_refused(layers, pattern, model_type):
+    """A Gemma 4 DFlash drafter's config without `layer_types` gets the documented layout (sliding-window layers,
+    every `sliding_window_pattern`-th one full, default 5, window 512), whether read by `from_dict` or built
+    directly; other models get none; a layout of the wrong length, an unknown layer type or sliding layers
+    without a window are refused with a ValueError; the target layers read are spread from layer 1 to 3 before
+    the last (the middle one for a single draft layer)."""
+    import dataclasses
+
+    from dflash_mlx.model import DFlashDraftModelArgs, build_target_layer_ids
+
+    period = pattern or 5
+    want = tuple("full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(layers))
+    config = {**peer.draft_config(8, model_type=model_type), "num_hidden_layers": layers}
+    config.update({"sliding_window_pattern": pattern} if pattern else {})
+    read = DFlashDraftModelArgs.from_dict(config)
+    built = DFlashDraftModelArgs(**{k: v for k, v in config.items() if k in DFlashDraftModelArgs.__annotations__})
+    for how, args in (("from_dict", read), ("constructor", built)):
+        assert tuple(args.layer_types) == want, (
+            f"{model_type}, {layers} layers, pattern {pattern}, {how}: {args.layer_types}"
+        )
+        assert args.sliding_window == (512 if "sliding_attention" in want else None), f"{how}: {args.sliding_window}"
+    assert DFlashDraftModelArgs.from_dict({**config, "model_type": "qwen3"}).layer_types == (), "a qwen3 drafter"
+    for bad in ({"layer_types": ["full_attention"] * (layers + 1)}, {"layer_types": ["linear_attention"] * layers},
+                {"layer_types": ["sliding_attention"] * layers, "sliding_window": 0}):  # fmt: skip
+        with pytest.raises(ValueError):
+            dataclasses.replace(read, **{k: tuple(v) if isinstance(v, list) else v for k, v in bad.items()})
+    target_layers = build_target_layer_ids(24, layers)
+    if layers == 1:
+        assert target_layers == [12], f"one draft layer reads {target_layers}"
+    else:
+        assert len(target_layers) == layers and target_layers[0] == 1 and target_layers[-1] == 21, target_layers
+        assert target_layers == sorted(target_layers), f"target layers out of order: {target_layers}"
 
 
 @pytest.mark.peer_property(2, 3)

@@ -61,11 +61,51 @@ def test_greedy_mtp_decoding_emits_plain_greedy_decoding(kind, variant, data):
 
 
 @pytest.mark.peer_property(1)
-def test_a_hybrid_target_is_refused_with_a_clear_error():
-    pytest.skip(
-        "not applicable: mtp_speculative_generate_step needs a target emitting shared K/V (gemma4 only) and "
-        "refuses untrimmable caches with a ValueError before any forward (generate.py:725-729)"
-    )
+@pytest.mark.parametrize("loop", ["mtp", "draft model"])
+def test_a_prompt_cache_that_cannot_be_trimmed_is_refused_before_any_token(loop):
+    """Both loops roll back by trimming: handed a prompt cache holding recurrent state (a hybrid `qwen3_next`
+    target's `ArraysCache`), each refuses with a ValueError naming the cache type before it emits a token, rather
+    than decoding with a rollback it cannot do."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from ncm_verify.peers.mlx_tiny import make_mlx_lm_target
+
+    target = make_mlx_lm_target("hybrid", 3, 6)
+    emitted = []
+    with pytest.raises(ValueError, match="ArraysCache") as refused:
+        if loop == "mtp":
+            steps = peer.mtp_steps(
+                target, [1, 2, 3], 6, peer.make_drafter("attention", 4, 6), make_prompt_cache(target)
+            )
+        else:
+            draft = make_mlx_lm_target("hybrid", 5, 6)
+            cache = make_prompt_cache(target) + make_prompt_cache(draft)
+            steps = peer.draft_model_steps(target, draft, [1, 2, 3], 6, 2, prompt_cache=cache)
+        emitted.extend(steps)
+    assert not emitted, f"{loop}: emitted {emitted} before refusing: {refused.value}"
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("layout", ["clustered head", "as many K/V heads as query heads"])
+@given(data=st.data())
+def test_greedy_mtp_decoding_is_plain_with_every_drafter_layout_the_checkpoints_ship(layout, data):
+    """The published assistants ship a clustered logit head (`use_ordered_embeddings`: centroids, a token
+    ordering) and their configs leave `vocab_size` to the top level; others repeat no K/V heads. Whatever the
+    drafter, temperature 0 emits plain decoding's tokens, down to a budget of one token. (On the attention target:
+    on the sliding-window one the wrapped-ring finding makes the paths differ whatever the drafter.)"""
+    kind = "attention"
+    target, _, drafts, prompt, max_tokens, _ = data.draw(decodings(kind))
+    vocab = target.args.vocab_size
+    seed = data.draw(st.integers(0, 2**16), label="drafter seed")
+    ordered = layout == "clustered head"
+    drafter = peer.make_drafter(kind, seed, vocab, ordered=ordered, kv_heads=1 if ordered else 2)
+    note(f"make_drafter({kind!r}, {seed}, {vocab}, ordered={ordered})")
+    for budget in (1, max_tokens):
+        plain = peer.generate(target, prompt, budget)
+        spec = peer.generate(target, prompt, budget, drafter, num_draft_tokens=drafts)
+        assert spec == plain, f"{layout}, max_tokens={budget}: MTP {spec} != plain {plain}: " + (
+            first_difference(spec, plain)
+        )
 
 
 @pytest.mark.peer_property(2)
@@ -227,3 +267,34 @@ def test_the_draft_model_loop_emits_plain_decoding_greedy_and_each_sampled_token
     assert_each_token_is_a_sampler_output_on_its_conditional(
         spec, sampler.rows(), lambda tokens: peer.conditional(target, tokens), prompt
     )
+
+
+@pytest.mark.peer_property(4, 5)
+@pytest.mark.parametrize("option", sorted(PROCESSORS))
+@given(data=st.data())
+def test_the_draft_model_loop_honours_logits_processors_and_a_callers_prompt_cache(option, data):
+    """`speculative_generate_step` with a separate draft model, handed the fork's logits processors (logit bias,
+    repetition penalty) and a caller's prompt cache (target's layers, then the draft's): at temperature 0 it emits
+    plain decoding's tokens under the same processors, and the target's part of the cache afterwards attends as
+    caches rebuilt from the tokens it holds; with no draft tokens at all (``num_draft_tokens=0``), plain decoding."""
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.sample_utils import make_logits_processors
+
+    from ncm_verify.mlx_lm_real.cache_views import assert_caches_equal_rebuilt
+
+    target, _, drafts, prompt, max_tokens, _ = data.draw(decodings("attention"))
+    vocab = target.args.vocab_size
+    draft = peer.make_target("attention", data.draw(st.integers(0, 2**16), label="draft seed"), vocab)
+    options = PROCESSORS[option](vocab)
+    plain = peer.generate(target, prompt, max_tokens, logits_processors=make_logits_processors(**options))
+    cache = make_prompt_cache(target) + make_prompt_cache(draft)
+    spec = peer.generate_with_draft_model(
+        target, draft, prompt, max_tokens, drafts, logits_processors=make_logits_processors(**options),
+        prompt_cache=cache,
+    )  # fmt: skip
+    assert spec == plain, f"with {options}: draft-model loop {spec} != plain {plain}: {first_difference(spec, plain)}"
+    none = peer.generate_with_draft_model(target, draft, prompt, max_tokens, 0)
+    assert none == peer.generate(target, prompt, max_tokens), f"num_draft_tokens=0: {none}"
+    target_cache = cache[: len(target.layers)]
+    held = max(int(c.offset) for c in target_cache)
+    assert_caches_equal_rebuilt(target, target_cache, [(prompt + spec)[:held]], label=f"after {spec}")

@@ -228,3 +228,199 @@ def test_the_trim_path_either_leaves_caches_rebuilt_from_the_kept_tokens_or_decl
             assert (a is None and b is None) or np.array_equal(np.array(a), np.array(b)), (
                 f"layer {layer}: mtplx declined the trim but changed the cache; {call}"
             )
+
+
+def as_sparse(distribution: np.ndarray):
+    """A dense mtplx distribution as its `SparseDistribution` over the positive entries (the device path's form)."""
+    from mtplx.sampling import SparseDistribution
+
+    ids = np.flatnonzero(distribution > 0)
+    return SparseDistribution(ids, distribution[ids], int(distribution.shape[0]))
+
+
+FORMS = ("sparse p, dense q", "dense p, sparse q", "sparse p and q")
+
+
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize("forms", FORMS)
+@CHEAP
+@given(data=st.data())
+def test_the_rule_emits_exactly_p_whatever_form_each_distribution_takes(forms, data):
+    """`verify_one_token` mixes the forms its callers hand it (the device lane's sparse rows beside the host's dense
+    ones): with p and q each dense or sparse, and with q = p exactly (no residual mass: its fallback), the emitted
+    token's exact law, read call by call, is p; and mtplx's own marginal helper (`speculative_output_marginal`)
+    says so too."""
+    from mtplx.sampling import speculative_output_marginal
+
+    vocab = data.draw(st.sampled_from([4, 8, 64]), label="vocab")
+    target_logits, draft_logits = data.draw(logit_rows(vocab, related=True))
+    temperature, top_p, top_k = data.draw(configs(), label="(temperature, top_p, top_k)")
+    p, _ = peer.distributions(target_logits, temperature, top_p, top_k)
+    same = data.draw(st.booleans(), label="q = p")
+    q = p.copy() if same else peer.distributions(draft_logits, temperature, top_p, top_k)[0]
+    sparse_p, sparse_q = forms != "dense p, sparse q", forms != "sparse p, dense q"
+    law, problems = peer.rule_law(as_sparse(p) if sparse_p else p, as_sparse(q) if sparse_q else q, vocab)
+    assert not problems, "; ".join(problems)
+    tv = 0.5 * float(np.abs(law - p).sum())
+    assert tv <= EXACT_LAW, f"{forms}{' (q = p)' if same else ''}: emitted law off p by TV {tv:.3g}"
+    marginal = speculative_output_marginal(p, q)
+    assert 0.5 * float(np.abs(marginal - p).sum()) <= EXACT_LAW, f"mtplx's own marginal off p: {marginal} vs {p}"
+
+
+@pytest.mark.peer_property(4)
+@pytest.mark.parametrize(
+    "row, error",
+    [
+        ("two-dimensional ids", ValueError),
+        ("ids and probabilities of different lengths", ValueError),
+        ("no entry", ValueError),
+        ("a negative probability", ValueError),
+        ("no finite positive mass", RuntimeError),
+    ],
+)
+def test_a_malformed_sparse_row_is_refused_with_an_error_naming_it(row, error):
+    """A sparse row the rule cannot sample from is refused at construction (never sampled as token 0): each malformed
+    form raises, the non-finite one `NonFiniteLogitsError` with its NaN/inf census and vocabulary in the message."""
+    from mtplx.sampling import NonFiniteLogitsError, SparseDistribution
+
+    rows = {
+        "two-dimensional ids": ([[0, 1]], [0.5, 0.5]),
+        "ids and probabilities of different lengths": ([0, 1], [1.0]),
+        "no entry": ([], []),
+        "a negative probability": ([0, 1], [1.5, -0.5]),
+        "no finite positive mass": ([0, 1, 2], [np.nan, np.inf, 0.0]),
+    }
+    ids, probs = rows[row]
+    with pytest.raises(error) as raised:
+        SparseDistribution(np.array(ids), np.array(probs), 8)
+    if row == "no finite positive mass":
+        assert isinstance(raised.value, NonFiniteLogitsError), f"{type(raised.value).__name__}: {raised.value}"
+        assert "nan=1" in str(raised.value) and "inf=1" in str(raised.value) and "vocab=3" in str(raised.value), (
+            f"the error does not name the row's census: {raised.value}"
+        )
+
+
+def test_rows_the_distribution_helpers_cannot_use_are_refused():
+    """The host helpers refuse what they cannot turn into a distribution: a softmax of a row without finite mass
+    (`NonFiniteLogitsError`, its message bare when no census is given), and two-dimensional rows for top-k and
+    top-p; a row that top-p and top-k leave empty falls back to its argmax's point mass."""
+    from mtplx.sampling import NonFiniteLogitsError, apply_top_p_top_k, deterministic_top_k_order, softmax
+
+    with pytest.raises(NonFiniteLogitsError, match="nan=0, inf=2, vocab=2"):
+        softmax(np.array([np.inf, np.inf]))
+    assert str(NonFiniteLogitsError("non-finite logits")) == "non-finite logits", "a census appeared from nowhere"
+    with pytest.raises(ValueError):
+        deterministic_top_k_order(np.zeros((2, 3)), 1)
+    with pytest.raises(ValueError):
+        apply_top_p_top_k(np.full((2, 3), 1 / 3), top_p=0.5)
+    fallback = apply_top_p_top_k(np.array([0.0, 0.0, 0.0]), top_p=0.5, top_k=1)
+    assert fallback.tolist() == [1.0, 0.0, 0.0], f"an empty row: {fallback.tolist()}"
+
+
+@pytest.mark.peer_property(4)
+@CHEAP
+@given(data=st.data())
+def test_greedy_and_penalty_overlay_distributions_are_what_the_options_say(data):
+    """`distribution_from_logits` at temperature 0 is the argmax's point mass; the Loop Guard's `penalty_overlay`
+    subtracts exactly its values from the raw logits (the host and device paths agree on it); top-k 0 and the
+    top-k order's ties by id are the documented ones."""
+    from mtplx.fast_sampling import sparse_distribution_from_mlx_logits
+    from mtplx.sampling import SamplerConfig, deterministic_top_k_order, distribution_from_logits, softmax
+
+    vocab = data.draw(st.sampled_from([8, 64]), label="vocab")
+    logits, _ = data.draw(logit_rows(vocab, related=False))
+    greedy = distribution_from_logits(logits, SamplerConfig(temperature=0.0, top_p=1.0, top_k=0))
+    assert greedy[int(np.argmax(logits))] == 1.0 and greedy.sum() == 1.0, f"temperature 0: {greedy}"
+    overlay = data.draw(st.dictionaries(st.integers(0, vocab - 1), st.sampled_from([0.5, 3.0]), min_size=1, max_size=4))
+    config = SamplerConfig(temperature=1.0, top_p=1.0, top_k=0)
+    host = distribution_from_logits(logits, config, penalty_overlay=overlay)
+    shifted = np.array(logits, dtype=np.float64)
+    for token, value in overlay.items():
+        shifted[token] -= value
+    assert np.allclose(host, softmax(shifted), rtol=1e-12, atol=1e-15), f"overlay {overlay} not subtracted"
+    device = sparse_distribution_from_mlx_logits(
+        mx.array(logits, dtype=mx.float32), SamplerConfig(temperature=1.0, top_p=1.0, top_k=vocab),
+        penalty_overlay=overlay,
+    )  # fmt: skip
+    assert device is not None, "the device path declined a top-k configuration with an overlay"
+    tol = TOLERANCES[mx.float32]
+    assert np.allclose(peer.dense(device, vocab), host, atol=tol.atol, rtol=tol.rtol), "device overlay differs"
+    assert deterministic_top_k_order(logits, 0).size == 0, "top-k 0 keeps tokens"
+    ties = deterministic_top_k_order(np.zeros(vocab), 3)
+    assert ties.tolist() == [0, 1, 2], f"ties not broken by id: {ties.tolist()}"
+
+
+@pytest.mark.peer_property(2)
+@CHEAP
+@given(data=st.data())
+def test_block_verification_armed_from_a_batch_of_target_rows_equals_it_armed_from_a_list(data):
+    """`build_verifier` takes the target rows as a batch (`target_batch`: the lane's `[D, K]` sparse rows, zero
+    padded) or a list: the ladder (accept coins, budgets) and every depth's correction are the same; and it
+    declines (None, the shipped chain law then) when a row is missing or has no mass."""
+    from types import SimpleNamespace
+
+    from mtplx.qwen4_block_verify import build_verifier
+
+    vocab = data.draw(st.sampled_from([3, 6]), label="vocab")
+    depth = data.draw(st.integers(1, 3), label="drafts")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1), label="rows seed"))
+    target = rng.dirichlet(np.full(vocab, 0.7), size=depth)
+    draft = rng.dirichlet(np.full(vocab, 0.7), size=depth)
+    drafts = [int(rng.choice(vocab, p=row)) for row in draft]
+    from_list = build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(target), vocab_size=vocab)
+    batch = SimpleNamespace(token_ids=np.tile(np.arange(vocab), (depth, 1)), probs=target, vocab_size=vocab)
+    from_batch = build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_batch=batch)
+    assert from_list is not None and from_batch is not None, "a complete window was not armed"
+    assert from_batch.accept_probability == from_list.accept_probability, "accept coins differ"
+    for d in range(depth):
+        assert np.array_equal(
+            peer.dense(from_batch.scaled_residual(d), vocab), peer.dense(from_list.scaled_residual(d), vocab)
+        )
+    short = SimpleNamespace(token_ids=batch.token_ids[: depth - 1], probs=target[: depth - 1], vocab_size=vocab)
+    empty = np.zeros_like(target)
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_batch=short) is None, "short batch"
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(target)[:-1]) is None
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(empty)) is None, "no mass"
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft)) is None, "no target rows"
+    assert build_verifier(draft_tokens=[], draft_probs=[]) is None, "no drafts"
+    missing = build_verifier(draft_tokens=drafts, draft_probs=list(draft)[:-1], target_list=list(target))
+    assert missing is None, "a missing draft row"
+    torn = SimpleNamespace(token_ids=np.arange(vocab), probs=np.ones(vocab - 1) / (vocab - 1))
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=[torn] * depth) is None, "torn"
+    assert build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=[None] * depth) is None, "none"
+    for other in (
+        build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_batch=batch, vocab_size=vocab),
+        build_verifier(draft_tokens=drafts, draft_probs=list(draft), target_list=list(target)),  # vocabulary inferred
+    ):
+        assert other is not None and other.accept_probability == from_list.accept_probability, "coins differ"
+    with pytest.raises(ValueError):
+        type(from_list)(draft_tokens=drafts, draft_rows=from_list.draft, target_rows=[], vocab_size=vocab)
+
+
+MALFORMED = {"negative keep": (-1, 2), "keep more than verified": (3, 2), "trim past the cache": (0, 40)}
+"""(keep, verified tokens claimed) that `trim_verified_window_to_prefix` must decline."""
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_the_trim_path_declines_malformed_counts_and_empty_caches_without_touching_them(case):
+    """Counts the trim path cannot honour (a negative keep, more kept than verified, more to trim than the cache
+    holds) and an empty cache list are declined (False), the caches left as they were."""
+    from mlx_lm.models.cache import make_prompt_cache
+    from mtplx.cache_state import (
+        snapshot_untrimmable_cache,
+        trim_verified_window_to_prefix,
+        trim_verified_window_without_snapshot,
+    )
+
+    keep, verified = MALFORMED[case]
+    target = peer.make_target("attention", 5, 8)
+    cache = make_prompt_cache(target)
+    target(mx.array([[1, 2, 3, 4, 5]]), cache=cache)
+    snapshot = snapshot_untrimmable_cache(cache)
+    offsets = [int(c.offset) for c in cache]
+    done = trim_verified_window_to_prefix(cache, snapshot, verified_tokens=verified, keep_tokens=keep)
+    assert done is False, f"{case}: trim_verified_window_to_prefix said it trimmed"
+    assert [int(c.offset) for c in cache] == offsets, f"{case}: declined but moved offsets {offsets}"
+    assert trim_verified_window_without_snapshot([], verified_tokens=2, keep_tokens=1) is False, "an empty cache list"
+    assert trim_verified_window_to_prefix([], type(snapshot)((), ()), verified_tokens=2, keep_tokens=1) is False

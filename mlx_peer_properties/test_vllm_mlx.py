@@ -274,6 +274,107 @@ def test_the_native_mtp_branch_on_a_hybrid_target_serves_plain_decoding_and_rebu
         )
 
 
+def assert_each_row_is_plain_greedy(model, prompts, emitted, max_tokens: int, label: str) -> None:
+    """Each served row equals mlx-vlm's plain greedy `generate_step` for its prompt alone."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    for row, prompt in enumerate(prompts):
+        plain = vlm.generate(model, prompt, max_tokens, temperature=0.0)
+        assert emitted[row] == plain, (
+            f"row {row} (prompt {prompt}): served {emitted[row]} != plain greedy {plain}: "
+            f"{first_difference(emitted[row], plain)}; {label}"
+        )
+
+
+@pytest.mark.peer_property(1, 6)
+@given(data=st.data())
+def test_requests_that_do_not_ask_for_the_assistant_get_plain_decoding_beside_ones_that_do(data):
+    """With the assistant drafter installed, a request without ``mllm_draft`` is served plain decoding whatever its
+    neighbour asked: alone, or batched beside a request that asks (the engine bypasses the assistant for the whole
+    batch then); each gets what mlx-vlm's plain `generate_step` gives it alone."""
+    target, drafter, prompts, max_tokens = data.draw(served("attention"))
+    requested = data.draw(st.sampled_from([(False, False), (True, False), (False, True)]), label="requested")
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, requested=requested)
+    note(f"MTP statistics {stats}")
+    assert_each_row_is_plain_greedy(
+        target, prompts, emitted, max_tokens, f"asked for the assistant {requested}; {stats}"
+    )
+
+
+@pytest.mark.peer_property(2, 3)
+@pytest.mark.parametrize("branch", ["assistant", "native"])
+@given(data=st.data())
+def test_a_sampled_request_whose_law_is_a_point_mass_gets_greedy_decoding_on_the_sampled_branches(
+    branch, data, tmp_path_factory
+):
+    """Temperature > 0 with top-k 1 sends a request down the sampled MTP branches (the assistant's, the native
+    head's with its per-row acceptance, residual and, for a batch of one, the residual draw) while its law is the
+    argmax's point mass: served alone and beside another request, each must get exactly plain greedy decoding."""
+
+    temperature = data.draw(st.sampled_from([0.7, 1.3]), label="temperature")
+    mx.random.seed(data.draw(st.integers(0, 2**31 - 1), label="mx.random.seed"))
+    if branch == "assistant":
+        target, drafter, prompts, max_tokens = data.draw(served("attention"))
+        plain_model, options = target, {"drafter": drafter}
+    else:
+        vocab = data.draw(st.sampled_from([4, 6, 12]), label="vocab")
+        weights = data.draw(st.integers(0, 2**16), label="weights seed")
+        prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="prompt")
+        other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=len(prompt), max_size=len(prompt)))
+        prompts, max_tokens = [prompt, other], data.draw(st.integers(4, 12), label="max_tokens")
+        target, plain_model = peer.make_native_mtp_target(weights, vocab, tmp_path_factory.mktemp("mtp"))
+        options = {"native": True}
+    for batch in ([prompts[0]], prompts):
+        emitted, stats = peer.serve(target, batch, max_tokens, temperature=temperature, top_k=1, **options)
+        assert stats.get("attempted", 0) > 0 and not stats.get("errors"), f"the MTP branch did not run: {stats}"
+        label = f"{branch}, {len(batch)} request(s), temperature {temperature}, top_k=1; {stats}"
+        assert_each_row_is_plain_greedy(plain_model, batch, emitted, max_tokens, label)
+
+
+@pytest.mark.peer_property(1, 4)
+@settings(max_examples=8)  # a stop token drafted and accepted takes a draw whose drafter guesses it
+@given(data=st.data())
+def test_a_stop_token_ends_each_request_served_with_the_assistant_where_plain_decoding_ends_it(data):
+    """A stop token the engine knows (`stop_tokens`) ends a request when emitted, drafted and accepted or not: two
+    greedy requests served with the assistant each get plain decoding up to and including their first stop token,
+    as the engine gives them without a drafter."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served("attention", min_tokens=6))
+    plains = [vlm.generate(target, prompt, max_tokens, temperature=0.0) for prompt in prompts]
+    stop = data.draw(st.sampled_from(sorted(set(plains[0][1:]) or {plains[0][0]})), label="stop token")
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, stop_tokens={stop})
+    alone, _ = peer.serve(target, prompts, max_tokens, stop_tokens={stop})
+    note(f"MTP statistics {stats}")
+    for row, plain in enumerate(plains):
+        want = plain[: plain.index(stop) + 1] if stop in plain else plain
+        assert alone[row] == want, f"row {row}: the engine without a drafter {alone[row]} != {want} (stop {stop})"
+        assert emitted[row] == want, (
+            f"row {row}, stop token {stop}: served with the assistant {emitted[row]} != plain up to the stop {want}; "
+            f"{stats}"
+        )
+
+
+@pytest.mark.peer_property(1, 3)
+@given(data=st.data())
+def test_requests_of_different_budgets_served_together_each_get_plain_decoding_to_their_own_budget(data):
+    """Two greedy requests with the assistant, the shorter one's budget reached first (possibly by an accepted
+    draft, which ends it inside a round while the other goes on): each gets plain decoding, as long as its own
+    `max_tokens`."""
+    from ncm_verify.peers import mlx_vlm_spec as vlm
+
+    target, drafter, prompts, max_tokens = data.draw(served("attention", min_tokens=6))
+    short = data.draw(st.integers(2, max_tokens - 2), label="shorter budget")
+    budgets = data.draw(st.permutations([short, max_tokens]), label="budgets")
+    emitted, stats = peer.serve(target, prompts, max_tokens, drafter, budgets=budgets)
+    for row, (prompt, budget) in enumerate(zip(prompts, budgets)):
+        plain = vlm.generate(target, prompt, budget, temperature=0.0)
+        assert emitted[row] == plain, (
+            f"row {row}, max_tokens {budget} of {budgets}: served {emitted[row]} != plain {plain}: "
+            f"{first_difference(emitted[row], plain)}; {stats}"
+        )
+
+
 def test_text_mtp_installs_on_the_mlx_lm_its_pin_admits():
     """vllm-mlx pins mlx-lm>=0.31.3,<0.32; its text MTP (`scheduler._install_mtp`) must install on that mlx-lm's
     BatchGenerator (it then exposes `get_mtp_stats`), or the path cannot be run, let alone judged."""

@@ -82,3 +82,23 @@ def test_a_pattern_reason_explains_the_branch_lines_whose_text_matches(site):
     assert judged["not_runnable"] == 6
     unmatched = reach.judge(table(site, {2: [3]}), site, (Scope("pkg/*.py"),), (Reason("pkg/*.py", "re:while", "x"),))
     assert [u["reason"] for u in unmatched["unreached"]] == [reach.UNEXPLAINED]
+
+
+def test_dead_exits_leave_the_total_while_the_exits_taken_count_as_reached(site):
+    reasons = (Reason("pkg/engine.py", "metal", "argument fixed by its only caller", dead=True),)
+    judged = reach.judge(table(site, {8: [9], 2: [3]}), site, (Scope("pkg/*.py", ("spec", "metal")),), reasons)
+    assert (judged["not_runnable"], judged["runnable"], judged["reached"]) == (1, 3, 2)
+    assert judged["ran_though_not_runnable"] == []
+    stale = reach.judge(table(site, {}), site, (Scope("pkg/*.py", ("metal",)),), reasons)
+    assert stale["ran_though_not_runnable"] == ["pkg/engine.py:8"], "a dead exit that ran must show the reason stale"
+
+
+def test_a_branch_line_deciding_nothing_speculative_leaves_the_total_taken_or_not(site):
+    reasons = (Reason("pkg/engine.py", "plain", "instrumentation", speculative=False),)
+    judged = reach.judge(table(site, {14: [15]}), site, (Scope("pkg/*.py"),), reasons)
+    assert (judged["total"], judged["not_speculative"], judged["runnable"], judged["reached"]) == (6, 2, 4, 4)
+    assert judged["ran_though_not_runnable"] == [] and judged["unreached"] == []
+    run = mlx_peers.PeerRun("pkg", "pkg==1", "nothing", 0, 1.0, [], judged, None)
+    summary, _, reasons_table = mlx_peers.reach_tables([run])
+    assert summary.rows[0][4] == "0 + 2 not speculative"
+    assert reasons_table.rows[0][3] == "not speculative"

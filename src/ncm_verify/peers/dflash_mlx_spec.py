@@ -31,22 +31,35 @@ def make_target(kind: str, seed: int, vocab: int = 12):
     return make_mlx_lm_target(kind, seed, vocab)
 
 
-def make_drafter(target, seed: int, block_size: int = 4, model_class=None, num_target_layers: int = 4, **config):
+def make_drafter(target, seed: int, block_size: int = 4, model_class=None, num_target_layers: int = 4,
+                 layer_types: tuple[str, ...] = (), sliding_window: int | None = None, **config):  # fmt: skip
     """dflash-mlx's own `DFlashDraftModel` (or `model_class`, a subclass taking the same arguments) reading target
-    layers 1 and 3, seeded; mask token = last id; `config` joins its `dflash_config`."""
+    layers 1 and 3, seeded; mask token = last id; `config` joins its `dflash_config`. `layer_types`: one per draft
+    layer (``full_attention``, ``sliding_attention`` with `sliding_window`), as Gemma 4 DFlash drafters ship;
+    empty: one layer of its default attention."""
     from dflash_mlx.model import DFlashDraftModel, DFlashDraftModelArgs
 
     vocab = int(target_logits(target, [0]).shape[-1])
+    fields = draft_config(vocab, layer_types, sliding_window)
     args = DFlashDraftModelArgs.from_dict(
-        dict(
-            model_type="qwen3", hidden_size=HIDDEN, num_hidden_layers=1, intermediate_size=2 * HIDDEN,
-            num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocab, num_key_value_heads=1,
-            max_position_embeddings=1024, rope_theta=10000.0, head_dim=16, tie_word_embeddings=False,
-            num_target_layers=num_target_layers, block_size=block_size,
-            dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1, **config},
-        )
+        {**fields, "num_target_layers": num_target_layers, "block_size": block_size,
+         "dflash_config": {**fields["dflash_config"], **config}}
     )  # fmt: skip
     return build(lambda: (model_class or DFlashDraftModel)(args), seed)
+
+
+def draft_config(vocab: int, layer_types=(), sliding_window: int | None = None, model_type: str = "qwen3") -> dict:
+    """The tiny drafter's config as a checkpoint's config.json gives it (`DFlashDraftModelArgs.from_dict`'s input):
+    reading target layers 1 and 3, mask token = last id; `layer_types` empty: no `layer_types` key."""
+    return dict(
+        model_type=model_type, hidden_size=HIDDEN, num_hidden_layers=max(1, len(layer_types)),
+        intermediate_size=2 * HIDDEN, num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocab,
+        num_key_value_heads=1, max_position_embeddings=1024, rope_theta=10000.0, head_dim=16,
+        tie_word_embeddings=False, num_target_layers=4, block_size=4,
+        dflash_config={"target_layer_ids": [1, 3], "mask_token_id": vocab - 1},
+        **({"layer_types": list(layer_types)} if layer_types else {}),
+        **({"sliding_window": sliding_window} if sliding_window is not None else {}),
+    )  # fmt: skip
 
 
 def target_logits(target, tokens: list[int]) -> mx.array:
@@ -59,10 +72,12 @@ def conditional(target, tokens: list[int]) -> mx.array:
 
 
 def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: str = "dflash", draft_backend=None,
-             prompt_lookup: bool = True, **options):  # fmt: skip
+             prompt_lookup: bool = True, runtime: dict | None = None, **options):  # fmt: skip
     """dflash-mlx's engine on `prompt`: the emitted tokens, its token events (fallback flags, cycles) and its
     summary event (acceptance, prompt-lookup hits), or None. `draft_backend`: another package's backend (default
-    its `EagerDraftBackend`); `prompt_lookup=False` turns its copy drafts off (``copyspec_mode="off"``)."""
+    its `EagerDraftBackend`); `prompt_lookup=False` turns its copy drafts off (``copyspec_mode="off"``); `runtime`:
+    options of its offline runtime context (`build_offline_runtime_context`: draft sink and window sizes, verify
+    length cap, prefill step)."""
     import dataclasses
 
     from dflash_mlx.draft_backend import EagerDraftBackend
@@ -73,7 +88,7 @@ def generate(target, drafter, prompt: list[int], max_tokens: int, verify_mode: s
 
     ops = resolve_target_ops(target)
     bind_draft_to_target(drafter, target, target_ops=ops)
-    context = build_offline_runtime_context(verify_mode=verify_mode)
+    context = build_offline_runtime_context(verify_mode=verify_mode, **(runtime or {}))
     if not prompt_lookup and hasattr(context.runtime, "copyspec_mode"):  # as dfly-mlx guards it: 0.1.8 has none
         context = dataclasses.replace(context, runtime=dataclasses.replace(context.runtime, copyspec_mode="off"))
     events = stream_dflash_generate(

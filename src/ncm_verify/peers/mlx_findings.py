@@ -50,6 +50,13 @@ DFLASH_SERVER_IMPORT = (
     "which mlx-lm 0.32.x removed (0.31.3 has it): `pip install dflash-mlx` resolves mlx-lm 0.32.2 and its server "
     "does not start. Repro: .peers/dflash-mlx/bin/python -c 'import dflash_mlx.serve'"
 )
+DFLASH_TREE_CAP_ONE = (
+    "dflash-mlx 0.1.8 dflash_mlx/engine/spec_epoch.py:1292-1296, engine/ddtree.py:498-505: in tree mode (verify_mode "
+    "ddtree) the drafter is asked for top-k rows over the capped verify length, so verify_len_cap=1 (--verify-len-cap "
+    "1, accepted: 'Max tokens verified per target forward') leaves none and the first round raises RuntimeError "
+    "('draft logits are empty'); block mode with the same cap decodes plain greedy tokens. Repro: "
+    ".peers/dflash-mlx/bin/python mlx_peer_properties/repro/dflash_mlx_tree_cap.py"
+)
 DFLASH_SAMPLING_DROPPED = (
     "dflash-mlx 0.1.8 serve.py:312-330 reads temperature, top_p, top_k, min_p, the penalties, logit_bias and seed "
     "from a request; server/runtime.py:157-172 calls stream_dflash_generate with none of them (it has no such "
@@ -225,6 +232,7 @@ KNOWN_PEER_FINDINGS: dict[str, str] = {
     f"{_DFLASH}test_greedy_speculative_decoding_on_a_hybrid_target_after_a_partial_acceptance": DFLASH_TAPE_ON_CPU,
     f"{_DFLASH}test_every_sampling_field_the_server_reads_reaches_the_speculative_engine": DFLASH_SAMPLING_DROPPED,
     f"{_DFLASH}test_the_server_imports_with_the_mlx_lm_its_metadata_admits": DFLASH_SERVER_IMPORT,
+    f"{_DFLASH}test_tree_mode_with_a_verify_length_cap_of_one_emits_plain_greedy_decoding": DFLASH_TREE_CAP_ONE,
     f"{_BROOMVA}test_greedy_mtp_decoding_emits_plain_greedy_decoding[sliding-window-own]": BROOMVA_WRAPPED_RING,
     f"{_BROOMVA}{_BROOMVA_SAMPLED}[sliding-window-own]": BROOMVA_WRAPPED_RING,
     f"{_BROOMVA}{_BROOMVA_CACHE}[sliding-window]": BROOMVA_WRAPPED_RING,
@@ -274,6 +282,7 @@ FINDING_RAISES: dict[str, tuple[type[BaseException], ...]] = {
     MLX_VLM_BATCH_DFLASH_CRASH: (ValueError,),
     BROOMVA_PROCESSOR_HISTORY: (TypeError, AssertionError),
     VLLM_MLLM_WRAPPED_RING: (AssertionError, ValueError),  # a restored ring may refuse the next token outright
+    DFLASH_TREE_CAP_ONE: (RuntimeError,),
 }
 """What a finding fails with when not an assertion: the package's own error."""
 

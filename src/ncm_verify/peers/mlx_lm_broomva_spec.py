@@ -39,19 +39,28 @@ def make_target(kind: str, seed: int, vocab: int = 12):
     return build(lambda: gemma4_text.Model(args), seed)
 
 
-def make_drafter(kind: str, seed: int, vocab: int = 12):
-    """The fork's `gemma4_assistant.Model` for a `kind` target (its layers read the K/V types the target has)."""
+def make_drafter(kind: str, seed: int, vocab: int = 12, ordered: bool = False, kv_heads: int = 1):
+    """The fork's `gemma4_assistant.Model` for a `kind` target (its layers read the K/V types the target has).
+    `ordered`: the clustered logit head the published assistants ship (`use_ordered_embeddings`, two centroids, a
+    seeded token ordering; the text config then omits `vocab_size`, echoed from the top level as in their configs);
+    `kv_heads`: 2 for as many K/V heads as query heads."""
+    import numpy as np
     from mlx_lm.models import gemma4_assistant
 
     layers = ["full_attention"] * 2 if kind == "attention" else ["sliding_attention", "full_attention"]
-    args = gemma4_assistant.ModelArgs(
-        backbone_hidden_size=HIDDEN, use_ordered_embeddings=False, vocab_size=vocab,
-        text_config=dict(
-            hidden_size=16, intermediate_size=32, num_hidden_layers=2, layer_types=layers, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, global_head_dim=16, rms_norm_eps=1e-6, vocab_size=vocab,
-        ),
+    text = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, layer_types=layers, num_attention_heads=2,
+        num_key_value_heads=kv_heads, head_dim=16, global_head_dim=16, rms_norm_eps=1e-6,
     )  # fmt: skip
-    return build(lambda: gemma4_assistant.Model(args), seed)
+    args = gemma4_assistant.ModelArgs(
+        backbone_hidden_size=HIDDEN, use_ordered_embeddings=ordered, vocab_size=vocab, num_centroids=2,
+        centroid_intermediate_top_k=1, text_config=text if ordered else {**text, "vocab_size": vocab},
+    )  # fmt: skip
+    drafter = build(lambda: gemma4_assistant.Model(args), seed)
+    if ordered:
+        order = np.random.default_rng(seed).permutation(vocab)
+        drafter.masked_embedding._token_ordering = mx.array(order, dtype=mx.int32)
+    return drafter
 
 
 def generate(target, prompt: list[int], max_tokens: int, drafter=None, num_draft_tokens: int = 3, **options):
@@ -85,9 +94,25 @@ def planted() -> contextlib.AbstractContextManager:
 
 def generate_with_draft_model(target, draft, prompt: list[int], max_tokens: int, num_draft_tokens: int, **options):
     """Tokens of the fork's classic `speculative_generate_step` with a separate draft model (`draft`)."""
+    return list(draft_model_steps(target, draft, prompt, max_tokens, num_draft_tokens, **options))
+
+
+def mtp_steps(target, prompt: list[int], max_tokens: int, drafter, prompt_cache, num_draft_tokens: int = 2):
+    """The fork's `mtp_speculative_generate_step` as a lazy generator of token ids (nothing runs until iterated)."""
+    from mlx_lm.generate import mtp_speculative_generate_step
+
+    steps = mtp_speculative_generate_step(
+        mx.array(prompt), target, drafter, num_draft_tokens=num_draft_tokens, max_tokens=max_tokens,
+        prompt_cache=prompt_cache,
+    )  # fmt: skip
+    return (int(step[0]) for step in steps)
+
+
+def draft_model_steps(target, draft, prompt: list[int], max_tokens: int, num_draft_tokens: int, **options):
+    """The fork's `speculative_generate_step` as a lazy generator of token ids."""
     from mlx_lm.generate import speculative_generate_step
 
     steps = speculative_generate_step(
         mx.array(prompt), target, draft, num_draft_tokens=num_draft_tokens, max_tokens=max_tokens, **options
     )
-    return [int(step[0]) for step in steps]
+    return (int(step[0]) for step in steps)

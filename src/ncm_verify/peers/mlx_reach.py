@@ -65,8 +65,18 @@ MLX_VLM_REASONS = (
     ),
     Reason("mlx_vlm/speculative/drafters/qwen3_5_mtp/config.py", "Qwen3_5MTPConfig.__post_init__", LOADING, True),
     Reason("mlx_vlm/speculative/ddtree.py", WHOLE, "dead code: build_ddtree is exported and called nowhere in mlx-vlm"),
-    Reason("mlx_vlm/speculative/common.py", "_format_speculative_stats", "verbose statistics printing", True),
-    Reason("mlx_vlm/speculative/common.py", "speculative_stats_since", "verbose statistics", True),
+    Reason(
+        "mlx_vlm/speculative/common.py",
+        "_format_speculative_stats",
+        "not the speculative path: verbose statistics printing",
+        speculative=False,
+    ),
+    Reason(
+        "mlx_vlm/speculative/common.py",
+        "speculative_stats_since",
+        "not the speculative path: acceptance statistics for verbose output",
+        speculative=False,
+    ),
     Reason(
         "mlx_vlm/speculative/drafters/qwen3_5_mtp/qwen3_5_mtp.py",
         "Qwen3_5MTPDraftModel.accept_verified_tokens_batch",
@@ -161,8 +171,8 @@ MLX_VLM_REASONS = (
     Reason(
         "mlx_vlm/*/*.py",
         r"re:% 256 == 0|% DEFAULT_CACHE_EVAL_INTERVAL",
-        "memory housekeeping every 256 tokens: the properties generate at most 20",
-        True,
+        "not the speculative path: memory housekeeping (mx.clear_cache) every 256 tokens",
+        speculative=False,
     ),
     Reason(
         "mlx_vlm/speculative/*.py",
@@ -203,16 +213,42 @@ DFLASH_MLX = (
     Scope("dflash_mlx/model.py"),
 )
 SERVER = "server-only: the prefix cache, snapshots and memory telemetry the server's runtime drives"
+INSTRUMENTATION = (
+    "not the speculative path: instrumentation (cycle profiling, memory sampling, telemetry events, yield-pause "
+    "timing), off by default, emitting nothing the tokens or caches depend on"
+)
+SNAPSHOTS = (
+    "not the speculative path: the server's prefix-cache snapshots (publication at prefix boundaries and after a "
+    "generation, restore from one) and its Metal memory housekeeping (mx.clear_cache at boundaries); the prefix "
+    "caches are judged by their own properties"
+)
 
 DFLASH_MLX_REASONS = (
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_prefill_events", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_generation_snapshot_events", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "_publish_snapshot_event", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.clear_cache_boundary", SERVER, True),
-    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession.memory_waterfall_event", SERVER, True),
     Reason(
-        "dflash_mlx/engine/spec_epoch.py", "_SessionRequest.should_collect_generation_snapshot_hidden", SERVER, True
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:profile_cycles|sample_memory_cycle|evt is not None|memory_waterfall|_clear_at|if self\.enabled"
+        r"|clear_cache_boundaries|callable\((synchronize|clear_cache)\)",
+        INSTRUMENTATION,
+        speculative=False,
     ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        r"re:snapshot|prefix_cache_active|snap_prefix_len|publication is None|end_target_hidden is None"
+        r"|last_cycle_logits is not None|prefill_logits is None|snapshot_boundary",
+        SNAPSHOTS,
+        speculative=False,
+    ),
+    *(
+        Reason("dflash_mlx/engine/spec_epoch.py", name, why, speculative=False)
+        for name, why in (
+            ("_publish_snapshot_event", SNAPSHOTS),
+            ("SpeculativeSession._run_generation_snapshot_events", SNAPSHOTS),
+            ("SpeculativeSession.clear_cache_boundary", SNAPSHOTS),
+            ("SpeculativeSession.memory_waterfall_event", INSTRUMENTATION),
+            ("_SessionRequest.should_collect_generation_snapshot_hidden", SNAPSHOTS),
+        )
+    ),
+    Reason("dflash_mlx/engine/spec_epoch.py", "SpeculativeSession._run_prefill_events", SERVER, True),
     Reason(
         "dflash_mlx/engine/spec_epoch.py",
         "_AdaptiveBlockPolicy",
@@ -226,15 +262,79 @@ DFLASH_MLX_REASONS = (
         True,
     ),
     Reason("dflash_mlx/engine/ddtree.py", "verify_candidates_batch", "tree candidates verified as a batch", True),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:strategy (==|!=) \"(first|margin)\"|for pos in range\(min\(len\(top_values_desc",
+        'dead code on the engine\'s path: its one caller (spec_epoch.py, tree mode) passes strategy="first"; the '
+        '"margin" ordering and the unknown-strategy error are never taken',
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:isinstance\((value|captured), (list|dict|tuple)\)|value\.ndim >= 2 and",
+        "generic attribute cloning and batch selection: containers (lists, tuples, dicts) and array shapes the "
+        "caches built here do not hold",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        "flat_tree_path_token_ids",
+        "dead code: called nowhere in dflash-mlx (its tree paths are built by build_flat_ddtree)",
+    ),
+    Reason("dflash_mlx/engine/ddtree.py", "pad_flat_tree_paths", "dead code: called nowhere in dflash-mlx"),
+    Reason(
+        "dflash_mlx/engine/copyspec.py",
+        r"re:if window is None|if not self._matches_window|^\s*if len\(self._tokens\) < self.window_size"
+        r"|len\(self._tokens\) \+ 1 < self.window_size|if start < 0 or source_pos",
+        "guards the index's invariants leave untaken: an enabled index holds more tokens than its window (a tail "
+        "window always exists), and an indexed window matches its source unless the 64-bit FNV hash collides",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/engine/ddtree.py",
+        r"re:if len\(posterior_token_ids\) < tree.size|if top_width <= 0",
+        "argument checks the engine's calls always pass: a posterior for every tree slot, a positive top-k width",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/model.py",
+        r"re:if cache is None:",
+        "dead on the engine's path: it always hands the drafter its context caches",
+        dead=True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1243",
+        "not the speculative path: Metal memory housekeeping (clear_cache every few thousand tokens)",
+        speculative=False,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1981",
+        "not the speculative path: Metal memory housekeeping (clear_cache every few thousand tokens)",
+        speculative=False,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "1571",
+        "tree branches drafted as a batch: wide trees with several branches per depth",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "2011-2030",
+        "the block round's profiled twin: runs only with cycle profiling on (a diagnostics option)",
+        True,
+    ),
+    Reason(
+        "dflash_mlx/engine/spec_epoch.py",
+        "2053",
+        "a copy draft found on a round with no prefetched block: the drawn prompts find theirs in the prefetch",
+        True,
+    ),
     Reason("dflash_mlx/model.py", "DFlashDraftModelArgs", LOADING, True),
     Reason("dflash_mlx/model.py", "build_target_layer_ids", LOADING, True),
     Reason("dflash_mlx/model.py", "_default_draft_layer_types", LOADING, True),
-    Reason(
-        "dflash_mlx/engine/spec_epoch.py",
-        r"re:profile_cycles|sample_memory_cycle|evt is not None|memory_waterfall|_clear_at",
-        "instrumentation: cycle profiling, memory sampling and telemetry events, off by default",
-        True,
-    ),
     Reason(
         "dflash_mlx/engine/spec_epoch.py",
         r"re:stop_token|stop_hit",
@@ -356,7 +456,21 @@ MTPLX_REASONS = (
     Reason(
         "mtplx/qwen4_block_verify.py",
         "build_verifier",
-        "the batched target rows entry (target_batch) and windows missing a row, where mtplx keeps the chain law",
+        "a batched target row with no mass (each row is also judged through the list entry)",
+        True,
+    ),
+    Reason(
+        "mtplx/qwen4_block_verify.py",
+        "water_fill_lambda",
+        "water-fill edges (no active weight left before the target, a target past every breakpoint): float64 "
+        "boundary values the drawn rows do not reach",
+        True,
+    ),
+    Reason(
+        "mtplx/qwen4_block_verify.py",
+        r"re:if coin > ONE|if q_value <= ZERO|token_ids.size == 0 or wanted.size == 0",
+        "guards the ladder cannot reach: a coin above 1 (realised <= reach by construction), a drafted token outside "
+        "its own draft row, an empty prepared row (prepared_pair returns None first)",
         True,
     ),
     Reason(
@@ -364,6 +478,12 @@ MTPLX_REASONS = (
         "prepared_pair",
         "host rows given as sparse objects or with mismatched ids: the property hands dense rows",
         True,
+    ),
+    Reason(
+        "mtplx/sampling.py",
+        "_vocab_size",
+        "dead exit: its one caller (residual_distribution with p and q both sparse) hands it a sparse p only",
+        dead=True,
     ),
     Reason("mtplx/qwen4_block_verify.py", "_env_truthy", "the environment gate (MTPLX_QWEN4_BLOCK_VERIFY)", True),
     Reason("mtplx/qwen4_block_verify.py", "_read_gate", "the environment gate (MTPLX_QWEN4_BLOCK_VERIFY)", True),
@@ -387,18 +507,6 @@ MLX_LM_BROOMVA_REASONS = (
     Reason("mlx_lm/models/gemma4_assistant.py", "Model.sanitize", LOADING),
     Reason("mlx_lm/models/gemma4_assistant.py", "Model.quant_predicate", LOADING + " (quantisation)"),
     Reason("mlx_lm/models/gemma4_assistant.py", "ModelArgs.__post_init__", LOADING, True),
-    Reason(
-        "mlx_lm/generate.py",
-        r"re:if logits_processors|prev_tokens",
-        "logits processors on the draft-model loop: judged on the MTP loop only (finding 9 there)",
-        True,
-    ),
-    Reason(
-        "mlx_lm/generate.py",
-        r"re:can_trim_prompt_cache",
-        "untrimmable caches are refused with a ValueError: the hybrid target's refusal is not a property",
-        True,
-    ),
     Reason("mlx_lm/generate.py", r"re:while y.size > 1", "prompts longer than the prefill step (2048)", True),
 )
 
@@ -422,12 +530,40 @@ VLLM_MLX_REASONS = (
     Reason("vllm_mlx/scheduler.py", "_install_mtp._get_mtp_stats", TEXT_MTP_DEAD),
     Reason("vllm_mlx/scheduler.py", "_install_mtp._drain_mtp_uid_deltas", TEXT_MTP_DEAD),
     Reason("vllm_mlx/scheduler.py", "864-1333", TEXT_MTP_DEAD),
-    Reason("vllm_mlx/scheduler.py", "_mtp_status_snapshot", "server status endpoint", True),
+    Reason("vllm_mlx/scheduler.py", r"re:if not hasattr\(batch_gen, \"_step\"\)", TEXT_MTP_DEAD, dead=True),
+    Reason(
+        "vllm_mlx/scheduler.py",
+        "_mtp_status_snapshot",
+        "not the speculative path: the server's status endpoint",
+        speculative=False,
+    ),
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
-        r"re:logits_processors|if samplers",
-        "per-request logits processors and samplers on the MLLM MTP round: not yet judged there",
+        r"re:if isinstance\(hidden, list\)|if hasattr\(_c, \"state\"\)",
+        "model outputs and caches of other families: hidden states returned as a list, a recurrent cache without state",
         True,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
+        r"re:if no_active_batch_bypass|if responses:|if uid in prev_deferred|if batch is not None"
+        r"|for e, bu in enumerate\(batch.uids\)",
+        "engine states between requests: a step with no active batch or no response (chunked prefill), a deferred "
+        "draft whose request left the batch in that step",
+        True,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
+        "3099-3108",
+        "dead code: the MTP step returns to the plain step (logits_processors_bypass) whenever a request has "
+        "logits processors, so its round never applies them",
+        dead=True,
+    ),
+    Reason(
+        "vllm_mlx/mllm_batch_generator.py",
+        r"re:if samplers and any\(samplers\)",
+        "dead exit: every request gets its own sampler (make_sampler in its insertion), so a batch's samplers are "
+        "never all absent on the MTP round",
+        dead=True,
     ),
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
@@ -450,7 +586,7 @@ VLLM_MLX_REASONS = (
     Reason(
         "vllm_mlx/mllm_batch_generator.py",
         r"re:total % 50|num_draft_tokens != 1",
-        "periodic statistics logging and the warning for more than one draft token",
-        True,
+        "not the speculative path: periodic statistics logging and the warning for more than one draft token",
+        speculative=False,
     ),
 )

@@ -50,6 +50,13 @@ class Reason:
     runnable: bool = False
     """False: the branches cannot run here (macOS-only, Metal kernel, dead code) and leave the runnable total.
     True: runnable but not reached by design (the reason says why); they stay in the total, as unreached."""
+    dead: bool = False
+    """True: the branch lines run, but the exits they leave untaken cannot be taken (a guard an earlier return
+    decides, a constant argument): those exits leave the runnable total; a line whose every exit ran is listed
+    as stale. Only with `runnable` False."""
+    speculative: bool = True
+    """False: the branch lines decide only what is not the speculative path (instrumentation, the server's prefix
+    snapshots): their exits leave the total whether taken or not (the guard itself runs, so no stale check)."""
 
 
 def resolve(site: Path, scopes: tuple[Scope, ...]) -> list[Path]:
@@ -127,12 +134,12 @@ def branch_name(file: str, line: int, dest: int) -> str:
 def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reason, ...]) -> dict:
     """The reach of one peer's run from `dump`'s table: totals, and every unreached branch with its reason.
 
-    Returns ``{"total", "not_runnable", "runnable", "reached", "percent", "unreached": [{"branch", "reason",
-    "runnable"}], "ran_though_not_runnable": [...], "reasons": [{"path", "lines", "reason", "runnable",
-    "branches"}], "files": {file: {"total", "reached"}}}``: a branch a reason calls not runnable that ran anyway is
-    listed, so a stale reason shows.
+    Returns ``{"total", "not_runnable", "not_speculative", "runnable", "reached", "percent", "unreached":
+    [{"branch", "reason", "runnable"}], "ran_though_not_runnable": [...], "reasons": [{"path", "lines", "reason",
+    "runnable", "speculative", "branches"}], "files": {file: {"total", "reached"}}}``: a branch a reason calls not
+    runnable that ran anyway is listed, so a stale reason shows.
     """
-    totals = {"total": 0, "not_runnable": 0, "reached": 0}
+    totals = {"total": 0, "not_runnable": 0, "not_speculative": 0, "reached": 0}
     unreached, ran, files = [], [], {}
     per_reason = {reason: 0 for reason in reasons}
     for file, entry in sorted(raw.items()):
@@ -156,6 +163,15 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
             reason = next((r for r, span in reason_spans if covers(r, span, line, text)), None)
             if reason is not None:
                 per_reason[reason] += count
+            if reason is not None and not reason.speculative:
+                totals["not_speculative"] += count
+                continue
+            if reason is not None and reason.dead and not reason.runnable:
+                totals["not_runnable"] += len(missing)
+                file_total += count - len(missing)
+                file_reached += count - len(missing)
+                ran += [] if missing else [f"{relative}:{line}"]
+                continue
             if reason is not None and not reason.runnable:
                 totals["not_runnable"] += count
                 ran += [f"{relative}:{line}"] if len(missing) < count else []
@@ -175,15 +191,23 @@ def judge(raw: dict, site: Path, scopes: tuple[Scope, ...], reasons: tuple[Reaso
         files[relative] = {"total": file_total, "reached": file_reached}
     runnable = totals["total"]
     return {
-        "total": runnable + totals["not_runnable"],
+        "total": runnable + totals["not_runnable"] + totals["not_speculative"],
         "not_runnable": totals["not_runnable"],
+        "not_speculative": totals["not_speculative"],
         "runnable": runnable,
         "reached": totals["reached"],
         "percent": round(100.0 * totals["reached"] / runnable, 1) if runnable else None,
         "unreached": unreached,
         "ran_though_not_runnable": ran,
         "reasons": [
-            {"path": r.path, "lines": r.lines, "reason": r.reason, "runnable": r.runnable, "branches": n}
+            {
+                "path": r.path,
+                "lines": r.lines,
+                "reason": r.reason,
+                "runnable": r.runnable and r.speculative,
+                "speculative": r.speculative,
+                "branches": n,
+            }
             for r, n in per_reason.items()
         ],
         "files": files,

@@ -166,23 +166,31 @@ def probe_batch(engine, probe: int) -> list[tuple[int, int, np.ndarray]]:
 
 
 def serve(
-    target, prompts: list[list[int]], max_tokens: int, drafter=None, probe=None, probes=None, native=False, **fields
-) -> tuple[list[list[int]], dict]:
+    target, prompts: list[list[int]], max_tokens: int, drafter=None, probe=None, probes=None, native=False,
+    requested: tuple[bool, ...] | None = None, stop_tokens: set[int] | None = None,
+    budgets: list[int] | None = None, **fields,
+) -> tuple[list[list[int]], dict]:  # fmt: skip
     """The tokens vllm-mlx's `MLLMBatchGenerator` emits for `prompts` decoded together (text requests, token ids
     given: no processor runs), with `install_mtp_mllm`'s external assistant `drafter` (every request asks for it:
     ``mllm_draft``) or without; `fields` are `MLLMBatchRequest`'s sampling fields (temperature, top_p, top_k,
     min_p, repetition_penalty, presence_penalty). Returns the tokens per prompt and the MTP statistics. With a
     `probe` token, `probes` (a list) receives `probe_batch`'s rows of unfinished requests after every step.
-    `native`: the native MTP branch (no drafter; the target carries `mtp`, `make_native_mtp_target`)."""
+    `native`: the native MTP branch (no drafter; the target carries `mtp`, `make_native_mtp_target`). `requested`:
+    per prompt, whether its request asks for the assistant (default: every one, when a drafter is given);
+    `stop_tokens`: the engine's stop token ids; `budgets`: per prompt, its request's `max_tokens` (default
+    `max_tokens` each)."""
     from vllm_mlx.mllm_batch_generator import MLLMBatchGenerator, MLLMBatchRequest, install_mtp_mllm
 
-    engine = MLLMBatchGenerator(target, types.SimpleNamespace(), max_tokens=max_tokens, enable_vision_cache=False)
+    engine = MLLMBatchGenerator(
+        target, types.SimpleNamespace(), max_tokens=max_tokens, enable_vision_cache=False, stop_tokens=stop_tokens
+    )
     if drafter is not None or native:
         install_mtp_mllm(engine, engine.language_model, num_draft_tokens=1, draft_model=drafter)
     fields = {"temperature": 0.0, "top_p": 1.0, **fields}
     requests = [
-        MLLMBatchRequest(uid=0, request_id=str(i), prompt="", max_tokens=max_tokens, input_ids=mx.array([prompt]),
-                         mllm_draft=drafter is not None, **fields)
+        MLLMBatchRequest(uid=0, request_id=str(i), prompt="", max_tokens=budgets[i] if budgets else max_tokens,
+                         input_ids=mx.array([prompt]),
+                         mllm_draft=drafter is not None and (requested is None or requested[i]), **fields)
         for i, prompt in enumerate(prompts)
     ]  # fmt: skip
     engine.insert(requests)

@@ -176,7 +176,8 @@ def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
                 f"{judged['reached']} / {judged['runnable']}",
                 f"{judged['percent']}",
                 f"{run.before['reached']} / {run.before['runnable']} ({run.before['percent']})" if run.before else "-",
-                str(judged["not_runnable"]),
+                str(judged["not_runnable"])
+                + (f" + {judged['not_speculative']} not speculative" if judged.get("not_speculative") else ""),
                 str(len([u for u in judged["unreached"] if u["reason"] != UNEXPLAINED])),
                 str(len([u for u in judged["unreached"] if u["reason"] == UNEXPLAINED])),
                 compact(judged["ran_though_not_runnable"]) or "none",
@@ -185,7 +186,9 @@ def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         ],
         note="coverage.py branch coverage (a branch: one exit of a line with several), measured in the package's own "
         "environment while its properties ran; scopes and reasons in ncm_verify.peers.mlx_reach. 'Not runnable here' "
-        "branches (macOS-only, Metal, ...) leave the runnable total; 'before' is the properties before the reach work.",
+        "branches (macOS-only, Metal, ...) leave the runnable total, as do 'not speculative' ones (branch lines "
+        "deciding only instrumentation or the server's prefix snapshots, taken or not); 'before' is the properties "
+        "before the reach work.",
     )  # fmt: skip
     grouped = []
     for run, judged in measured:
@@ -204,7 +207,14 @@ def reach_tables(runs: list[PeerRun]) -> tuple[Table, Table, Table]:
         "Reasons, per package: file and lines",
         ("package", "file", "lines", "runnable", "branches", "reason"),
         [
-            (run.pin, r["path"], r["lines"], "yes" if r["runnable"] else "no", str(r["branches"]), r["reason"])
+            (
+                run.pin,
+                r["path"],
+                r["lines"],
+                "yes" if r["runnable"] else "no" if r.get("speculative", True) else "not speculative",
+                str(r["branches"]),
+                r["reason"],
+            )
             for run, judged in measured
             for r in judged["reasons"]
         ],
