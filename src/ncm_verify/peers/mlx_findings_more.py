@@ -50,6 +50,22 @@ YUNSHU_FIRST_TOKEN_EOS = (
     "as the first token it emits [3, 2] where plain decoding stops at [3]. Repro: .peers/yunshu/bin/python "
     "mlx_peer_properties/repro/yunshu_first_token_eos.py"
 )
+YUNSHU_GRAMMAR = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:1035-1039 (generate): with a grammar constraint (the one "
+    "engine_speculative wires in for a response format) the prefill's token is taken unmasked and never advanced "
+    "into the constraint, and verify_draft's bonus mask (:640-646) is skipped whenever the constraint's rollback "
+    "needs a checkpoint (Choice, Regex: TypeError): the correction token is unmasked. Choices ('abcab', 'bad', "
+    "'cabbed', 'aced', 'ebbed'): speculative 'cddddddcdc' where constrained plain decoding gives 'cabbed'. Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_grammar.py"
+)
+YUNSHU_DRAFT_RING = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:933,962 (_snapshot_cache / _restore_cache): a draft "
+    "model's RotatingKVCache is snapshotted as (offset, _idx) only; once its ring is full, drafting overwrites ring "
+    "slots that the restore does not bring back, so after a rejection the draft cache holds rejected drafts' keys: "
+    "off an uncached pass by 1.85 nats after one round, 9.43 after four (sliding-window drafter, window 4). Greedy "
+    "output stays exact (the target verifies); the drafts are conditioned on a wrong context. Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_draft_ring.py"
+)
 NUNSPARK_TREE_SLIDING = (
     "nunspark 0.13.0 nunspark/engine.py:1012-1022 (StreamingEngine.tree_forward): tree verification gives every "
     "layer a plain KVCache and one mask and calls slot(h, mask=mask, cache=ephem) as for a Llama block; on a "
@@ -118,6 +134,10 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_YUNSHU}test_a_seeded_request_decodes_the_same_tokens_each_time": YUNSHU_SEED,
     f"{_YUNSHU}test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding": (
         YUNSHU_FIRST_TOKEN_EOS
+    ),
+    f"{_YUNSHU}test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding": YUNSHU_GRAMMAR,
+    f"{_YUNSHU}test_at_every_round_the_draft_cache_attends_as_the_tokens_it_holds_uncached[sliding-window]": (
+        YUNSHU_DRAFT_RING
     ),
     f"{_NUNSPARK}test_greedy_speculative_decoding_emits_plain_greedy_decoding[sliding-window-tree-own]": (
         NUNSPARK_TREE_SLIDING

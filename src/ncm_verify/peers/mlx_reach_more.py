@@ -84,9 +84,8 @@ YUNSHU_REASONS = (
     ),
     Reason(
         "yunshu_engine/speculative_decoder.py",
-        "1214-1218",
-        "a round accepting past the budget: max_tokens is not varied against drafts",
-        runnable=True,
+        "1216",
+        "dead code: drafts are capped at the remaining budget (effective_K), so accepted drafts never pass it",
     ),
 )
 
@@ -169,14 +168,15 @@ MLX_DSPARK_REASONS = (
 
 DFLY_MLX = (Scope("dfly_mlx/backend.py"), Scope("dfly_mlx/model.py", ("DFlyDraftModel", "HiddenStatesCorrection")))
 DFLY_MLX_REASONS = (
-    Reason("dfly_mlx/backend.py", "31-32", "argument check (block_len <= 1) not exercised", runnable=True),
-    Reason("dfly_mlx/backend.py", "39-41", "float32 drafters: no compute dtype to cast to", runnable=True),
-    Reason("dfly_mlx/backend.py", "52-53", "float32 drafters: no compute dtype to cast to", runnable=True),
-    Reason("dfly_mlx/backend.py", "65-68", "the engine's synchronous launch only", runnable=True),
-    Reason("dfly_mlx/model.py", "41-45", "argument check (layer count) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "61-66", "argument check (feature width) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "71-72", "argument check (context width) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "103-106", "argument check (no cache) not exercised", runnable=True),
+    *(
+        Reason(
+            "dfly_mlx/backend.py",
+            lines,
+            "dead code: a DFly drafter always has a floating hidden_norm weight, so dflash-mlx's "
+            "_draft_compute_dtype always finds a dtype",
+        )
+        for lines in ("39", "52")
+    ),
 )
 
 MLX_FLASH = (

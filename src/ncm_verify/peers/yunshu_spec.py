@@ -176,19 +176,34 @@ def round_law(spec, target, context: list[int], draft_logprobs: np.ndarray, draf
 
 
 def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]], draft_logprobs: list[list[float]],
-                temperature: float, rng_seed: int):  # fmt: skip
-    """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches)."""
+                temperature: float, rng_seed: int, record: bool = False):  # fmt: skip
+    """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches). With
+    `record`, each result comes with the law its correction sampler was handed (softmax of the row it got)."""
+    from yunshu_engine import batched_engine
     from yunshu_engine.speculative_decoder import DraftResult
 
     results = [DraftResult(token_ids=d, logprobs=lp) for d, lp in zip(drafts, draft_logprobs)]
-    spec.rng = random.Random(rng_seed)
-    batched = spec.batch_verify_drafts(
-        [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
-    )
-    alone = []
-    spec.rng = random.Random(rng_seed)
-    for r, c in zip(results, contexts):
-        alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
+    recorder = RecordingTempSampler()
+    patch = mock.patch.object(batched_engine, "_build_temp_sampler", recorder.build) if record else None
+
+    def law(row: np.ndarray) -> np.ndarray:
+        weights = np.exp(row.astype(np.float64) - row.max())
+        return weights / weights.sum()
+
+    with patch or contextlib.nullcontext():
+        spec.rng = random.Random(rng_seed)
+        batched = spec.batch_verify_drafts(
+            [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
+        )
+        batched_laws = [law(row) for row in recorder.rows]  # one sampler call per request, in order
+        alone = []
+        spec.rng = random.Random(rng_seed)
+        for r, c in zip(results, contexts):
+            alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
+            if record:
+                alone[-1] = (alone[-1], law(recorder.rows[-1]))
+    if record:
+        return list(zip(batched, batched_laws)), alone
     return batched, alone
 
 
@@ -232,3 +247,92 @@ def planted() -> contextlib.AbstractContextManager:
         return own(prompt_cache, max(num_tokens - 1, 0))
 
     return mock.patch.object(cache, "trim_prompt_cache", trim_one_fewer)
+
+
+CHOICES = ("abcab", "bad", "cabbed", "aced", "ebbed")
+"""A choice grammar (yunshu's `{"type": "choice"}` response format) over the letters of `CharTokenizer`."""
+
+
+class CharTokenizer:
+    """What yunshu's grammar constraints read of a tokenizer: token i < 5 is the letter "abcde"[i], the last one
+    (`eos_token_id`) is the end of sequence and decodes to nothing."""
+
+    def __init__(self, vocab: int = 6):
+        if vocab < 6:
+            raise ValueError(f"vocab: the grammar needs 5 letters and an EOS, got {vocab}")
+        self.eos_token_id = vocab - 1
+        self.letters = "abcde" + "".join(chr(ord("f") + i) for i in range(vocab - 6))
+
+    def get_vocab(self) -> dict[str, int]:
+        return {letter: i for i, letter in enumerate(self.letters)} | {"</s>": self.eos_token_id}
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.letters[i] if i < len(self.letters) else "" for i in ids)
+
+
+def choice_constraint(tokenizer: CharTokenizer):
+    """The constraint yunshu's engine wires into its speculative decoder for a choice response format
+    (`engine_sampling._build_grammar_constraint`, as `engine_speculative` calls it)."""
+    from yunshu_engine.engine_sampling import _build_grammar_constraint
+
+    return _build_grammar_constraint({"type": "choice", "choices": list(CHOICES)}, tokenizer)
+
+
+def constrained_decoder(target, drafter, draft_length: int, tokenizer: CharTokenizer):
+    """`SpeculativeDecoder` with the choice grammar as its `constraint` (coins from ``random.Random(0)``)."""
+    spec = decoder(target, drafter, draft_length)
+    spec.tokenizer, spec.constraint = tokenizer, choice_constraint(tokenizer)
+    spec._eos_ids = {tokenizer.eos_token_id}
+    return spec
+
+
+def plain_constrained(target, prompt: list[int], max_tokens: int, tokenizer: CharTokenizer) -> list[int]:
+    """Plain grammar-constrained greedy decoding: each token the argmax of one uncached pass over the tokens the
+    grammar allows after the text so far (a fresh constraint advanced by each token), ending at EOS."""
+    constraint, out = choice_constraint(tokenizer), []
+    while len(out) < max_tokens:
+        row = np.array(conditional(target, prompt + out))
+        allowed = constraint.get_allowed_tokens(tokenizer, out)
+        out.append(max(allowed, key=lambda token: row[token]))
+        if out[-1] == tokenizer.eos_token_id:
+            break
+        constraint.advance(tokenizer.decode([out[-1]]))
+    return out
+
+
+def grammar_violation(tokens: list[int], tokenizer: CharTokenizer) -> str | None:
+    """Where `tokens` first leave the choice grammar (a token the constraint does not allow there), or None."""
+    constraint = choice_constraint(tokenizer)
+    for position, token in enumerate(tokens):
+        allowed = constraint.get_allowed_tokens(tokenizer, tokens[:position])
+        if token not in allowed:
+            return f"token {position} ({token}, {tokenizer.decode(tokens[: position + 1])!r}) not in {sorted(allowed)}"
+        if token == tokenizer.eos_token_id:
+            return None if position == len(tokens) - 1 else f"tokens after the EOS at {position}"
+        constraint.advance(tokenizer.decode([token]))
+    return None
+
+
+class CancelAfter:
+    """A cancellation event (`generate`'s `cancel_event`: anything with `is_set`) that turns set at its n-th
+    query, so that cancellation lands inside a round."""
+
+    def __init__(self, queries: int):
+        self.queries, self.asked = queries, 0
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked > self.queries
+
+
+def draft_caches_at_rounds(spec, drafter) -> list[tuple[int, list]]:
+    """Records, at each round's start (`_snapshot_cache` of the draft cache), a copy of the draft cache and the
+    offset it claims (its attention layers' largest): after the previous round's restore and re-feed."""
+    own, rounds = spec._snapshot_cache, []
+
+    def snapshot(cache):
+        rounds.append((max(int(getattr(c, "offset", 0) or 0) for c in cache), copy.deepcopy(cache)))
+        return own(cache)
+
+    spec._snapshot_cache = snapshot
+    return rounds
