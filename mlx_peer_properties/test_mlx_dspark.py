@@ -169,3 +169,88 @@ def test_its_batch_engine():
         "not judged in this round: batch_engine.py (its server's batch of requests) needs its server's request "
         "objects; the single-request loop it batches is judged above"
     )
+
+
+@pytest.mark.peer_property(3)
+@pytest.mark.parametrize("batched_drafter", [True, False], ids=["stage B", "stage A"])
+@settings(max_examples=3)
+@given(data=st.data())
+def test_batched_speculative_decoding_gives_each_row_what_decoding_it_alone_gives(batched_drafter, data):
+    """`batch_spec_generate` (the batched engine; rows of different prompt lengths and budgets, finishing at
+    different rounds, the drafter batched or per row): each row's tokens are what the same engine gives that
+    prompt alone, and their first max_new_tokens are plain greedy decoding."""
+    target, drafter, cap, prompt, max_tokens, call = data.draw(cases("attention"))
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8), label="second prompt")
+    budgets = [max_tokens, data.draw(st.integers(2, 16), label="second max_tokens")]
+    options = dict(max_draft_tokens=cap or 2, batched_drafter=batched_drafter)
+    rows = peer.batch_rows(target, drafter, [prompt, other], budgets, **options)
+    for row, (tokens, ids, budget) in enumerate(zip(rows, [prompt, other], budgets)):
+        alone = peer.batch_rows(target, drafter, [ids], [budget], **options)[0]
+        plain = peer.plain(target, ids, budget)
+        label = f"row {row} (prompt {ids}, max {budget}, {options}); {call}"
+        assert tokens == alone, f"{label}: batched {tokens} != alone {alone}: {first_difference(tokens, alone)}"
+        assert tokens[:budget] == plain, f"{label}: batched {tokens} != plain {plain}"
+
+
+@pytest.mark.peer_property(1, 4)
+@pytest.mark.parametrize("penalty", [0.0, 0.5], ids=["greedy", "presence penalty"])
+@settings(max_examples=3)
+@given(data=st.data())
+def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(penalty, data):
+    """mlx-dspark's `CapController` ("the cap only affects speed, never output"), on cost curves where it parks
+    speculation (cap 0: plain steps, probe rounds between), with and without a presence penalty: the first
+    max_new_tokens tokens equal `greedy_generate`'s with the same penalty."""
+    target, drafter, _, prompt, _, call = data.draw(cases("attention"))
+    max_tokens = 24  # long enough to park after the controller's first observations
+    result = peer.generate(
+        target, drafter, prompt, max_tokens, cap_controller=peer.losing_cap_controller(), presence_penalty=penalty,
+        lookup_drafts=False,
+    )  # fmt: skip
+    tokens = [int(t) for t in result.token_ids][:max_tokens]
+    plain = peer.plain(target, prompt, max_tokens, presence_penalty=penalty)
+    assert tokens == plain, f"penalty {penalty}: {tokens} != plain {plain}: {first_difference(tokens, plain)}\n {call}"
+
+
+@pytest.mark.peer_property(6)
+@settings(max_examples=3)
+@given(data=st.data(), top=st.integers(0, 2))
+def test_reported_logprobs_and_rounds_are_the_target_s_and_the_loop_s(data, top):
+    """`logprobs` and `on_round`, two options `speculative_generate` accepts: each reported log-probability is the
+    target's log-softmax at that token (one uncached pass), with its `top` best alternatives; the rounds reported
+    commit exactly the tokens returned after the prefill's."""
+    target, drafter, cap, prompt, max_tokens, call = data.draw(cases("attention"))
+    rounds = []
+    result = peer.generate(
+        target, drafter, prompt, max_tokens, max_draft_tokens=cap, logprobs=top,
+        on_round=lambda **fields: rounds.append(fields),
+    )  # fmt: skip
+    tokens = [int(t) for t in result.token_ids]
+    assert sum(r["committed"] for r in rounds) == len(tokens) - 1, f"rounds {rounds} vs {len(tokens)} tokens: {call}"
+    assert len(result.logprobs) == len(tokens), f"{len(result.logprobs)} logprobs for {len(tokens)} tokens: {call}"
+    for position, (token, entry) in enumerate(zip(tokens, result.logprobs)):
+        row = np.array(peer.conditional(target, prompt + tokens[:position]))
+        assert entry["token_id"] == token and abs(entry["logprob"] - row[token]) < 1e-4, (
+            f"token {position}: reported {entry}, uncached log-probability {row[token]:.6g}: {call}"
+        )
+        best = [int(i) for i in np.argsort(-row)[:top]]
+        assert [int(i) for i, _ in entry.get("top") or []] == best, f"token {position}: top {entry}, want {best}"
+
+
+@pytest.mark.peer_property(1)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_an_end_of_sequence_token_ends_speculative_decoding_as_plain_decoding(data):
+    """A tokenizer with end-of-sequence ids (drawn from the plain output so that it occurs): `speculative_generate`
+    returns plain greedy decoding up to and including the first of them, nothing after (a drafted EOS too)."""
+    from mlx_dspark.generate import speculative_generate
+
+    target, drafter, cap, prompt, max_tokens, call = data.draw(cases("attention"))
+    plain = peer.plain(target, prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos token")
+    result = speculative_generate(
+        target, peer.EosTokenizer([eos]), drafter, prompt_ids=prompt, max_new_tokens=max_tokens,
+        apply_chat_template=False, max_draft_tokens=cap,
+    )  # fmt: skip
+    tokens, want = [int(t) for t in result.token_ids], plain[: plain.index(eos) + 1]
+    assert tokens == want, f"EOS {eos}: {tokens}, plain up to EOS {want}: {first_difference(tokens, want)}\n {call}"

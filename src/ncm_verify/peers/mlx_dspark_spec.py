@@ -184,3 +184,27 @@ def planted_rule() -> contextlib.AbstractContextManager:
             return mx.ones_like(mx.minimum(a, b))
 
     return mock.patch.object(generate, "mx", AlwaysAccept())
+
+
+class EosTokenizer(Tokenizer):
+    """`Tokenizer` with end-of-sequence ids (what `eos_token_ids` reads)."""
+
+    def __init__(self, eos: list[int]):
+        self.eos_token_ids = list(eos)
+
+
+def losing_cap_controller():
+    """mlx-dspark's own `CapController` on cost curves where speculation loses (a verify of 2 or more tokens and a
+    draft cost far more than one plain step): it parks the cap at 0 (plain committed steps) after its first
+    observations and probes every other round, as its calibration does on slow machines."""
+    from mlx_dspark.calibrate import CapController
+
+    return CapController({1: 1.0, 2: 1000.0, 3: 1000.0}, 1000.0, 2, allow_zero=True, probe_every=2)
+
+
+def batch_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], **options) -> list[list[int]]:
+    """mlx-dspark's `batch_spec_generate` (its batched server engine's static entry point): each row's tokens."""
+    from mlx_dspark.batch_engine import batch_spec_generate
+
+    results = batch_spec_generate(target, Tokenizer(), drafter, prompts, max_new_tokens=max_tokens, **options)
+    return [[int(t) for t in result.token_ids] for result in results]

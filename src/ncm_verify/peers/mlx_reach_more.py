@@ -123,6 +123,7 @@ DSPARK_MLX_REASONS = (
 MLX_DSPARK = (
     Scope("mlx_dspark/generate.py", ("_Penalizer", "_spec_sample_accept", "speculative_generate", "greedy_generate")),
     Scope("mlx_dspark/target.py", ("Target.verify", "Target.rollback", "Target._rollback_gated_delta")),
+    Scope("mlx_dspark/batch_engine.py", ("SpecSlots", "batch_spec_generate")),
 )
 MLX_DSPARK_REASONS = (
     Reason(
