@@ -136,3 +136,23 @@ def test_a_served_request_s_temperature_reaches_the_speculative_loop():
         f"a request at temperature 0.8 served with a draft model: speculative_generate was called with "
         f"{sorted(kwargs)} (it takes {accepted}: greedy only); the temperature is dropped without an error"
     )
+
+
+@pytest.mark.peer_property(1, 6)
+@pytest.mark.parametrize("loop", peer.LOOPS)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_an_end_of_sequence_id_ends_speculative_decoding_as_plain_decoding_and_the_tally_counts_it(loop, data):
+    """`eos_id` (drawn from plain decoding's tokens so that it occurs, drafted or as a bonus) and a `SpecStats`
+    tally: the loop emits plain greedy decoding up to and including the first `eos_id`, nothing after, and the
+    tally's `tokens_emitted` is the number of tokens it yielded."""
+    from nunspark.generate import SpecStats
+
+    target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", loop))
+    plain = peer.plain(peer.engine(target), prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos_id")
+    stats = SpecStats()
+    spec = peer.generate(peer.engine(target), drafter, prompt, max_tokens, loop, stats=stats, eos_id=eos, **options)
+    want = plain[: plain.index(eos) + 1]
+    assert spec == want, f"eos_id {eos}: {spec}, plain up to it {want}: {first_difference(spec, want)}\n  {call}"
+    assert stats.tokens_emitted == len(spec), f"tally {stats.tokens_emitted} tokens, yielded {len(spec)}: {call}"

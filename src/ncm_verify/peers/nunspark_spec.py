@@ -56,7 +56,8 @@ def engine(target):
 
 
 def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str = "linear", *, draft_tokens: int = 3,
-             shape=(2, 2), accept_top_k: int = 1, temp: float = 0.0, stats=None) -> list[int]:  # fmt: skip
+             shape=(2, 2), accept_top_k: int = 1, temp: float = 0.0, stats=None, eos_id: int | None = None,
+             ) -> list[int]:  # fmt: skip
     """The tokens of nunspark's `loop` (`speculative_generate` or `tree_speculative_generate`) on `prompt`."""
     from nunspark.generate import speculative_generate
     from nunspark.tree_shape import TreeShape
@@ -65,12 +66,12 @@ def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str =
     if loop == "linear":
         steps = speculative_generate(
             streaming, drafter, prompt, max_tokens=max_tokens, num_draft_tokens=draft_tokens,
-            accept_top_k=accept_top_k, prefetch=False, stats=stats,
+            accept_top_k=accept_top_k, prefetch=False, stats=stats, eos_id=eos_id,
         )  # fmt: skip
     else:
         steps = tree_speculative_generate(
             streaming, drafter, prompt, shape=TreeShape(list(shape)), max_tokens=max_tokens, temp=temp,
-            prefetch=False, stats=stats,
+            prefetch=False, stats=stats, eos_id=eos_id,
         )  # fmt: skip
     return [int(t) for t in steps]
 
