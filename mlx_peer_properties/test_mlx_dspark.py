@@ -10,8 +10,17 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, assert_cache_attends_as_uncached, assert_greedy_equals_plain, first_difference
+from peer_checks import (
+    Decoding,
+    assert_cache_attends_as_uncached,
+    assert_first_tokens_follow_the_law,
+    assert_greedy_equals_plain,
+    first_difference,
+    first_tokens_law,
+    tempered,
+)
 
+from ncm_verify.harness import strategies
 from ncm_verify.peers import mlx_dspark_spec as peer
 from ncm_verify.tolerances import RECURRENT_LOGPROBS, TOLERANCES
 
@@ -254,3 +263,37 @@ def test_an_end_of_sequence_token_ends_speculative_decoding_as_plain_decoding(da
     )  # fmt: skip
     tokens, want = [int(t) for t in result.token_ids], plain[: plain.index(eos) + 1]
     assert tokens == want, f"EOS {eos}: {tokens}, plain up to EOS {want}: {first_difference(tokens, want)}\n {call}"
+
+
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2)
+@pytest.mark.parametrize(("kind", "drafts"), [("hybrid", "drafter"), ("attention", "lookup")])
+@settings(max_examples=1)
+@given(data=st.data())
+def test_the_loop_s_first_sampled_tokens_follow_the_target_s_law(kind, drafts, data):
+    """Temperature > 0, the loop end to end ("lossless": its docstring): the first two tokens of
+    `speculative_generate` (the prefill's draw, then the first round's: an accepted draft or the rule's correction)
+    follow the target's exact tempered joint law, enumerated in float64 from uncached passes, under the statistical
+    policy (chi-square at TV 0.2, power 0.99; V = 4). Drafts from its DSpark drafter, or from its n-gram lookup
+    (a prompt repeating a 4-gram: a point-mass proposal). Two cases (40-70 s each on 2 shared cores): the drafter on
+    the hybrid (its rollback re-runs the recurrence), the lookup on attention."""
+    vocab, weights = 4, data.draw(st.integers(0, 2**16), label="weights seed")
+    target, drafter = peer.make_target(kind, weights, vocab), peer.make_drafter(weights + 1, vocab, 3)
+    if drafts == "lookup":
+        unit = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=2), label="unit")
+        prompt = unit * 4
+    else:
+        prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
+    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temperature")
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    law = first_tokens_law(lambda t: tempered(peer.conditional(target, t), temperature), prompt, 2)
+    options = dict(temperature=temperature, max_draft_tokens=2, lookup_drafts=drafts == "lookup")
+
+    def decode() -> list[int]:
+        return [int(t) for t in peer.generate(target, drafter, prompt, 2, **options).token_ids]
+
+    call = (
+        f"mx.random.seed({seed}); generate(make_target({kind!r}, {weights}, 4), make_drafter({weights + 1}, 4, 3), "
+        f"{prompt}, 2, **{options})"
+    )
+    assert_first_tokens_follow_the_law(law, decode, vocab, seed=seed, call=call)
