@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from peer_checks import (
     Decoding,
@@ -197,33 +197,55 @@ def test_a_seeded_request_decodes_the_same_tokens_each_time(data):
 
 
 @pytest.mark.peer_property(4)
+@pytest.mark.parametrize("response_format", ["choice", "json schema"])
 @settings(max_examples=4)
 @given(data=st.data())
-def test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding(data):
-    """Temperature 0 with a choice response format (the constraint yunshu's engine builds and wires into the
-    decoder): every emitted token is one the grammar allows there, and the tokens equal plain constrained greedy
-    decoding (each the argmax over the allowed tokens of one uncached pass)."""
+def test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding(response_format, data):
+    """Temperature 0 with a response format (the constraint yunshu's engine builds and wires into the decoder: a
+    choice list, a JSON schema): every emitted token is one the grammar allows there, and the tokens equal plain
+    constrained greedy decoding (each the argmax over the allowed tokens of one uncached pass)."""
+    vocab = len(peer.RESPONSE_FORMATS[response_format][1]) + 1
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="prompt")
+    draft_length = data.draw(st.integers(1, 4), label="draft_length")
+    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
+    mx.random.seed(0)
+    spec = peer.constrained_decoder(target, drafter, draft_length, response_format)
+    emitted = [int(t) for t in spec.generate(mx.array([prompt]), 10, 0.0)]
+    plain = peer.plain_constrained(target, prompt, 10, response_format)
+    call = (
+        f"target = make_target('attention', {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); "
+        f"constrained_decoder(target, drafter, {draft_length}, {response_format!r}).generate(mx.array([{prompt}]), "
+        "10, 0.0)"
+    )
+    violation = peer.grammar_violation(emitted, response_format)
+    assert violation is None, f"{response_format}: speculative {emitted} leaves the grammar: {violation}\n  {call}"
+    assert emitted == plain, f"constrained {emitted} != plain {plain}: {first_difference(emitted, plain)}\n  {call}"
+
+
+@pytest.mark.peer_property(4)
+@settings(max_examples=4)
+@given(data=st.data())
+def test_a_grammar_that_allows_every_string_leaves_greedy_decoding_unchanged(data):
+    """Temperature 0 with a regular-expression response format that allows every token everywhere ("[a-e]*"):
+    the constraint's bookkeeping (checkpoint before drafting, rollback after a rejection, advance by the accepted
+    tokens, masks on drafts and bonus) must not change greedy decoding: plain greedy tokens up to the first EOS. A
+    first token that is the EOS is finding S13's and left out."""
     seed = data.draw(st.integers(0, 2**16), label="weights seed")
     prompt = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=5), label="prompt")
     draft_length = data.draw(st.integers(1, 4), label="draft_length")
     target, drafter = peer.make_target("attention", seed, 6), peer.make_drafter(seed + 1, 6)
-    tokenizer = peer.CharTokenizer(6)
+    plain = peer.plain(target, prompt, 12)
+    assume(plain[0] != 5)
+    want = plain[: plain.index(5) + 1] if 5 in plain else plain
     mx.random.seed(0)
-    spec = [
-        int(t)
-        for t in peer.constrained_decoder(target, drafter, draft_length, tokenizer).generate(
-            mx.array([prompt]), 10, 0.0
-        )
-    ]
-    plain = peer.plain_constrained(target, prompt, 10, tokenizer)
-    call = (
-        f"target = make_target('attention', {seed}, 6); drafter = make_drafter({seed + 1}, 6); tokenizer = "
-        f"CharTokenizer(6); constrained_decoder(target, drafter, {draft_length}, tokenizer).generate("
-        f"mx.array([{prompt}]), 10, 0.0)"
+    spec = peer.constrained_decoder(target, drafter, draft_length, "any string")
+    emitted = [int(t) for t in spec.generate(mx.array([prompt]), 12, 0.0)]
+    assert emitted == want, (
+        f"'[a-e]*': {emitted} != plain {want}: {first_difference(emitted, want)}\n  target = make_target("
+        f"'attention', {seed}, 6); drafter = make_drafter({seed + 1}, 6); constrained_decoder(target, drafter, "
+        f"{draft_length}, 'any string').generate(mx.array([{prompt}]), 12, 0.0)"
     )
-    violation = peer.grammar_violation(spec, tokenizer)
-    assert violation is None, f"choices {peer.CHOICES}: speculative {spec} leaves the grammar: {violation}\n  {call}"
-    assert spec == plain, f"constrained speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  {call}"
 
 
 @pytest.mark.peer_property(6)
@@ -250,16 +272,19 @@ def test_a_cancelled_request_returns_a_prefix_of_what_it_would_have_decoded(data
 
 
 @pytest.mark.peer_property(1)
-@settings(max_examples=3)
+@pytest.mark.parametrize("shape", ["list", "none"])
+@settings(max_examples=2)
 @given(data=st.data())
-def test_an_end_of_sequence_list_stops_greedy_decoding_as_plain_decoding(data):
-    """A tokenizer whose `eos_token_id` is a list (as several checkpoints ship): greedy `generate` emits plain
-    greedy decoding up to and including the first token of the list it reaches, whether drafted or not."""
+def test_an_end_of_sequence_list_stops_greedy_decoding_as_plain_decoding(shape, data):
+    """A tokenizer whose `eos_token_id` is a list (as several checkpoints ship), or None: greedy `generate` emits
+    plain greedy decoding up to and including the first token of the list it reaches, whether drafted or not (all
+    of it with None)."""
     target, drafter, draft_length, prompt, max_tokens, call = data.draw(cases())
     plain = peer.plain(target, prompt, max_tokens)
     later = [t for t in plain[1:] if t != plain[0]]  # a first-token EOS is finding S13's
     first = data.draw(st.sampled_from(later), label="eos token") if later else -1
-    eos = [first, 1000]  # the second never occurs
+    eos = [first, 1000] if shape == "list" else None  # 1000 never occurs
+    first = first if eos else -1
     want = plain[: plain.index(first) + 1] if first in plain else plain
     mx.random.seed(0)
     spec = peer.decoder(target, drafter, draft_length)
@@ -293,12 +318,19 @@ def test_at_every_round_the_draft_cache_attends_as_the_tokens_it_holds_uncached(
 
 
 @pytest.mark.peer_property(3)
-@settings(max_examples=4)
+@pytest.mark.parametrize("response_format", [None, "any string", "json schema"])
+@settings(max_examples=5)
 @given(data=st.data())
-def test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_verifying_it_alone(data):
+def test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_verifying_it_alone(response_format, data):
     """Temperature 0.8: `batch_verify_drafts` over two requests with the coins `verify_draft` gets alone accepts
-    the same drafts per request and hands its correction sampler the same law (softmax of the row, recorded)."""
-    vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
+    the same drafts per request and hands its correction sampler the same law (softmax of the row, recorded);
+    also under a response format (a regular expression allowing every string, a JSON schema), its constraint fresh
+    for the batch and for each request alone: each request's bonus is masked by its own grammar state."""
+    vocab = (
+        len(peer.RESPONSE_FORMATS[response_format][1]) + 1
+        if response_format
+        else data.draw(st.sampled_from([4, 6]), label="vocab")
+    )
     seed = data.draw(st.integers(0, 2**16), label="weights seed")
     contexts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context") for _ in "ab"]
     drafts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4), label="drafts") for _ in "ab"]
@@ -307,8 +339,13 @@ def test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_veri
         [float(peer.conditional(drafter, c + d[:i])[t]) for i, t in enumerate(d)] for c, d in zip(contexts, drafts)
     ]
     spec = peer.decoder(target, drafter)
-    batched, alone = peer.verify_rows(spec, target, contexts, drafts, logprobs, 0.8, rng_seed=seed, record=True)
-    call = f"target = make_target('attention', {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab})"
+    batched, alone = peer.verify_rows(
+        spec, target, contexts, drafts, logprobs, 0.8, rng_seed=seed, record=True, response_format=response_format
+    )
+    call = (
+        f"target = make_target('attention', {seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); "
+        f"response format {response_format}"
+    )
     for row, ((b, b_law), (a, a_law)) in enumerate(zip(batched, alone)):
         assert b.accepted_ids == a.accepted_ids, (
             f"request {row} (context {contexts[row]}, drafts {drafts[row]}): batch accepted {b.accepted_ids}, "

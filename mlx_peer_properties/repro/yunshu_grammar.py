@@ -11,23 +11,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import mlx.core as mx  # noqa: E402
 
 from ncm_verify.peers.yunshu_spec import (  # noqa: E402
-    CHOICES,
-    CharTokenizer,
     constrained_decoder,
+    grammar,
     grammar_violation,
     make_drafter,
     make_target,
     plain_constrained,
 )
 
-tokenizer = CharTokenizer(6)
-target, drafter = make_target("attention", 3, 6), make_drafter(4, 6)
-mx.random.seed(0)
-spec = [int(t) for t in constrained_decoder(target, drafter, 3, tokenizer).generate(mx.array([[3, 1]]), 10, 0.0)]
-plain = plain_constrained(target, [3, 1], 10, tokenizer)
-violation = grammar_violation(spec, tokenizer)
-print(
-    f"choices {CHOICES}: speculative {spec} ({tokenizer.decode(spec)!r}), plain constrained {plain} "
-    f"({tokenizer.decode(plain)!r}); {violation or 'within the grammar'}"
-)
-sys.exit(1 if violation or spec != plain else 0)
+wrong = False
+for response_format, seed in (("choice", 3), ("json schema", 3)):
+    tokenizer, _ = grammar(response_format)
+    vocab = tokenizer.eos_token_id + 1
+    target, drafter = make_target("attention", seed, vocab), make_drafter(seed + 1, vocab)
+    mx.random.seed(0)
+    decoder = constrained_decoder(target, drafter, 3, response_format)
+    spec = [int(t) for t in decoder.generate(mx.array([[seed, 1]]), 10, 0.0)]
+    plain = plain_constrained(target, [seed, 1], 10, response_format)
+    violation = grammar_violation(spec, response_format)
+    print(
+        f"{response_format}: speculative {tokenizer.decode(spec)!r}, plain constrained {tokenizer.decode(plain)!r}; "
+        f"{violation or 'within the grammar'}"
+    )
+    wrong |= violation is not None or spec != plain
+sys.exit(1 if wrong else 0)

@@ -55,7 +55,9 @@ YUNSHU_GRAMMAR = (
     "engine_speculative wires in for a response format) the prefill's token is taken unmasked and never advanced "
     "into the constraint, and verify_draft's bonus mask (:640-646) is skipped whenever the constraint's rollback "
     "needs a checkpoint (Choice, Regex: TypeError): the correction token is unmasked. Choices ('abcab', 'bad', "
-    "'cabbed', 'aced', 'ebbed'): speculative 'cddddddcdc' where constrained plain decoding gives 'cabbed'. Repro: "
+    "'cabbed', 'aced', 'ebbed'): speculative 'cddddddcdc' where constrained plain decoding gives 'cabbed'; JSON "
+    "schema {a: integer}: 'a{\"a\":1111' where plain gives '{\"a\":11111' (the first token unmasked, then the "
+    "object from the start). Repro: "
     ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_grammar.py"
 )
 YUNSHU_DRAFT_RING = (
@@ -65,6 +67,14 @@ YUNSHU_DRAFT_RING = (
     "off an uncached pass by 1.85 nats after one round, 9.43 after four (sliding-window drafter, window 4). Greedy "
     "output stays exact (the target verifies); the drafts are conditioned on a wrong context. Repro: "
     ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_draft_ring.py"
+)
+YUNSHU_BATCH_GRAMMAR = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:810-845 (batch_verify_drafts): under a grammar constraint "
+    "every request of the batch is masked through the decoder's one constraint (self.constraint), rolled back and "
+    "advanced by each request in turn: a request's bonus is masked by another request's grammar state. JSON "
+    "schema, temperature 0.8, same coins: request 1's correction law [0.0015, 0.0569, 0.0009, 0.5088, ...] in the "
+    "batch, [1, 0, 0, ...] (only '{' allowed) alone. No caller in yunshu 0.1.5 batches (public API). Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_batch_grammar.py"
 )
 NUNSPARK_TREE_SLIDING = (
     "nunspark 0.13.0 nunspark/engine.py:1012-1022 (StreamingEngine.tree_forward): tree verification gives every "
@@ -135,7 +145,14 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_YUNSHU}test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding": (
         YUNSHU_FIRST_TOKEN_EOS
     ),
-    f"{_YUNSHU}test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding": YUNSHU_GRAMMAR,
+    **{
+        f"{_YUNSHU}test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding[{fmt}]": (
+            YUNSHU_GRAMMAR
+        )
+        for fmt in ("choice", "json schema")
+    },
+    f"{_YUNSHU}test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_verifying_it_alone"
+    "[json schema]": YUNSHU_BATCH_GRAMMAR,
     f"{_YUNSHU}test_at_every_round_the_draft_cache_attends_as_the_tokens_it_holds_uncached[sliding-window]": (
         YUNSHU_DRAFT_RING
     ),

@@ -23,10 +23,20 @@ YUNSHU_REASONS = (
         Reason(
             "yunshu_engine/speculative_decoder.py",
             lines,
-            "grammar-constrained decoding (its constraint objects) is not judged",
+            "grammar branches the constrained properties do not reach: choice and JSON-schema runs fail on their "
+            "first example (finding S14); a constraint without rollback or advance (every yunshu constraint has "
+            "both), an empty allowed set, EOS inside the accepted drafts; penalties with a grammar (finding S4 "
+            "raises first)",
             runnable=True,
         )
-        for lines in ("626-669", "810-845", "1065-1067", "1089-1100", "1179-1190", "1238-1261", "1291-1304")
+        for lines in ("626-669", "1065-1067", "1089-1100", "1179-1190", "1238-1261", "1291-1304")
+    ),
+    Reason(
+        "yunshu_engine/speculative_decoder.py",
+        "810-845",
+        "batch verify under a grammar: a constraint without rollback or advance, an empty allowed set, EOS inside "
+        "the accepted drafts (the JSON-schema batch fails, finding S16)",
+        runnable=True,
     ),
     *(
         Reason(
@@ -36,56 +46,28 @@ YUNSHU_REASONS = (
         )
         for lines in ("532-543", "735-740", "877-883", "1198-1202", "1270-1275")
     ),
-    *(
-        Reason(
-            "yunshu_engine/speculative_decoder.py", lines, "cancellation (cancel_event) is not judged", runnable=True
-        )
-        for lines in ("1047-1054", "1074-1082", "1114-1115", "1124-1131")
+    Reason(
+        "yunshu_engine/speculative_decoder.py",
+        "920-969",
+        "draft caches of kinds no judged drafter has: CacheList (composite models), ChunkedKVCache (chunked "
+        "attention), a cache without an offset",
+        runnable=True,
     ),
     *(
         Reason(
             "yunshu_engine/speculative_decoder.py",
             lines,
-            "EOS is judged as a single id, emitted by plain decoding; not drafted, nor a list of ids",
+            "an accepted draft that is the EOS: not forced (EOS ids are drawn from plain decoding's tokens)",
             runnable=True,
         )
-        for lines in ("1002-1010", "1108-1110", "1219-1220", "1229-1230")
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "920-945",
-        "the draft model judged is attention-only: its caches are KVCache",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "955-969",
-        "the draft model judged is attention-only: its caches are KVCache",
-        runnable=True,
-    ),
-    Reason("yunshu_engine/speculative_decoder.py", "513-520", "verify with no drafts is not judged", runnable=True),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "708-730",
-        "batch verify with no request or no drafts is not judged",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "778-805",
-        "batch verify judged at temperature 0 only (finding S3)",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "845-850",
-        "batch verify judged at temperature 0 only (finding S3)",
-        runnable=True,
+        for lines in ("1108-1110", "1219-1220", "1229-1230")
     ),
     Reason(
         "yunshu_engine/speculative_decoder.py",
         "1216",
-        "dead code: drafts are capped at the remaining budget (effective_K), so accepted drafts never pass it",
+        "the break is dead: drafts are capped at the remaining budget (effective_K), so accepted drafts never pass "
+        "it (kept in the total: the line's other exit runs)",
+        runnable=True,
     ),
 )
 

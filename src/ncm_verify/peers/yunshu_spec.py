@@ -176,9 +176,11 @@ def round_law(spec, target, context: list[int], draft_logprobs: np.ndarray, draf
 
 
 def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]], draft_logprobs: list[list[float]],
-                temperature: float, rng_seed: int, record: bool = False):  # fmt: skip
+                temperature: float, rng_seed: int, record: bool = False,
+                response_format: str | None = None):  # fmt: skip
     """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches). With
-    `record`, each result comes with the law its correction sampler was handed (softmax of the row it got)."""
+    `record`, each result comes with the law its correction sampler was handed (softmax of the row it got). With
+    `response_format`, the decoder holds that grammar's constraint, fresh for the batch and for each request alone."""
     from yunshu_engine import batched_engine
     from yunshu_engine.speculative_decoder import DraftResult
 
@@ -190,7 +192,13 @@ def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]]
         weights = np.exp(row.astype(np.float64) - row.max())
         return weights / weights.sum()
 
+    def constrain() -> None:
+        if response_format is not None:
+            tokenizer, make = grammar(response_format)
+            spec.tokenizer, spec.constraint, spec._eos_ids = tokenizer, make(), {tokenizer.eos_token_id}
+
     with patch or contextlib.nullcontext():
+        constrain()
         spec.rng = random.Random(rng_seed)
         batched = spec.batch_verify_drafts(
             [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
@@ -199,6 +207,7 @@ def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]]
         alone = []
         spec.rng = random.Random(rng_seed)
         for r, c in zip(results, contexts):
+            constrain()
             alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
             if record:
                 alone[-1] = (alone[-1], law(recorder.rows[-1]))
@@ -250,18 +259,26 @@ def planted() -> contextlib.AbstractContextManager:
 
 
 CHOICES = ("abcab", "bad", "cabbed", "aced", "ebbed")
-"""A choice grammar (yunshu's `{"type": "choice"}` response format) over the letters of `CharTokenizer`."""
+RESPONSE_FORMATS = {
+    "choice": ({"type": "choice", "choices": list(CHOICES)}, "abcde"),
+    "json schema": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        '{}"a:1',
+    ),
+    "any string": ({"type": "regex", "pattern": "[a-e]*"}, "abcde"),
+}
+"""Response formats yunshu serves (`engine_sampling._build_grammar_constraint`: a choice list, a JSON schema, a
+regular expression), each with the alphabet of its `CharTokenizer`. "any string" allows every token everywhere."""
 
 
 class CharTokenizer:
-    """What yunshu's grammar constraints read of a tokenizer: token i < 5 is the letter "abcde"[i], the last one
-    (`eos_token_id`) is the end of sequence and decodes to nothing."""
+    """What yunshu's grammar constraints read of a tokenizer: token i is the character `letters[i]`, the last
+    one (`eos_token_id`, ``len(letters)``) is the end of sequence and decodes to nothing."""
 
-    def __init__(self, vocab: int = 6):
-        if vocab < 6:
-            raise ValueError(f"vocab: the grammar needs 5 letters and an EOS, got {vocab}")
-        self.eos_token_id = vocab - 1
-        self.letters = "abcde" + "".join(chr(ord("f") + i) for i in range(vocab - 6))
+    def __init__(self, letters: str = "abcde"):
+        if not letters or len(set(letters)) != len(letters):
+            raise ValueError(f"letters: expected distinct characters, got {letters!r}")
+        self.letters, self.eos_token_id = letters, len(letters)
 
     def get_vocab(self) -> dict[str, int]:
         return {letter: i for i, letter in enumerate(self.letters)} | {"</s>": self.eos_token_id}
@@ -270,26 +287,32 @@ class CharTokenizer:
         return "".join(self.letters[i] if i < len(self.letters) else "" for i in ids)
 
 
-def choice_constraint(tokenizer: CharTokenizer):
-    """The constraint yunshu's engine wires into its speculative decoder for a choice response format
-    (`engine_sampling._build_grammar_constraint`, as `engine_speculative` calls it)."""
+def grammar(response_format: str):
+    """`RESPONSE_FORMATS[response_format]`'s tokenizer, and a factory of the constraint yunshu's engine wires into
+    its speculative decoder for it (`engine_sampling._build_grammar_constraint`, as `engine_speculative` calls it)."""
     from yunshu_engine.engine_sampling import _build_grammar_constraint
 
-    return _build_grammar_constraint({"type": "choice", "choices": list(CHOICES)}, tokenizer)
+    if response_format not in RESPONSE_FORMATS:
+        raise ValueError(f"response_format: expected one of {sorted(RESPONSE_FORMATS)}, got {response_format!r}")
+    spec, letters = RESPONSE_FORMATS[response_format]
+    tokenizer = CharTokenizer(letters)
+    return tokenizer, lambda: _build_grammar_constraint(spec, tokenizer)
 
 
-def constrained_decoder(target, drafter, draft_length: int, tokenizer: CharTokenizer):
-    """`SpeculativeDecoder` with the choice grammar as its `constraint` (coins from ``random.Random(0)``)."""
+def constrained_decoder(target, drafter, draft_length: int, response_format: str):
+    """`SpeculativeDecoder` with the response format's constraint (coins from ``random.Random(0)``); the target's
+    vocabulary is the tokenizer's letters and EOS."""
+    tokenizer, constraint = grammar(response_format)
     spec = decoder(target, drafter, draft_length)
-    spec.tokenizer, spec.constraint = tokenizer, choice_constraint(tokenizer)
-    spec._eos_ids = {tokenizer.eos_token_id}
+    spec.tokenizer, spec.constraint, spec._eos_ids = tokenizer, constraint(), {tokenizer.eos_token_id}
     return spec
 
 
-def plain_constrained(target, prompt: list[int], max_tokens: int, tokenizer: CharTokenizer) -> list[int]:
+def plain_constrained(target, prompt: list[int], max_tokens: int, response_format: str) -> list[int]:
     """Plain grammar-constrained greedy decoding: each token the argmax of one uncached pass over the tokens the
     grammar allows after the text so far (a fresh constraint advanced by each token), ending at EOS."""
-    constraint, out = choice_constraint(tokenizer), []
+    tokenizer, make = grammar(response_format)
+    constraint, out = make(), []
     while len(out) < max_tokens:
         row = np.array(conditional(target, prompt + out))
         allowed = constraint.get_allowed_tokens(tokenizer, out)
@@ -300,9 +323,10 @@ def plain_constrained(target, prompt: list[int], max_tokens: int, tokenizer: Cha
     return out
 
 
-def grammar_violation(tokens: list[int], tokenizer: CharTokenizer) -> str | None:
-    """Where `tokens` first leave the choice grammar (a token the constraint does not allow there), or None."""
-    constraint = choice_constraint(tokenizer)
+def grammar_violation(tokens: list[int], response_format: str) -> str | None:
+    """Where `tokens` first leave the response format's grammar (a token its constraint does not allow), or None."""
+    tokenizer, make = grammar(response_format)
+    constraint = make()
     for position, token in enumerate(tokens):
         allowed = constraint.get_allowed_tokens(tokenizer, tokens[:position])
         if token not in allowed:
