@@ -193,7 +193,7 @@ def test_batched_speculative_decoding_gives_each_row_what_decoding_it_alone_give
     other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8), label="second prompt")
     budgets = [max_tokens, data.draw(st.integers(2, 16), label="second max_tokens")]
     options = dict(max_draft_tokens=cap or 2, batched_drafter=batched_drafter)
-    rows = peer.batch_rows(target, drafter, [prompt, other], budgets, **options)
+    rows = peer.batch_rows(target, drafter, [prompt, other], budgets, seed=0, **options)
     for row, (tokens, ids, budget) in enumerate(zip(rows, [prompt, other], budgets)):
         alone = peer.batch_rows(target, drafter, [ids], [budget], **options)[0]
         plain = peer.plain(target, ids, budget)
@@ -202,23 +202,43 @@ def test_batched_speculative_decoding_gives_each_row_what_decoding_it_alone_give
         assert tokens[:budget] == plain, f"{label}: batched {tokens} != plain {plain}"
 
 
+@pytest.mark.peer_property(6)
+def test_the_batch_engine_refuses_a_request_past_its_capacity_and_returns_nothing_for_no_prompts():
+    """`SpecSlots.admit` with every slot taken raises (not a silently dropped request); a step with no active row
+    and `batch_spec_generate` with no prompts return no results."""
+    from mlx_dspark.batch_engine import SpecSlots, batch_spec_generate
+
+    target, drafter = peer.make_target("attention", 7, 6), peer.make_drafter(8, 6, 3)
+    slots = SpecSlots(target, peer.Tokenizer(), drafter, capacity=1)
+    assert slots.step() == [], "a step over no active row returned results"
+    slots.admit([1, 2], max_new_tokens=4)
+    with pytest.raises(RuntimeError, match="no free slot"):
+        slots.admit([3], max_new_tokens=4)
+    assert batch_spec_generate(target, peer.Tokenizer(), drafter, []) == [], "no prompts gave results"
+
+
 @pytest.mark.peer_property(1, 4)
-@pytest.mark.parametrize("penalty", [0.0, 0.5], ids=["greedy", "presence penalty"])
+@pytest.mark.parametrize(("kind", "penalty"), [("attention", 0.0), ("hybrid", 0.5)], ids=["greedy", "penalty"])
 @settings(max_examples=3)
 @given(data=st.data())
-def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(penalty, data):
-    """mlx-dspark's `CapController` ("the cap only affects speed, never output"), on cost curves where it parks
-    speculation (cap 0: plain steps, probe rounds between), with and without a presence penalty: the first
-    max_new_tokens tokens equal `greedy_generate`'s with the same penalty."""
-    target, drafter, _, prompt, _, call = data.draw(cases("attention"))
-    max_tokens = 24  # long enough to park after the controller's first observations
+def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(kind, penalty, data):
+    """A cap controller ("the cap only affects speed, never output": `speculative_generate`'s docstring) that parks
+    speculation (cap 0: plain committed steps, a sprint without penalties, one step with them) between drafting
+    rounds of cap 1 and 2 (lookup drafts off: a lookup round leaves the controller alone), greedy on an attention target and with a presence penalty on the
+    hybrid: the first max_new_tokens tokens equal `greedy_generate`'s with the same penalty, and rounds were
+    parked (reported with cap 0)."""
+    target, drafter, _, prompt, max_tokens, call = data.draw(cases(kind))
+    script = data.draw(st.lists(st.sampled_from([0, 1, 2]), min_size=2, max_size=5).filter(lambda c: 0 in c[1:]))
+    caps = []
     result = peer.generate(
-        target, drafter, prompt, max_tokens, cap_controller=peer.losing_cap_controller(), presence_penalty=penalty,
-        lookup_drafts=False,
+        target, drafter, prompt, max_tokens, cap_controller=peer.ParkingCapController(script),
+        presence_penalty=penalty, lookup_drafts=False,
+        on_round=lambda **fields: caps.append(fields["cap"]),
     )  # fmt: skip
     tokens = [int(t) for t in result.token_ids][:max_tokens]
     plain = peer.plain(target, prompt, max_tokens, presence_penalty=penalty)
     assert tokens == plain, f"penalty {penalty}: {tokens} != plain {plain}: {first_difference(tokens, plain)}\n {call}"
+    assert 0 in caps or len(tokens) < 3, f"never parked (caps {caps}, script {script}): {call}"
 
 
 @pytest.mark.peer_property(6)
@@ -227,7 +247,10 @@ def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(pen
 def test_reported_logprobs_and_rounds_are_the_target_s_and_the_loop_s(data, top):
     """`logprobs` and `on_round`, two options `speculative_generate` accepts: each reported log-probability is the
     target's log-softmax at that token (one uncached pass), with its `top` best alternatives; the rounds reported
-    commit exactly the tokens returned after the prefill's."""
+    commit exactly the tokens returned after the prefill's; `greedy_generate` given the same options reports the
+    same tokens, one step each."""
+    from mlx_dspark.generate import greedy_generate
+
     target, drafter, cap, prompt, max_tokens, call = data.draw(cases("attention"))
     rounds = []
     result = peer.generate(
@@ -236,6 +259,13 @@ def test_reported_logprobs_and_rounds_are_the_target_s_and_the_loop_s(data, top)
     )  # fmt: skip
     tokens = [int(t) for t in result.token_ids]
     assert sum(r["committed"] for r in rounds) == len(tokens) - 1, f"rounds {rounds} vs {len(tokens)} tokens: {call}"
+    plain_rounds = []
+    plain = greedy_generate(
+        target, peer.Tokenizer(), prompt_ids=prompt, max_new_tokens=len(tokens), apply_chat_template=False,
+        logprobs=top, seed=0, on_round=lambda **fields: plain_rounds.append(fields),
+    )  # fmt: skip
+    assert len(plain_rounds) == len(plain.token_ids), f"plain decoding reported {len(plain_rounds)} steps: {call}"
+    assert [e["token_id"] for e in plain.logprobs] == tokens, f"plain logprobs {plain.logprobs} vs {tokens}: {call}"
     assert len(result.logprobs) == len(tokens), f"{len(result.logprobs)} logprobs for {len(tokens)} tokens: {call}"
     for position, (token, entry) in enumerate(zip(tokens, result.logprobs)):
         row = np.array(peer.conditional(target, prompt + tokens[:position]))

@@ -193,13 +193,24 @@ class EosTokenizer(Tokenizer):
         self.eos_token_ids = list(eos)
 
 
-def losing_cap_controller():
-    """mlx-dspark's own `CapController` on cost curves where speculation loses (a verify of 2 or more tokens and a
-    draft cost far more than one plain step): it parks the cap at 0 (plain committed steps) after its first
-    observations and probes every other round, as its calibration does on slow machines."""
-    from mlx_dspark.calibrate import CapController
+class ParkingCapController:
+    """A cap controller (what `speculative_generate` reads of mlx-dspark's `CapController`: `cap`, `probe_every`,
+    `set_depth`, `update`) that follows a script of caps, one per update: 0 parks speculation (plain committed
+    steps, a sprint of up to `probe_every`), 1 or 2 drafts. Scripted, not calibrated: the real controller's choice
+    rests on measured round times, so whether it parks in a short run depends on the machine's load."""
 
-    return CapController({1: 1.0, 2: 1000.0, 3: 1000.0}, 1000.0, 2, allow_zero=True, probe_every=2)
+    def __init__(self, caps: list[int], probe_every: int = 2):
+        if not caps or any(cap < 0 for cap in caps):
+            raise ValueError(f"caps: expected a non-empty list of caps >= 0, got {caps}")
+        self.script, self.probe_every, self.rounds = list(caps), probe_every, 0
+        self.cap = self.script[0]
+
+    def set_depth(self, depth: int) -> None:
+        pass
+
+    def update(self, accepted: int, drafted: int, **_) -> None:
+        self.rounds += 1
+        self.cap = self.script[self.rounds % len(self.script)]
 
 
 def batch_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], **options) -> list[list[int]]:
