@@ -5,6 +5,9 @@ make install-peers PEER=mlx-dspark && make verify-peers PEERS=mlx-dspark
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -202,6 +205,23 @@ def test_batched_speculative_decoding_gives_each_row_what_decoding_it_alone_give
         assert tokens[:budget] == plain, f"{label}: batched {tokens} != plain {plain}"
 
 
+@pytest.mark.peer_property(3)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_a_batch_under_a_cap_controller_gives_each_row_plain_greedy_decoding(data):
+    """`SpecSlots` (the continuous-batching engine) with a cap controller (its per-width cap, scripted: 1 or 2 per
+    round): each row's first max_new_tokens tokens are plain greedy decoding of its prompt."""
+    target, drafter, _, prompt, max_tokens, call = data.draw(cases("attention"))
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    other = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8), label="second prompt")
+    script = data.draw(st.lists(st.sampled_from([1, 2]), min_size=1, max_size=4), label="caps")
+    budgets = [max_tokens, data.draw(st.integers(2, 16), label="second max_tokens")]
+    rows = peer.slot_rows(target, drafter, [prompt, other], budgets, peer.ParkingCapController(script))
+    for row, (tokens, ids, budget) in enumerate(zip(rows, [prompt, other], budgets)):
+        plain = peer.plain(target, ids, budget)
+        assert tokens[:budget] == plain, f"row {row} (caps {script}): {tokens} != plain {plain}: {call}"
+
+
 @pytest.mark.peer_property(6)
 def test_the_batch_engine_refuses_a_request_past_its_capacity_and_returns_nothing_for_no_prompts():
     """`SpecSlots.admit` with every slot taken raises (not a silently dropped request); a step with no active row
@@ -224,9 +244,9 @@ def test_the_batch_engine_refuses_a_request_past_its_capacity_and_returns_nothin
 def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(kind, penalty, data):
     """A cap controller ("the cap only affects speed, never output": `speculative_generate`'s docstring) that parks
     speculation (cap 0: plain committed steps, a sprint without penalties, one step with them) between drafting
-    rounds of cap 1 and 2 (lookup drafts off: a lookup round leaves the controller alone), greedy on an attention target and with a presence penalty on the
-    hybrid: the first max_new_tokens tokens equal `greedy_generate`'s with the same penalty, and rounds were
-    parked (reported with cap 0)."""
+    rounds of cap 1 and 2 (lookup drafts off: a lookup round leaves the controller alone), greedy on an attention
+    target and with a presence penalty on the hybrid: the first max_new_tokens tokens equal `greedy_generate`'s
+    with the same penalty, and rounds were parked (reported with cap 0)."""
     target, drafter, _, prompt, max_tokens, call = data.draw(cases(kind))
     script = data.draw(st.lists(st.sampled_from([0, 1, 2]), min_size=2, max_size=5).filter(lambda c: 0 in c[1:]))
     caps = []
@@ -247,16 +267,19 @@ def test_a_cap_controller_that_parks_speculation_leaves_the_tokens_unchanged(kin
 def test_reported_logprobs_and_rounds_are_the_target_s_and_the_loop_s(data, top):
     """`logprobs` and `on_round`, two options `speculative_generate` accepts: each reported log-probability is the
     target's log-softmax at that token (one uncached pass), with its `top` best alternatives; the rounds reported
-    commit exactly the tokens returned after the prefill's; `greedy_generate` given the same options reports the
-    same tokens, one step each."""
+    commit exactly the tokens returned after the prefill's (and `verbose` prints one line each); `greedy_generate`
+    given the same options reports the same tokens, one step each."""
     from mlx_dspark.generate import greedy_generate
 
     target, drafter, cap, prompt, max_tokens, call = data.draw(cases("attention"))
     rounds = []
-    result = peer.generate(
-        target, drafter, prompt, max_tokens, max_draft_tokens=cap, logprobs=top,
-        on_round=lambda **fields: rounds.append(fields),
-    )  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        result = peer.generate(
+            target, drafter, prompt, max_tokens, max_draft_tokens=cap, logprobs=top,
+            on_round=lambda **fields: rounds.append(fields), verbose=True,
+        )  # fmt: skip
+    printed = [line for line in out.getvalue().splitlines() if line.strip().startswith("round")]
+    assert len(printed) == len(rounds), f"verbose printed {len(printed)} rounds, on_round saw {len(rounds)}: {call}"
     tokens = [int(t) for t in result.token_ids]
     assert sum(r["committed"] for r in rounds) == len(tokens) - 1, f"rounds {rounds} vs {len(tokens)} tokens: {call}"
     plain_rounds = []

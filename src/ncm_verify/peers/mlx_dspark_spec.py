@@ -212,6 +212,27 @@ class ParkingCapController:
         self.rounds += 1
         self.cap = self.script[self.rounds % len(self.script)]
 
+    def cap_for(self, batch_width: int) -> int:
+        """The batched engine's per-width cap (`SpecSlots` asks when several rows verify together)."""
+        return self.cap
+
+
+def slot_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], controller) -> list[list[int]]:
+    """mlx-dspark's `SpecSlots` (the continuous-batching engine `batch_spec_generate` wraps) with a cap
+    controller, every prompt admitted, stepped until every row retires: each row's tokens, in prompt order."""
+    from mlx_dspark.batch_engine import SpecSlots
+
+    slots = SpecSlots(target, Tokenizer(), drafter, capacity=len(prompts), cap_controller=controller)
+    for row, (prompt, budget) in enumerate(zip(prompts, max_tokens)):
+        slots.admit(prompt, max_new_tokens=budget, meta=row)
+    rows: list[list[int]] = [[] for _ in prompts]
+    for _ in range(sum(max_tokens) + 1):  # each step commits at least one token per active row
+        for row, result in slots.step():
+            rows[row] = [int(t) for t in result.token_ids]
+        if not slots.n_active:
+            return rows
+    raise AssertionError(f"SpecSlots did not retire every row within {sum(max_tokens) + 1} steps")
+
 
 def batch_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], **options) -> list[list[int]]:
     """mlx-dspark's `batch_spec_generate` (its batched server engine's static entry point): each row's tokens."""

@@ -111,7 +111,7 @@ MLX_DSPARK_REASONS = (
     Reason(
         "mlx_dspark/generate.py",
         "greedy_generate",
-        "plain decoding's seed, prefix-cache, callback and logprobs branches",
+        "plain decoding (the reference) with a prefix cache handed in or prefill callbacks: server paths",
         runnable=True,
     ),
     Reason(
@@ -124,26 +124,21 @@ MLX_DSPARK_REASONS = (
         "mlx_dspark/generate.py", "1220-1222", "prefix-cache reuse (a cache handed in) is not judged", runnable=True
     ),
     Reason("mlx_dspark/generate.py", "1236-1237", "the server's prefill callbacks are not judged", runnable=True),
-    Reason("mlx_dspark/generate.py", "1246-1247", "logprobs are not requested", runnable=True),
-    Reason("mlx_dspark/generate.py", "1277-1330", "the cap controller (parked rounds) is not judged", runnable=True),
     Reason(
         "mlx_dspark/generate.py",
-        "1344-1353",
-        "a lookup draft at temperature > 0: its rule is judged with a point-mass q",
+        "1306-1316",
+        "a parked sprint without a round callback, or with lookup drafts on: the parking property runs with the "
+        "callback and without lookup (a lookup round leaves the controller alone)",
         runnable=True,
     ),
     Reason(
-        "mlx_dspark/generate.py", "1457-1470", "the cap controller and round callbacks are not judged", runnable=True
+        "mlx_dspark/generate.py",
+        "1457-1470",
+        "a lookup round under a cap controller: the parking property runs without lookup",
+        runnable=True,
     ),
-    Reason("mlx_dspark/generate.py", "1489-1493", "no tokenizer EOS in the judged cases", runnable=True),
     Reason("mlx_dspark/generate.py", "1500-1504", "verbose printing", runnable=True),
     Reason("mlx_dspark/target.py", "555-556", "drafter-free lookup mode (tap=None) is not judged", runnable=True),
-    Reason(
-        "mlx_dspark/target.py",
-        "563-565",
-        "a one-token verify on a hybrid comes from parked rounds (cap controller)",
-        runnable=True,
-    ),
     Reason("mlx_dspark/target.py", "582-583", "every cache of the dense targets judged can trim", runnable=True),
     Reason("mlx_dspark/target.py", "586-589", "rollback without a capture: an internal error path", runnable=True),
     Reason("mlx_dspark/target.py", "591-594", "Mamba-2 and short-conv hybrids are not built", runnable=True),

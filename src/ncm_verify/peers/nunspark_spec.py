@@ -43,8 +43,9 @@ def make_drafter(seed: int, vocab: int = 12):
     return make_mlx_lm_target("attention", seed, vocab)
 
 
-def engine(target):
-    """nunspark's `StreamingEngine` over `target`, packed by its own `pack` into a temporary directory."""
+def engine(target, prefetch: bool = False):
+    """nunspark's `StreamingEngine` over `target`, packed by its own `pack` into a temporary directory; `prefetch`:
+    its layer-window prefetch (on by default in nunspark, off in the other properties)."""
     from nunspark.engine import StreamingEngine
     from nunspark.packer import pack
 
@@ -52,12 +53,12 @@ def engine(target):
     atexit.register(shutil.rmtree, root, True)
     config = {k: v for k, v in dataclasses.asdict(target.args).items() if v is not None}
     manifest = pack(None, root, weights=dict(tree_flatten(target.parameters())), config=config)
-    return StreamingEngine(root, manifest, budget_bytes=1 << 30, prefetch=False, wire_limit=False)
+    return StreamingEngine(root, manifest, budget_bytes=1 << 30, prefetch=prefetch, wire_limit=False)
 
 
 def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str = "linear", *, draft_tokens: int = 3,
              shape=(2, 2), accept_top_k: int = 1, temp: float = 0.0, stats=None, eos_id: int | None = None,
-             ) -> list[int]:  # fmt: skip
+             prefetch: bool = False) -> list[int]:  # fmt: skip
     """The tokens of nunspark's `loop` (`speculative_generate` or `tree_speculative_generate`) on `prompt`."""
     from nunspark.generate import speculative_generate
     from nunspark.tree_shape import TreeShape
@@ -66,12 +67,12 @@ def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str =
     if loop == "linear":
         steps = speculative_generate(
             streaming, drafter, prompt, max_tokens=max_tokens, num_draft_tokens=draft_tokens,
-            accept_top_k=accept_top_k, prefetch=False, stats=stats, eos_id=eos_id,
+            accept_top_k=accept_top_k, prefetch=prefetch, stats=stats, eos_id=eos_id,
         )  # fmt: skip
     else:
         steps = tree_speculative_generate(
             streaming, drafter, prompt, shape=TreeShape(list(shape)), max_tokens=max_tokens, temp=temp,
-            prefetch=False, stats=stats, eos_id=eos_id,
+            prefetch=prefetch, stats=stats, eos_id=eos_id,
         )  # fmt: skip
     return [int(t) for t in steps]
 
