@@ -83,7 +83,8 @@ def test_the_documented_lossy_fast_mode_reports_each_deviation(data):
     from nunspark.generate import SpecStats
 
     target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", "linear"))
-    top_k = data.draw(st.sampled_from([2, 3]), label="accept_top_k")
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    top_k = data.draw(st.sampled_from([2, 3, vocab]), label="accept_top_k")  # vocab: every draft accepted
     stats = SpecStats()
     spec = peer.generate(peer.engine(target), drafter, prompt, max_tokens, "linear", accept_top_k=top_k, stats=stats,
                          **options)  # fmt: skip

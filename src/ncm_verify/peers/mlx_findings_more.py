@@ -110,6 +110,12 @@ MLX_FLASH_MAX_TOKENS = (
     "more (DFlash: 11 for max_tokens=10; EAGLE-3: 4 for 3); its plain decoding returns exactly max_tokens. Repro: "
     ".peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_max_tokens.py"
 )
+MLX_FLASH_EOS = (
+    "mlx-flash 0.9.2 mlx_flash_compress/dflash.py:390-400 and eagle3.py:410-426: generate appends every token a "
+    "round accepted and only then looks for the tokenizer's EOS in them: the tokens accepted after the EOS in the "
+    "same round are returned (DFlash, EOS 2: [2, 2, 1] where plain decoding stops at [2]; EAGLE-3, EOS 1: "
+    "[1, 1, 1, 1] for [1]). Repro: .peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_eos.py"
+)
 
 MLX_DSPARK_MAX_TOKENS = (
     "mlx-dspark 0.20.3 mlx_dspark/generate.py:1486 (speculative_generate): a round's committed tokens (accepted "
@@ -170,6 +176,11 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_FLASH}test_at_a_rejected_draft_the_engine_draws_from_the_target_s_tempered_conditional[eagle3]": (
         MLX_FLASH_EAGLE3_TEMPERATURE
     ),
+    **{
+        f"{_FLASH}test_an_end_of_sequence_token_ends_decoding_as_plain_decoding[{kind}]": MLX_FLASH_EOS
+        for kind in ("dflash", "eagle3")
+    },
+    f"{_FLASH}test_the_engine_s_first_sampled_tokens_follow_the_target_s_law[dflash]": MLX_FLASH_SAMPLER_PROBABILITIES,
     **{
         f"{_FLASH}test_the_engine_returns_max_tokens_tokens_when_a_block_is_accepted_near_the_end[{kind}]": (
             MLX_FLASH_MAX_TOKENS
