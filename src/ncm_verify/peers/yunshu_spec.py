@@ -312,7 +312,7 @@ def plain_constrained(target, prompt: list[int], max_tokens: int, response_forma
     """Plain grammar-constrained greedy decoding: each token the argmax of one uncached pass over the tokens the
     grammar allows after the text so far (a fresh constraint advanced by each token), ending at EOS."""
     tokenizer, make = grammar(response_format)
-    constraint, out = make(), []
+    constraint, out = make(), list[int]()
     while len(out) < max_tokens:
         row = np.array(conditional(target, prompt + out))
         allowed = constraint.get_allowed_tokens(tokenizer, out)
