@@ -47,6 +47,20 @@ def cases(draw, kind: str = "attention"):
     return Decoding(target, drafter, draft_length, prompt, max_tokens, call)
 
 
+@st.composite
+def batch_requests(draw, vocab: int):
+    """Two requests for batch verification: weights seed, contexts, drafts, target, drafter, and each draft's
+    log-probability under the draft model (what `generate` hands the rule)."""
+    seed = draw(st.integers(0, 2**16), label="weights seed")
+    contexts = [draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context") for _ in "ab"]
+    drafts = [draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4), label="drafts") for _ in "ab"]
+    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
+    logprobs = [
+        [float(peer.conditional(drafter, c + d[:i])[t]) for i, t in enumerate(d)] for c, d in zip(contexts, drafts)
+    ]
+    return seed, contexts, drafts, target, drafter, logprobs
+
+
 @pytest.mark.peer_property(1)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kind", peer.TARGET_KINDS)
@@ -124,13 +138,7 @@ def test_batch_verification_gives_each_request_what_verifying_it_alone_gives(dat
     """Temperature 0: `batch_verify_drafts` over two requests (each its own cache) returns, per request, what
     `verify_draft` returns for it alone: accepted drafts and bonus token (drafts drawn from the draft model)."""
     vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
-    seed = data.draw(st.integers(0, 2**16), label="weights seed")
-    contexts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context") for _ in "ab"]
-    drafts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4), label="drafts") for _ in "ab"]
-    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
-    logprobs = [
-        [float(peer.conditional(drafter, c + d[:i])[t]) for i, t in enumerate(d)] for c, d in zip(contexts, drafts)
-    ]
+    seed, contexts, drafts, target, drafter, logprobs = data.draw(batch_requests(vocab))
     spec = peer.decoder(target, drafter)
     batched, alone = peer.verify_rows(spec, target, contexts, drafts, logprobs, 0.0, rng_seed=seed)
     for row, (b, a) in enumerate(zip(batched, alone)):
@@ -331,13 +339,7 @@ def test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_veri
         if response_format
         else data.draw(st.sampled_from([4, 6]), label="vocab")
     )
-    seed = data.draw(st.integers(0, 2**16), label="weights seed")
-    contexts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=5), label="context") for _ in "ab"]
-    drafts = [data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4), label="drafts") for _ in "ab"]
-    target, drafter = peer.make_target("attention", seed, vocab), peer.make_drafter(seed + 1, vocab)
-    logprobs = [
-        [float(peer.conditional(drafter, c + d[:i])[t]) for i, t in enumerate(d)] for c, d in zip(contexts, drafts)
-    ]
+    seed, contexts, drafts, target, drafter, logprobs = data.draw(batch_requests(vocab))
     spec = peer.decoder(target, drafter)
     batched, alone = peer.verify_rows(
         spec, target, contexts, drafts, logprobs, 0.8, rng_seed=seed, record=True, response_format=response_format
