@@ -84,7 +84,7 @@ def test_the_documented_lossy_fast_mode_reports_each_deviation(data):
 
     target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", "linear"))
     vocab = int(peer.conditional(target, prompt).shape[-1])
-    top_k = data.draw(st.sampled_from([2, 3, vocab]), label="accept_top_k")  # vocab: every draft accepted
+    top_k = data.draw(st.sampled_from([vocab, 2, 3]), label="accept_top_k")  # vocab: every draft accepted
     stats = SpecStats()
     spec = peer.generate(peer.engine(target), drafter, prompt, max_tokens, "linear", accept_top_k=top_k, stats=stats,
                          **options)  # fmt: skip
@@ -209,3 +209,29 @@ def test_the_tree_loop_s_first_sampled_tokens_follow_the_target_s_law(data):
         f"{weights + 1}, 4), {prompt}, 2, 'tree', shape={shape}, temp={temperature})"
     )
     assert_first_tokens_follow_the_law(law, decode, vocab, seed=seed, call=call)
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("bits", [4, 8])
+@settings(max_examples=2)
+@given(data=st.data())
+def test_with_quantized_kv_greedy_speculative_decoding_emits_quantized_plain_decoding(bits, data):
+    """`kv_quant` (nunspark's `KVQuant`: KV entries quantized, groups of 32): its linear loop commits the accepted
+    rows "bit-identically to having fed the accepted tokens directly" (`commit_verified`), so greedy speculative
+    decoding emits its plain `generate` with the same quantization, token for token. (Its tree loop takes no
+    `kv_quant`.) A target with heads 32 wide: MLX cannot quantize the tiny targets' heads of 16."""
+    from nunspark.archspec import KVQuant
+
+    vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=7), label="prompt")
+    drafts = data.draw(st.integers(1, 4), label="num_draft_tokens")
+    target, drafter = peer.make_quantizable_target(seed, vocab), peer.make_drafter(seed + 1, vocab)
+    quant = KVQuant(bits, 32)
+    spec = peer.generate(peer.engine(target), drafter, prompt, 12, draft_tokens=drafts, kv_quant=quant)
+    plain = peer.plain(peer.engine(target), prompt, 12, kv_quant=quant)
+    assert spec == plain, (
+        f"KVQuant({bits}, 32): speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  target = "
+        f"make_quantizable_target({seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); generate(engine("
+        f"target), drafter, {prompt}, 12, draft_tokens={drafts}, kv_quant=KVQuant({bits}, 32))"
+    )

@@ -193,8 +193,7 @@ NUNSPARK_REASONS = (
     Reason(
         "nunspark/engine.py",
         "116-131",
-        "quantized KV and CacheList caches: MLX quantizes in groups of 32, 64 or 128 and the tiny targets' heads are "
-        "16 wide; no judged target has CacheList layers",
+        "CacheList caches and empty caches: no judged target has CacheList layers",
         runnable=True,
     ),
     Reason("nunspark/engine.py", "957-960", "cache kinds beyond the dense and sliding targets judged", runnable=True),
@@ -204,9 +203,9 @@ NUNSPARK_REASONS = (
         "MoE layers (their expert pieces and expert prefetch) are not packed: no tiny MoE target is built",
         runnable=True,
     ),
-    Reason("nunspark/engine.py", "1008-1013", "quantized KV: heads of 16 cannot be quantized", runnable=True),
+    Reason("nunspark/engine.py", "1008-1013", "quantized KV in the tree loop: it takes no kv_quant", runnable=True),
     Reason("nunspark/engine.py", "1019-1020", "MoE layers are not judged", runnable=True),
-    Reason("nunspark/engine.py", "1042-1043", "quantized KV: heads of 16 cannot be quantized", runnable=True),
+    Reason("nunspark/engine.py", "1042-1043", "quantized KV in the tree loop: it takes no kv_quant", runnable=True),
     Reason("nunspark/engine.py", "1080-1092", "split-core (MoE) pieces are not judged", runnable=True),
     Reason(
         "nunspark/engine.py",
