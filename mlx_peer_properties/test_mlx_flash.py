@@ -145,31 +145,3 @@ def test_an_end_of_sequence_token_ends_decoding_as_plain_decoding(kind, data):
     tokens, rounds = peer.generate_with(engine, prompt, max_tokens, eos=eos)
     want = plain[: plain.index(eos) + 1]
     assert tokens == want, f"{kind}, EOS {eos}: {tokens} (rounds {rounds}), plain up to EOS {want}\n  {call}"
-
-
-@pytest.mark.peer_law
-@pytest.mark.peer_property(2)
-@pytest.mark.parametrize("kind", ["dflash"])
-@settings(max_examples=1)
-@given(data=st.data())
-def test_the_engine_s_first_sampled_tokens_follow_the_target_s_law(kind, data):
-    """Temperature > 0, DFlash's loop end to end ("accept longest matching prefix (lossless)", its module's
-    docstring): its first two new tokens follow the target's exact tempered joint law, enumerated in float64 from
-    uncached passes, under the statistical policy (chi-square at TV 0.2, power 0.99; V = 4). (The verify step alone
-    is judged above, call by call; EAGLE-3 claims no lossless sampling and verifies by argmax, finding S8.)"""
-    from peer_checks import assert_first_tokens_follow_the_law, first_tokens_law
-
-    from ncm_verify.harness import strategies
-
-    vocab, weights = 4, data.draw(st.integers(0, 2**16), label="weights seed")
-    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=6), label="prompt")
-    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temperature")
-    seed = data.draw(strategies.seeds, label="mx.random.seed")
-    target = peer.make_target(weights, vocab)
-    engine = peer.make_engine(kind, target, weights + 1, 3, temperature)
-    law = first_tokens_law(lambda t: tempered(peer.conditional(target, t), temperature), prompt, 2)
-    call = (
-        f"mx.random.seed({seed}); generate(make_engine({kind!r}, make_target({weights}, 4), {weights + 1}, 3, "
-        f"{temperature}), {prompt}, 2)"
-    )
-    assert_first_tokens_follow_the_law(law, lambda: peer.generate(engine, prompt, 2), vocab, seed=seed, call=call)

@@ -180,7 +180,6 @@ MORE_PEER_FINDINGS: dict[str, str] = {
         f"{_FLASH}test_an_end_of_sequence_token_ends_decoding_as_plain_decoding[{kind}]": MLX_FLASH_EOS
         for kind in ("dflash", "eagle3")
     },
-    f"{_FLASH}test_the_engine_s_first_sampled_tokens_follow_the_target_s_law[dflash]": MLX_FLASH_SAMPLER_PROBABILITIES,
     **{
         f"{_FLASH}test_the_engine_returns_max_tokens_tokens_when_a_block_is_accepted_near_the_end[{kind}]": (
             MLX_FLASH_MAX_TOKENS

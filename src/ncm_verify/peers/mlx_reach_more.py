@@ -158,6 +158,13 @@ MLX_FLASH = (
 )
 MLX_FLASH_REASONS = (
     Reason(
+        "mlx_flash_compress/dflash.py",
+        "264-268",
+        "DFlash's draft loop at temperature > 0: its sampler is finding S7's at every draw, so no loop-level law is "
+        "run (1024 decodes would repeat the finding the verify property shows call by call)",
+        runnable=True,
+    ),
+    Reason(
         "mlx_flash_compress/eagle3.py",
         "296-300",
         "EAGLE-3's draft loop at temperature > 0: not judged end to end (it claims no lossless sampling and its "
