@@ -23,8 +23,9 @@ REACH = pytest.StashKey[object]()
 """The running coverage.py measurement of the package's speculative files (`peers.reach`), when asked for."""
 
 LAW_TESTS = 20
-"""Chi-square tests one `make verify-peers PEERS=all` plans at most (one per `peer_law` test and example: 14 now,
-over the five environments): the family-wise budget `stats.FAMILY_BUDGET` is split over them (Sidak)."""
+"""Chi-square tests one `make verify-peers PEERS=all` plans at most (one per `peer_law` test and example: 17 now,
+the first five environments' 14, mlx-dspark 2, nunspark 1): the family-wise budget
+`stats.FAMILY_BUDGET` is split over them (Sidak)."""
 
 
 def pytest_addoption(parser):

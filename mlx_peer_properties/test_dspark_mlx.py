@@ -123,3 +123,27 @@ def test_after_every_rollback_the_base_cache_attends_as_the_tokens_it_keeps_unca
         if held < len(tokens):
             label = f"{loop} rollback {number} ({call})"
             assert_cache_attends_as_uncached(target, cache, tokens, held, TOLERANCES[mx.float32], label)
+
+
+@pytest.mark.peer_property(6)
+def test_the_rules_and_the_host_refuse_shapes_they_cannot_judge():
+    """dspark-mlx's checks: a greedy or sampled acceptance handed base rows for other than K + 1 positions, and a
+    host adapter asked for target layers its model has not, each raise ValueError (not a wrong acceptance)."""
+    from dspark_mlx.hosts.mlx_lm import MlxLmHostAdapter
+    from dspark_mlx.verify import greedy_accept, speculative_sample_accept
+
+    drafts, rows = np.array([1, 2]), np.full((2, 4), 0.25)  # K = 2 drafts, 2 rows (3 needed)
+    with pytest.raises(ValueError, match="K\\+1"):
+        greedy_accept(drafts, rows)
+    with pytest.raises(ValueError, match="K\\+1"):
+        speculative_sample_accept(drafts, np.full((2, 4), 0.25), rows, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="out of range"):
+        MlxLmHostAdapter(peer.make_target("attention", 1, 6), (1, 9))
+
+
+@pytest.mark.peer_property(6)
+@pytest.mark.parametrize("loop", peer.LOOPS)
+def test_a_budget_of_no_tokens_decodes_none(loop):
+    """`max_new_tokens=0`: both loops emit no token, their loop never entered."""
+    tokens = peer.generate(peer.make_target("attention", 2, 6), peer.make_drafter(3, 6), [1, 2, 3], 0, loop)
+    assert tokens == [], f"{loop}: max_new_tokens=0 emitted {tokens}"

@@ -115,3 +115,33 @@ def test_what_the_engines_do_not_have(what):
         "not applicable: both engines decode one sequence, take no sampling option beyond temperature, and keep no "
         "cache: each round recomputes the whole sequence uncached, so there is nothing to roll back"
     )
+
+
+@pytest.mark.peer_property(6)
+@pytest.mark.parametrize("kind", peer.ENGINES)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_the_callback_is_handed_each_round_s_tokens_and_a_batch_shaped_prompt_decodes_alike(kind, data):
+    """`generate`'s `callback`, one call per round: the token lists it is handed are, in order, exactly the tokens
+    returned; EAGLE-3 given the prompt as a batch of one (``[1, L]``, which it reshapes to) returns the same."""
+    target, engine, prompt, max_tokens, call = data.draw(cases(kind))
+    tokens, rounds = peer.generate_with(engine, prompt, max_tokens)
+    assert [t for r in rounds for t in r] == tokens, f"{kind}: callback rounds {rounds}, returned {tokens}\n  {call}"
+    if kind == "eagle3":
+        batched, _ = peer.generate_with(engine, mx.array([prompt]), max_tokens)
+        assert batched == tokens, f"prompt [1, L]: {batched}, 1-D: {tokens}\n  {call}"
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("kind", peer.ENGINES)
+@settings(max_examples=8)
+@given(data=st.data())
+def test_an_end_of_sequence_token_ends_decoding_as_plain_decoding(kind, data):
+    """A tokenizer whose `eos_token_id` is drawn from plain decoding's tokens (so that it occurs): the engine
+    returns plain greedy decoding up to and including the first EOS, nothing after it."""
+    target, engine, prompt, max_tokens, call = data.draw(cases(kind))
+    plain = peer.plain(target, prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos_token_id")
+    tokens, rounds = peer.generate_with(engine, prompt, max_tokens, eos=eos)
+    want = plain[: plain.index(eos) + 1]
+    assert tokens == want, f"{kind}, EOS {eos}: {tokens} (rounds {rounds}), plain up to EOS {want}\n  {call}"

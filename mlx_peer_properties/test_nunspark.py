@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from peer_checks import Decoding, assert_greedy_equals_plain, first_difference, tempered
+from peer_checks import (
+    Decoding,
+    assert_first_tokens_follow_the_law,
+    assert_greedy_equals_plain,
+    first_difference,
+    first_tokens_law,
+    tempered,
+)
 
 from ncm_verify.peers import nunspark_spec as peer
 
@@ -76,7 +83,8 @@ def test_the_documented_lossy_fast_mode_reports_each_deviation(data):
     from nunspark.generate import SpecStats
 
     target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", "linear"))
-    top_k = data.draw(st.sampled_from([2, 3]), label="accept_top_k")
+    vocab = int(peer.conditional(target, prompt).shape[-1])
+    top_k = data.draw(st.sampled_from([vocab, 2, 3]), label="accept_top_k")  # vocab: every draft accepted
     stats = SpecStats()
     spec = peer.generate(peer.engine(target), drafter, prompt, max_tokens, "linear", accept_top_k=top_k, stats=stats,
                          **options)  # fmt: skip
@@ -135,4 +143,95 @@ def test_a_served_request_s_temperature_reaches_the_speculative_loop():
     assert handed.get("temp", handed.get("temperature")) == 0.8, (
         f"a request at temperature 0.8 served with a draft model: speculative_generate was called with "
         f"{sorted(kwargs)} (it takes {accepted}: greedy only); the temperature is dropped without an error"
+    )
+
+
+@pytest.mark.peer_property(1, 6)
+@pytest.mark.parametrize("loop", peer.LOOPS)
+@settings(max_examples=3)
+@given(data=st.data())
+def test_an_end_of_sequence_id_ends_speculative_decoding_as_plain_decoding_and_the_tally_counts_it(loop, data):
+    """`eos_id` (drawn from plain decoding's tokens so that it occurs, drafted or as a bonus) and a `SpecStats`
+    tally: the loop emits plain greedy decoding up to and including the first `eos_id`, nothing after, and the
+    tally's `tokens_emitted` is the number of tokens it yielded."""
+    from nunspark.generate import SpecStats
+
+    target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", loop))
+    plain = peer.plain(peer.engine(target), prompt, max_tokens)
+    eos = data.draw(st.sampled_from(plain), label="eos_id")
+    stats = SpecStats()
+    spec = peer.generate(peer.engine(target), drafter, prompt, max_tokens, loop, stats=stats, eos_id=eos, **options)
+    want = plain[: plain.index(eos) + 1]
+    assert spec == want, f"eos_id {eos}: {spec}, plain up to it {want}: {first_difference(spec, want)}\n  {call}"
+    assert stats.tokens_emitted == len(spec), f"tally {stats.tokens_emitted} tokens, yielded {len(spec)}: {call}"
+
+
+@pytest.mark.peer_property(1)
+@pytest.mark.parametrize("loop", peer.LOOPS)
+@settings(max_examples=2)
+@given(data=st.data())
+def test_with_its_default_prefetch_speculative_decoding_still_emits_plain_greedy_decoding(loop, data):
+    """nunspark prefetches the next layers' weights and prefix KV while a layer runs (its default; the other
+    properties run without): greedy linear and tree decoding with it on emit plain greedy decoding."""
+    target, drafter, options, prompt, max_tokens, call = data.draw(cases("attention", loop))
+    spec = peer.generate(
+        peer.engine(target, prefetch=True), drafter, prompt, max_tokens, loop, prefetch=True, **options
+    )
+    plain = peer.plain(peer.engine(target), prompt, max_tokens)
+    assert_greedy_equals_plain(spec, plain, lambda t: peer.conditional(target, t), prompt, f"prefetch on ({call})")
+
+
+@pytest.mark.peer_law
+@pytest.mark.peer_property(2)
+@settings(max_examples=1)
+@given(data=st.data())
+def test_the_tree_loop_s_first_sampled_tokens_follow_the_target_s_law(data):
+    """Temperature > 0, the tree loop end to end (children drawn i.i.d. from the drafter's tempered law, SpecInfer
+    acceptance over the tree: the rule judged exactly above, here the loop around it): its first two tokens
+    follow the target's exact tempered joint law, enumerated in float64 from uncached passes, under the
+    statistical policy (chi-square at TV 0.2, power 0.99; V = 4)."""
+    from ncm_verify.harness import strategies
+
+    vocab, weights = 4, data.draw(st.integers(0, 2**16), label="weights seed")
+    target, drafter = peer.make_target("attention", weights, vocab), peer.make_drafter(weights + 1, vocab)
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=6), label="prompt")
+    shape = data.draw(st.sampled_from(peer.SHAPES), label="tree shape")
+    temperature = data.draw(st.sampled_from([1.5, 1.0]), label="temp")
+    seed = data.draw(strategies.seeds, label="mx.random.seed")
+    law = first_tokens_law(lambda t: tempered(peer.conditional(target, t), temperature), prompt, 2)
+    streaming = peer.engine(target)
+
+    def decode() -> list[int]:
+        return peer.generate(streaming, drafter, prompt, 2, "tree", shape=shape, temp=temperature)
+
+    call = (
+        f"mx.random.seed({seed}); generate(engine(make_target('attention', {weights}, 4)), make_drafter("
+        f"{weights + 1}, 4), {prompt}, 2, 'tree', shape={shape}, temp={temperature})"
+    )
+    assert_first_tokens_follow_the_law(law, decode, vocab, seed=seed, call=call)
+
+
+@pytest.mark.peer_property(5)
+@pytest.mark.parametrize("bits", [4, 8])
+@settings(max_examples=2)
+@given(data=st.data())
+def test_with_quantized_kv_greedy_speculative_decoding_emits_quantized_plain_decoding(bits, data):
+    """`kv_quant` (nunspark's `KVQuant`: KV entries quantized, groups of 32): its linear loop commits the accepted
+    rows "bit-identically to having fed the accepted tokens directly" (`commit_verified`), so greedy speculative
+    decoding emits its plain `generate` with the same quantization, token for token. (Its tree loop takes no
+    `kv_quant`.) A target with heads 32 wide: MLX cannot quantize the tiny targets' heads of 16."""
+    from nunspark.archspec import KVQuant
+
+    vocab = data.draw(st.sampled_from([4, 6]), label="vocab")
+    seed = data.draw(st.integers(0, 2**16), label="weights seed")
+    prompt = data.draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=7), label="prompt")
+    drafts = data.draw(st.integers(1, 4), label="num_draft_tokens")
+    target, drafter = peer.make_quantizable_target(seed, vocab), peer.make_drafter(seed + 1, vocab)
+    quant = KVQuant(bits, 32)
+    spec = peer.generate(peer.engine(target), drafter, prompt, 12, draft_tokens=drafts, kv_quant=quant)
+    plain = peer.plain(peer.engine(target), prompt, 12, kv_quant=quant)
+    assert spec == plain, (
+        f"KVQuant({bits}, 32): speculative {spec} != plain {plain}: {first_difference(spec, plain)}\n  target = "
+        f"make_quantizable_target({seed}, {vocab}); drafter = make_drafter({seed + 1}, {vocab}); generate(engine("
+        f"target), drafter, {prompt}, 12, draft_tokens={drafts}, kv_quant=KVQuant({bits}, 32))"
     )

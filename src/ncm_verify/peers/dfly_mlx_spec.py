@@ -37,3 +37,21 @@ def generate(target, drafter, prompt: list[int], max_tokens: int, **options):
         target, drafter, prompt, max_tokens, "dflash", draft_backend=DFlyDraftBackend(), prompt_lookup=False,
         block_tokens=int(drafter.block_size), **options,
     )  # fmt: skip
+
+
+def generate_traced(target, drafter, prompt: list[int], max_tokens: int, **options):
+    """`generate` with dflash-mlx's cycle tracing on (`DiagnosticsConfig.trace.cycle_events`, what its
+    ``--profile`` runs use): the engine then launches each draft synchronously, not prefetched."""
+    import dataclasses
+    from unittest import mock
+
+    from dflash_mlx.diagnostics import DiagnosticsConfig, TraceConfig
+    from dflash_mlx.runtime import context as runtime_context
+
+    own = runtime_context.build_offline_runtime_context
+
+    def traced(**kwargs):
+        return dataclasses.replace(own(**kwargs), diagnostics=DiagnosticsConfig(trace=TraceConfig(cycle_events=True)))
+
+    with mock.patch.object(runtime_context, "build_offline_runtime_context", traced):
+        return generate(target, drafter, prompt, max_tokens, **options)

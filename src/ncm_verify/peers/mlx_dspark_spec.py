@@ -184,3 +184,59 @@ def planted_rule() -> contextlib.AbstractContextManager:
             return mx.ones_like(mx.minimum(a, b))
 
     return mock.patch.object(generate, "mx", AlwaysAccept())
+
+
+class EosTokenizer(Tokenizer):
+    """`Tokenizer` with end-of-sequence ids (what `eos_token_ids` reads)."""
+
+    def __init__(self, eos: list[int]):
+        self.eos_token_ids = list(eos)
+
+
+class ParkingCapController:
+    """A cap controller (what `speculative_generate` reads of mlx-dspark's `CapController`: `cap`, `probe_every`,
+    `set_depth`, `update`) that follows a script of caps, one per update: 0 parks speculation (plain committed
+    steps, a sprint of up to `probe_every`), 1 or 2 drafts. Scripted, not calibrated: the real controller's choice
+    rests on measured round times, so whether it parks in a short run depends on the machine's load."""
+
+    def __init__(self, caps: list[int], probe_every: int = 2):
+        if not caps or any(cap < 0 for cap in caps):
+            raise ValueError(f"caps: expected a non-empty list of caps >= 0, got {caps}")
+        self.script, self.probe_every, self.rounds = list(caps), probe_every, 0
+        self.cap = self.script[0]
+
+    def set_depth(self, depth: int) -> None:
+        pass
+
+    def update(self, accepted: int, drafted: int, **_) -> None:
+        self.rounds += 1
+        self.cap = self.script[self.rounds % len(self.script)]
+
+    def cap_for(self, batch_width: int) -> int:
+        """The batched engine's per-width cap (`SpecSlots` asks when several rows verify together)."""
+        return self.cap
+
+
+def slot_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], controller) -> list[list[int]]:
+    """mlx-dspark's `SpecSlots` (the continuous-batching engine `batch_spec_generate` wraps) with a cap
+    controller, every prompt admitted, stepped until every row retires: each row's tokens, in prompt order."""
+    from mlx_dspark.batch_engine import SpecSlots
+
+    slots = SpecSlots(target, Tokenizer(), drafter, capacity=len(prompts), cap_controller=controller)
+    for row, (prompt, budget) in enumerate(zip(prompts, max_tokens)):
+        slots.admit(prompt, max_new_tokens=budget, meta=row)
+    rows: list[list[int]] = [[] for _ in prompts]
+    for _ in range(sum(max_tokens) + 1):  # each step commits at least one token per active row
+        for row, result in slots.step():
+            rows[row] = [int(t) for t in result.token_ids]
+        if not slots.n_active:
+            return rows
+    raise AssertionError(f"SpecSlots did not retire every row within {sum(max_tokens) + 1} steps")
+
+
+def batch_rows(target, drafter, prompts: list[list[int]], max_tokens: list[int], **options) -> list[list[int]]:
+    """mlx-dspark's `batch_spec_generate` (its batched server engine's static entry point): each row's tokens."""
+    from mlx_dspark.batch_engine import batch_spec_generate
+
+    results = batch_spec_generate(target, Tokenizer(), drafter, prompts, max_new_tokens=max_tokens, **options)
+    return [[int(t) for t in result.token_ids] for result in results]

@@ -50,6 +50,32 @@ YUNSHU_FIRST_TOKEN_EOS = (
     "as the first token it emits [3, 2] where plain decoding stops at [3]. Repro: .peers/yunshu/bin/python "
     "mlx_peer_properties/repro/yunshu_first_token_eos.py"
 )
+YUNSHU_GRAMMAR = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:1035-1039 (generate): with a grammar constraint (the one "
+    "engine_speculative wires in for a response format) the prefill's token is taken unmasked and never advanced "
+    "into the constraint, and verify_draft's bonus mask (:640-646) is skipped whenever the constraint's rollback "
+    "needs a checkpoint (Choice, Regex: TypeError): the correction token is unmasked. Choices ('abcab', 'bad', "
+    "'cabbed', 'aced', 'ebbed'): speculative 'cddddddcdc' where constrained plain decoding gives 'cabbed'; JSON "
+    "schema {a: integer}: 'a{\"a\":1111' where plain gives '{\"a\":11111' (the first token unmasked, then the "
+    "object from the start). Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_grammar.py"
+)
+YUNSHU_DRAFT_RING = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:933,962 (_snapshot_cache / _restore_cache): a draft "
+    "model's RotatingKVCache is snapshotted as (offset, _idx) only; once its ring is full, drafting overwrites ring "
+    "slots that the restore does not bring back, so after a rejection the draft cache holds rejected drafts' keys: "
+    "off an uncached pass by 1.85 nats after one round, 9.43 after four (sliding-window drafter, window 4). Greedy "
+    "output stays exact (the target verifies); the drafts are conditioned on a wrong context. Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_draft_ring.py"
+)
+YUNSHU_BATCH_GRAMMAR = (
+    "yunshu 0.1.5 yunshu_engine/speculative_decoder.py:810-845 (batch_verify_drafts): under a grammar constraint "
+    "every request of the batch is masked through the decoder's one constraint (self.constraint), rolled back and "
+    "advanced by each request in turn: a request's bonus is masked by another request's grammar state. JSON "
+    "schema, temperature 0.8, same coins: request 1's correction law [0.0015, 0.0569, 0.0009, 0.5088, ...] in the "
+    "batch, [1, 0, 0, ...] (only '{' allowed) alone. No caller in yunshu 0.1.5 batches (public API). Repro: "
+    ".peers/yunshu/bin/python mlx_peer_properties/repro/yunshu_batch_grammar.py"
+)
 NUNSPARK_TREE_SLIDING = (
     "nunspark 0.13.0 nunspark/engine.py:1012-1022 (StreamingEngine.tree_forward): tree verification gives every "
     "layer a plain KVCache and one mask and calls slot(h, mask=mask, cache=ephem) as for a Llama block; on a "
@@ -83,6 +109,12 @@ MLX_FLASH_MAX_TOKENS = (
     "accepts and stops only once the count reaches max_tokens, so a round accepting drafts near the end returns "
     "more (DFlash: 11 for max_tokens=10; EAGLE-3: 4 for 3); its plain decoding returns exactly max_tokens. Repro: "
     ".peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_max_tokens.py"
+)
+MLX_FLASH_EOS = (
+    "mlx-flash 0.9.2 mlx_flash_compress/dflash.py:390-400 and eagle3.py:410-426: generate appends every token a "
+    "round accepted and only then looks for the tokenizer's EOS in them: the tokens accepted after the EOS in the "
+    "same round are returned (DFlash, EOS 2: [2, 2, 1] where plain decoding stops at [2]; EAGLE-3, EOS 1: "
+    "[1, 1, 1, 1] for [1]). Repro: .peers/mlx-flash/bin/python mlx_peer_properties/repro/mlx_flash_eos.py"
 )
 
 MLX_DSPARK_MAX_TOKENS = (
@@ -119,6 +151,17 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_YUNSHU}test_greedy_speculative_decoding_stops_at_the_end_of_sequence_token_as_plain_decoding": (
         YUNSHU_FIRST_TOKEN_EOS
     ),
+    **{
+        f"{_YUNSHU}test_grammar_constrained_speculative_decoding_emits_constrained_plain_decoding[{fmt}]": (
+            YUNSHU_GRAMMAR
+        )
+        for fmt in ("choice", "json schema")
+    },
+    f"{_YUNSHU}test_sampled_batch_verification_gives_each_request_the_coins_and_law_of_verifying_it_alone"
+    "[json schema]": YUNSHU_BATCH_GRAMMAR,
+    f"{_YUNSHU}test_at_every_round_the_draft_cache_attends_as_the_tokens_it_holds_uncached[sliding-window]": (
+        YUNSHU_DRAFT_RING
+    ),
     f"{_NUNSPARK}test_greedy_speculative_decoding_emits_plain_greedy_decoding[sliding-window-tree-own]": (
         NUNSPARK_TREE_SLIDING
     ),
@@ -133,6 +176,10 @@ MORE_PEER_FINDINGS: dict[str, str] = {
     f"{_FLASH}test_at_a_rejected_draft_the_engine_draws_from_the_target_s_tempered_conditional[eagle3]": (
         MLX_FLASH_EAGLE3_TEMPERATURE
     ),
+    **{
+        f"{_FLASH}test_an_end_of_sequence_token_ends_decoding_as_plain_decoding[{kind}]": MLX_FLASH_EOS
+        for kind in ("dflash", "eagle3")
+    },
     **{
         f"{_FLASH}test_the_engine_returns_max_tokens_tokens_when_a_block_is_accepted_near_the_end[{kind}]": (
             MLX_FLASH_MAX_TOKENS

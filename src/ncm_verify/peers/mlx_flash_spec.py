@@ -115,3 +115,20 @@ def planted() -> Iterator[None]:
         mock.patch.object(EAGLE3Engine, "verify", keeping(EAGLE3Engine.verify)),
     ):
         yield
+
+
+class EosTokenizer:
+    """What both engines read of a tokenizer: its `eos_token_id`."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+
+def generate_with(engine, prompt, max_tokens: int, eos: int | None = None) -> tuple[list[int], list[list[int]]]:
+    """The engine's new tokens with a tokenizer ending at `eos` (None: no tokenizer), and the token lists its
+    `callback` was handed, one per round. `prompt`: token ids, or an array (2-D for EAGLE-3's batch shape)."""
+    engine.tokenizer = None if eos is None else EosTokenizer(eos)
+    rounds: list[list[int]] = []
+    ids = prompt if isinstance(prompt, mx.array) else mx.array(prompt)
+    out = engine.generate(ids, max_tokens=max_tokens, callback=lambda tokens, *_: rounds.append(list(tokens)))
+    return [int(t) for t in np.array(out).reshape(-1)[ids.size :]], rounds

@@ -23,10 +23,20 @@ YUNSHU_REASONS = (
         Reason(
             "yunshu_engine/speculative_decoder.py",
             lines,
-            "grammar-constrained decoding (its constraint objects) is not judged",
+            "grammar branches the constrained properties do not reach: choice and JSON-schema runs fail on their "
+            "first example (finding S14); a constraint without rollback or advance (every yunshu constraint has "
+            "both), an empty allowed set, EOS inside the accepted drafts; penalties with a grammar (finding S4 "
+            "raises first)",
             runnable=True,
         )
-        for lines in ("626-669", "810-845", "1065-1067", "1089-1100", "1179-1190", "1238-1261", "1291-1304")
+        for lines in ("626-669", "1065-1067", "1089-1100", "1179-1190", "1238-1261", "1291-1304")
+    ),
+    Reason(
+        "yunshu_engine/speculative_decoder.py",
+        "810-845",
+        "batch verify under a grammar: a constraint without rollback or advance, an empty allowed set, EOS inside "
+        "the accepted drafts (the JSON-schema batch fails, finding S16)",
+        runnable=True,
     ),
     *(
         Reason(
@@ -36,56 +46,27 @@ YUNSHU_REASONS = (
         )
         for lines in ("532-543", "735-740", "877-883", "1198-1202", "1270-1275")
     ),
-    *(
-        Reason(
-            "yunshu_engine/speculative_decoder.py", lines, "cancellation (cancel_event) is not judged", runnable=True
-        )
-        for lines in ("1047-1054", "1074-1082", "1114-1115", "1124-1131")
+    Reason(
+        "yunshu_engine/speculative_decoder.py",
+        "920-969",
+        "draft caches of kinds no judged drafter has: CacheList (composite models), ChunkedKVCache (chunked "
+        "attention), a cache without an offset",
+        runnable=True,
     ),
     *(
         Reason(
             "yunshu_engine/speculative_decoder.py",
             lines,
-            "EOS is judged as a single id, emitted by plain decoding; not drafted, nor a list of ids",
+            "an accepted draft that is the EOS: not forced (EOS ids are drawn from plain decoding's tokens)",
             runnable=True,
         )
-        for lines in ("1002-1010", "1108-1110", "1219-1220", "1229-1230")
+        for lines in ("1108-1110", "1219-1220", "1229-1230")
     ),
     Reason(
         "yunshu_engine/speculative_decoder.py",
-        "920-945",
-        "the draft model judged is attention-only: its caches are KVCache",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "955-969",
-        "the draft model judged is attention-only: its caches are KVCache",
-        runnable=True,
-    ),
-    Reason("yunshu_engine/speculative_decoder.py", "513-520", "verify with no drafts is not judged", runnable=True),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "708-730",
-        "batch verify with no request or no drafts is not judged",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "778-805",
-        "batch verify judged at temperature 0 only (finding S3)",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "845-850",
-        "batch verify judged at temperature 0 only (finding S3)",
-        runnable=True,
-    ),
-    Reason(
-        "yunshu_engine/speculative_decoder.py",
-        "1214-1218",
-        "a round accepting past the budget: max_tokens is not varied against drafts",
+        "1216",
+        "the break is dead: drafts are capped at the remaining budget (effective_K), so accepted drafts never pass "
+        "it (kept in the total: the line's other exit runs)",
         runnable=True,
     ),
 )
@@ -98,11 +79,6 @@ DSPARK_MLX = (
     Scope("dspark_mlx/arch/qwen3.py", ("Qwen3DSparkDrafter",)),
 )
 DSPARK_MLX_REASONS = (
-    Reason("dspark_mlx/verify.py", "53", "argument check (rows != K + 1) not exercised", runnable=True),
-    Reason("dspark_mlx/verify.py", "84", "argument check (rows != K + 1) not exercised", runnable=True),
-    Reason(
-        "dspark_mlx/hosts/mlx_lm.py", "74", "argument check (target layer out of range) not exercised", runnable=True
-    ),
     Reason(
         "dspark_mlx/arch/qwen3.py",
         "283",
@@ -110,26 +86,23 @@ DSPARK_MLX_REASONS = (
         runnable=True,
     ),
     Reason(
-        "dspark_mlx/generate.py",
-        "56",
-        "the loop always leaves by its break (the budget is checked there)",
+        "dspark_mlx/loop.py",
+        "38",
+        "dead from its only caller: generate_eager calls it only with a threshold above 0",
         runnable=True,
     ),
-    Reason(
-        "dspark_mlx/loop.py", "65", "the loop always leaves by its break (the budget is checked there)", runnable=True
-    ),
-    Reason("dspark_mlx/loop.py", "38", "generate_eager calls it only with a threshold above 0", runnable=True),
 )
 
 MLX_DSPARK = (
     Scope("mlx_dspark/generate.py", ("_Penalizer", "_spec_sample_accept", "speculative_generate", "greedy_generate")),
     Scope("mlx_dspark/target.py", ("Target.verify", "Target.rollback", "Target._rollback_gated_delta")),
+    Scope("mlx_dspark/batch_engine.py", ("SpecSlots", "batch_spec_generate")),
 )
 MLX_DSPARK_REASONS = (
     Reason(
         "mlx_dspark/generate.py",
         "greedy_generate",
-        "plain decoding's seed, prefix-cache, callback and logprobs branches",
+        "plain decoding (the reference) with a prefix cache handed in or prefill callbacks: server paths",
         runnable=True,
     ),
     Reason(
@@ -142,26 +115,21 @@ MLX_DSPARK_REASONS = (
         "mlx_dspark/generate.py", "1220-1222", "prefix-cache reuse (a cache handed in) is not judged", runnable=True
     ),
     Reason("mlx_dspark/generate.py", "1236-1237", "the server's prefill callbacks are not judged", runnable=True),
-    Reason("mlx_dspark/generate.py", "1246-1247", "logprobs are not requested", runnable=True),
-    Reason("mlx_dspark/generate.py", "1277-1330", "the cap controller (parked rounds) is not judged", runnable=True),
     Reason(
         "mlx_dspark/generate.py",
-        "1344-1353",
-        "a lookup draft at temperature > 0: its rule is judged with a point-mass q",
+        "1306-1316",
+        "a parked sprint without a round callback, or with lookup drafts on: the parking property runs with the "
+        "callback and without lookup (a lookup round leaves the controller alone)",
         runnable=True,
     ),
     Reason(
-        "mlx_dspark/generate.py", "1457-1470", "the cap controller and round callbacks are not judged", runnable=True
+        "mlx_dspark/generate.py",
+        "1457-1470",
+        "a lookup round under a cap controller: the parking property runs without lookup",
+        runnable=True,
     ),
-    Reason("mlx_dspark/generate.py", "1489-1493", "no tokenizer EOS in the judged cases", runnable=True),
     Reason("mlx_dspark/generate.py", "1500-1504", "verbose printing", runnable=True),
     Reason("mlx_dspark/target.py", "555-556", "drafter-free lookup mode (tap=None) is not judged", runnable=True),
-    Reason(
-        "mlx_dspark/target.py",
-        "563-565",
-        "a one-token verify on a hybrid comes from parked rounds (cap controller)",
-        runnable=True,
-    ),
     Reason("mlx_dspark/target.py", "582-583", "every cache of the dense targets judged can trim", runnable=True),
     Reason("mlx_dspark/target.py", "586-589", "rollback without a capture: an internal error path", runnable=True),
     Reason("mlx_dspark/target.py", "591-594", "Mamba-2 and short-conv hybrids are not built", runnable=True),
@@ -169,14 +137,16 @@ MLX_DSPARK_REASONS = (
 
 DFLY_MLX = (Scope("dfly_mlx/backend.py"), Scope("dfly_mlx/model.py", ("DFlyDraftModel", "HiddenStatesCorrection")))
 DFLY_MLX_REASONS = (
-    Reason("dfly_mlx/backend.py", "31-32", "argument check (block_len <= 1) not exercised", runnable=True),
-    Reason("dfly_mlx/backend.py", "39-41", "float32 drafters: no compute dtype to cast to", runnable=True),
-    Reason("dfly_mlx/backend.py", "52-53", "float32 drafters: no compute dtype to cast to", runnable=True),
-    Reason("dfly_mlx/backend.py", "65-68", "the engine's synchronous launch only", runnable=True),
-    Reason("dfly_mlx/model.py", "41-45", "argument check (layer count) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "61-66", "argument check (feature width) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "71-72", "argument check (context width) not exercised", runnable=True),
-    Reason("dfly_mlx/model.py", "103-106", "argument check (no cache) not exercised", runnable=True),
+    *(
+        Reason(
+            "dfly_mlx/backend.py",
+            lines,
+            "the no-dtype exit is dead: a DFly drafter always has a floating hidden_norm weight, so dflash-mlx's "
+            "_draft_compute_dtype always finds one (kept in the total: the line's other exit runs)",
+            runnable=True,
+        )
+        for lines in ("39", "52")
+    ),
 )
 
 MLX_FLASH = (
@@ -190,23 +160,25 @@ MLX_FLASH_REASONS = (
     Reason(
         "mlx_flash_compress/dflash.py",
         "264-268",
-        "the generate loop at temperature > 0: its sampler is judged in verify (finding 20)",
+        "DFlash's draft loop at temperature > 0: its sampler is finding S7's at every draw, so no loop-level law is "
+        "run (1024 decodes would repeat the finding the verify property shows call by call)",
         runnable=True,
-    ),
-    Reason("mlx_flash_compress/dflash.py", "386-387", "verify always returns the bonus or the drafts", runnable=True),
-    Reason(
-        "mlx_flash_compress/dflash.py", "394-400", "no callback and no tokenizer EOS in the judged cases", runnable=True
     ),
     Reason(
         "mlx_flash_compress/eagle3.py",
         "296-300",
-        "the generate loop at temperature > 0: judged in verify (finding 21)",
+        "EAGLE-3's draft loop at temperature > 0: not judged end to end (it claims no lossless sampling and its "
+        "verify ignores the temperature, finding S8)",
         runnable=True,
     ),
-    Reason("mlx_flash_compress/eagle3.py", "385-386", "prompts are handed 1-D, as its own callers do", runnable=True),
-    Reason("mlx_flash_compress/eagle3.py", "407-408", "verify always returns the bonus or the drafts", runnable=True),
-    Reason(
-        "mlx_flash_compress/eagle3.py", "421-426", "no callback and no tokenizer EOS in the judged cases", runnable=True
+    *(
+        Reason(
+            path,
+            lines,
+            "the break is dead: verify always returns the bonus or the drafts, never nothing",
+            runnable=True,
+        )
+        for path, lines in (("mlx_flash_compress/dflash.py", "386-387"), ("mlx_flash_compress/eagle3.py", "407-408"))
     ),
 )
 
@@ -228,48 +200,46 @@ NUNSPARK_REASONS = (
     Reason(
         "nunspark/engine.py",
         "116-131",
-        "quantized KV, CacheList and empty caches: the judged targets use plain caches",
+        "CacheList caches and empty caches: no judged target has CacheList layers",
         runnable=True,
     ),
     Reason("nunspark/engine.py", "957-960", "cache kinds beyond the dense and sliding targets judged", runnable=True),
     Reason(
-        "nunspark/engine.py", "983-1006", "MoE layers and prefetch (prefetch=False here) are not judged", runnable=True
+        "nunspark/engine.py",
+        "983-1006",
+        "MoE layers (their expert pieces and expert prefetch) are not packed: no tiny MoE target is built",
+        runnable=True,
     ),
-    Reason("nunspark/engine.py", "1008-1013", "quantized KV is not judged", runnable=True),
+    Reason("nunspark/engine.py", "1008-1013", "quantized KV in the tree loop: it takes no kv_quant", runnable=True),
     Reason("nunspark/engine.py", "1019-1020", "MoE layers are not judged", runnable=True),
-    Reason("nunspark/engine.py", "1042-1043", "quantized KV is not judged", runnable=True),
+    Reason("nunspark/engine.py", "1042-1043", "quantized KV in the tree loop: it takes no kv_quant", runnable=True),
+    Reason("nunspark/engine.py", "1080-1092", "split-core (MoE) pieces are not judged", runnable=True),
     Reason(
         "nunspark/engine.py",
-        "1080-1092",
-        "split-core pieces and prefetch (prefetch=False here) are not judged",
+        "1112-1113",
+        "the return is dead from its loops: they commit at least the anchor",
         runnable=True,
     ),
-    Reason("nunspark/engine.py", "1112-1113", "its loops commit at least the anchor", runnable=True),
     Reason("nunspark/engine.py", "1115-1120", "CacheList layers are not in the judged targets", runnable=True),
-    Reason("nunspark/generate.py", "431-436", "a borrowed KV store (prefix reuse) is not judged", runnable=True),
-    Reason("nunspark/generate.py", "539-541", "a borrowed KV store (prefix reuse) is not judged", runnable=True),
-    Reason("nunspark/generate.py", "453-454", "no EOS id in the judged cases", runnable=True),
-    Reason("nunspark/generate.py", "527-528", "no EOS id in the judged cases", runnable=True),
-    Reason("nunspark/generate.py", "535-536", "no EOS id in the judged cases", runnable=True),
-    Reason("nunspark/generate.py", "488-489", "accept_top_k >= V (accept anything) is not drawn", runnable=True),
-    Reason("nunspark/generate.py", "521-522", "a round accepting past the budget is not forced", runnable=True),
-    Reason(
-        "nunspark/tree_spec.py",
-        "132-133",
-        "the tree loop at temperature > 0: its rule is judged exactly, not the loop",
-        runnable=True,
+    *(
+        Reason(path, lines, "a borrowed KV store (prefix reuse) is not judged", runnable=True)
+        for path, lines in (
+            ("nunspark/generate.py", "431-436"),
+            ("nunspark/generate.py", "539-541"),
+            ("nunspark/tree_spec.py", "199-206"),
+        )
     ),
-    Reason(
-        "nunspark/tree_spec.py",
-        "162-163",
-        "the tree loop at temperature > 0: its rule is judged exactly, not the loop",
-        runnable=True,
+    *(
+        Reason(
+            path,
+            lines,
+            "an accepted draft that is the EOS, or the budget reached inside a round: not forced",
+            runnable=True,
+        )  # fmt: skip
+        for path, lines in (
+            ("nunspark/generate.py", "521-528"),
+            ("nunspark/tree_spec.py", "244-252"),
+            ("nunspark/tree_spec.py", "263"),
+        )
     ),
-    Reason("nunspark/tree_spec.py", "199-206", "a borrowed KV store (prefix reuse) is not judged", runnable=True),
-    Reason("nunspark/tree_spec.py", "213-216", "no stats object handed to the tree loop", runnable=True),
-    Reason("nunspark/tree_spec.py", "221-222", "no stats object handed to the tree loop", runnable=True),
-    Reason("nunspark/tree_spec.py", "228-229", "no stats object handed to the tree loop", runnable=True),
-    Reason("nunspark/tree_spec.py", "249-252", "no stats object handed; no EOS id", runnable=True),
-    Reason("nunspark/tree_spec.py", "258-263", "no stats object handed; no EOS id", runnable=True),
-    Reason("nunspark/tree_spec.py", "244-245", "a round accepting past the budget is not forced", runnable=True),
 )

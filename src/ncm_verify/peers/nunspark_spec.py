@@ -23,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ncm_verify.peers.mlx_tiny import log_softmax, make_mlx_lm_target
+from ncm_verify.peers.mlx_tiny import HIDDEN, build, log_softmax, make_mlx_lm_target
 
 PACKAGE = "nunspark"
 VERSION = "0.13.0"
@@ -38,13 +38,27 @@ def make_target(kind: str, seed: int, vocab: int = 12):
     return make_mlx_lm_target(kind, seed, vocab)
 
 
+def make_quantizable_target(seed: int, vocab: int = 12):
+    """mlx-lm's qwen3 with heads 32 wide: MLX quantizes KV in groups of 32, 64 or 128 along a head, so the tiny
+    targets' heads of 16 cannot take nunspark's `kv_quant`."""
+    from mlx_lm.models import qwen3
+
+    args = qwen3.ModelArgs(
+        model_type="qwen3", hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, rms_norm_eps=1e-6, vocab_size=vocab,
+        num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+        rope_theta=10000.0, head_dim=32, tie_word_embeddings=False,
+    )  # fmt: skip
+    return build(lambda: qwen3.Model(args), seed)
+
+
 def make_drafter(seed: int, vocab: int = 12):
     """The resident draft model: an attention-only qwen3 of the same vocabulary, its own weights."""
     return make_mlx_lm_target("attention", seed, vocab)
 
 
-def engine(target):
-    """nunspark's `StreamingEngine` over `target`, packed by its own `pack` into a temporary directory."""
+def engine(target, prefetch: bool = False):
+    """nunspark's `StreamingEngine` over `target`, packed by its own `pack` into a temporary directory; `prefetch`:
+    its layer-window prefetch (on by default in nunspark, off in the other properties)."""
     from nunspark.engine import StreamingEngine
     from nunspark.packer import pack
 
@@ -52,11 +66,12 @@ def engine(target):
     atexit.register(shutil.rmtree, root, True)
     config = {k: v for k, v in dataclasses.asdict(target.args).items() if v is not None}
     manifest = pack(None, root, weights=dict(tree_flatten(target.parameters())), config=config)
-    return StreamingEngine(root, manifest, budget_bytes=1 << 30, prefetch=False, wire_limit=False)
+    return StreamingEngine(root, manifest, budget_bytes=1 << 30, prefetch=prefetch, wire_limit=False)
 
 
 def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str = "linear", *, draft_tokens: int = 3,
-             shape=(2, 2), accept_top_k: int = 1, temp: float = 0.0, stats=None) -> list[int]:  # fmt: skip
+             shape=(2, 2), accept_top_k: int = 1, temp: float = 0.0, stats=None, eos_id: int | None = None,
+             prefetch: bool = False, kv_quant=None) -> list[int]:  # fmt: skip
     """The tokens of nunspark's `loop` (`speculative_generate` or `tree_speculative_generate`) on `prompt`."""
     from nunspark.generate import speculative_generate
     from nunspark.tree_shape import TreeShape
@@ -65,21 +80,23 @@ def generate(streaming, drafter, prompt: list[int], max_tokens: int, loop: str =
     if loop == "linear":
         steps = speculative_generate(
             streaming, drafter, prompt, max_tokens=max_tokens, num_draft_tokens=draft_tokens,
-            accept_top_k=accept_top_k, prefetch=False, stats=stats,
+            accept_top_k=accept_top_k, prefetch=prefetch, stats=stats, eos_id=eos_id, kv_quant=kv_quant,
         )  # fmt: skip
     else:
         steps = tree_speculative_generate(
             streaming, drafter, prompt, shape=TreeShape(list(shape)), max_tokens=max_tokens, temp=temp,
-            prefetch=False, stats=stats,
+            prefetch=prefetch, stats=stats, eos_id=eos_id,
         )  # fmt: skip
     return [int(t) for t in steps]
 
 
-def plain(streaming, prompt: list[int], max_tokens: int) -> list[int]:
-    """nunspark's own plain greedy decoding (`generate.generate`) on the streaming engine."""
+def plain(streaming, prompt: list[int], max_tokens: int, kv_quant=None) -> list[int]:
+    """nunspark's own plain greedy decoding (`generate.generate`) on the streaming engine (`kv_quant`: its
+    `KVQuant`, quantized KV entries)."""
     from nunspark.generate import generate as plain_generate
 
-    return [int(t) for t in plain_generate(streaming, prompt, max_tokens=max_tokens, prefetch=False)]
+    steps = plain_generate(streaming, prompt, max_tokens=max_tokens, prefetch=False, kv_quant=kv_quant)
+    return [int(t) for t in steps]
 
 
 def conditional(target, tokens: list[int]) -> mx.array:

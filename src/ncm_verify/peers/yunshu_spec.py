@@ -176,19 +176,43 @@ def round_law(spec, target, context: list[int], draft_logprobs: np.ndarray, draf
 
 
 def verify_rows(spec, target, contexts: list[list[int]], drafts: list[list[int]], draft_logprobs: list[list[float]],
-                temperature: float, rng_seed: int):  # fmt: skip
-    """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches)."""
+                temperature: float, rng_seed: int, record: bool = False,
+                response_format: str | None = None):  # fmt: skip
+    """`batch_verify_drafts` over the requests, and `verify_draft` on each alone (same coins, fresh caches). With
+    `record`, each result comes with the law its correction sampler was handed (softmax of the row it got). With
+    `response_format`, the decoder holds that grammar's constraint, fresh for the batch and for each request alone."""
+    from yunshu_engine import batched_engine
     from yunshu_engine.speculative_decoder import DraftResult
 
     results = [DraftResult(token_ids=d, logprobs=lp) for d, lp in zip(drafts, draft_logprobs)]
-    spec.rng = random.Random(rng_seed)
-    batched = spec.batch_verify_drafts(
-        [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
-    )
-    alone = []
-    spec.rng = random.Random(rng_seed)
-    for r, c in zip(results, contexts):
-        alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
+    recorder = RecordingTempSampler()
+    patch = mock.patch.object(batched_engine, "_build_temp_sampler", recorder.build) if record else None
+
+    def law(row: np.ndarray) -> np.ndarray:
+        weights = np.exp(row.astype(np.float64) - row.max())
+        return weights / weights.sum()
+
+    def constrain() -> None:
+        if response_format is not None:
+            tokenizer, make = grammar(response_format)
+            spec.tokenizer, spec.constraint, spec._eos_ids = tokenizer, make(), {tokenizer.eos_token_id}
+
+    with patch or contextlib.nullcontext():
+        constrain()
+        spec.rng = random.Random(rng_seed)
+        batched = spec.batch_verify_drafts(
+            [(r, mx.array([[c[-1]]]), prefilled(target, c)) for r, c in zip(results, contexts)], temperature
+        )
+        batched_laws = [law(row) for row in recorder.rows]  # one sampler call per request, in order
+        alone = []
+        spec.rng = random.Random(rng_seed)
+        for r, c in zip(results, contexts):
+            constrain()
+            alone.append(spec.verify_draft(r, mx.array([[c[-1]]]), prefilled(target, c), temperature))
+            if record:
+                alone[-1] = (alone[-1], law(recorder.rows[-1]))
+    if record:
+        return list(zip(batched, batched_laws)), alone
     return batched, alone
 
 
@@ -232,3 +256,107 @@ def planted() -> contextlib.AbstractContextManager:
         return own(prompt_cache, max(num_tokens - 1, 0))
 
     return mock.patch.object(cache, "trim_prompt_cache", trim_one_fewer)
+
+
+CHOICES = ("abcab", "bad", "cabbed", "aced", "ebbed")
+RESPONSE_FORMATS = {
+    "choice": ({"type": "choice", "choices": list(CHOICES)}, "abcde"),
+    "json schema": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        '{}"a:1',
+    ),
+    "any string": ({"type": "regex", "pattern": "[a-e]*"}, "abcde"),
+}
+"""Response formats yunshu serves (`engine_sampling._build_grammar_constraint`: a choice list, a JSON schema, a
+regular expression), each with the alphabet of its `CharTokenizer`. "any string" allows every token everywhere."""
+
+
+class CharTokenizer:
+    """What yunshu's grammar constraints read of a tokenizer: token i is the character `letters[i]`, the last
+    one (`eos_token_id`, ``len(letters)``) is the end of sequence and decodes to nothing."""
+
+    def __init__(self, letters: str = "abcde"):
+        if not letters or len(set(letters)) != len(letters):
+            raise ValueError(f"letters: expected distinct characters, got {letters!r}")
+        self.letters, self.eos_token_id = letters, len(letters)
+
+    def get_vocab(self) -> dict[str, int]:
+        return {letter: i for i, letter in enumerate(self.letters)} | {"</s>": self.eos_token_id}
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.letters[i] if i < len(self.letters) else "" for i in ids)
+
+
+def grammar(response_format: str):
+    """`RESPONSE_FORMATS[response_format]`'s tokenizer, and a factory of the constraint yunshu's engine wires into
+    its speculative decoder for it (`engine_sampling._build_grammar_constraint`, as `engine_speculative` calls it)."""
+    from yunshu_engine.engine_sampling import _build_grammar_constraint
+
+    if response_format not in RESPONSE_FORMATS:
+        raise ValueError(f"response_format: expected one of {sorted(RESPONSE_FORMATS)}, got {response_format!r}")
+    spec, letters = RESPONSE_FORMATS[response_format]
+    tokenizer = CharTokenizer(letters)
+    return tokenizer, lambda: _build_grammar_constraint(spec, tokenizer)
+
+
+def constrained_decoder(target, drafter, draft_length: int, response_format: str):
+    """`SpeculativeDecoder` with the response format's constraint (coins from ``random.Random(0)``); the target's
+    vocabulary is the tokenizer's letters and EOS."""
+    tokenizer, constraint = grammar(response_format)
+    spec = decoder(target, drafter, draft_length)
+    spec.tokenizer, spec.constraint, spec._eos_ids = tokenizer, constraint(), {tokenizer.eos_token_id}
+    return spec
+
+
+def plain_constrained(target, prompt: list[int], max_tokens: int, response_format: str) -> list[int]:
+    """Plain grammar-constrained greedy decoding: each token the argmax of one uncached pass over the tokens the
+    grammar allows after the text so far (a fresh constraint advanced by each token), ending at EOS."""
+    tokenizer, make = grammar(response_format)
+    constraint, out = make(), list[int]()
+    while len(out) < max_tokens:
+        row = np.array(conditional(target, prompt + out))
+        allowed = constraint.get_allowed_tokens(tokenizer, out)
+        out.append(max(allowed, key=lambda token: row[token]))
+        if out[-1] == tokenizer.eos_token_id:
+            break
+        constraint.advance(tokenizer.decode([out[-1]]))
+    return out
+
+
+def grammar_violation(tokens: list[int], response_format: str) -> str | None:
+    """Where `tokens` first leave the response format's grammar (a token its constraint does not allow), or None."""
+    tokenizer, make = grammar(response_format)
+    constraint = make()
+    for position, token in enumerate(tokens):
+        allowed = constraint.get_allowed_tokens(tokenizer, tokens[:position])
+        if token not in allowed:
+            return f"token {position} ({token}, {tokenizer.decode(tokens[: position + 1])!r}) not in {sorted(allowed)}"
+        if token == tokenizer.eos_token_id:
+            return None if position == len(tokens) - 1 else f"tokens after the EOS at {position}"
+        constraint.advance(tokenizer.decode([token]))
+    return None
+
+
+class CancelAfter:
+    """A cancellation event (`generate`'s `cancel_event`: anything with `is_set`) that turns set at its n-th
+    query, so that cancellation lands inside a round."""
+
+    def __init__(self, queries: int):
+        self.queries, self.asked = queries, 0
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked > self.queries
+
+
+def draft_caches_at_rounds(spec, drafter) -> list[tuple[int, list]]:
+    """Records, at each round's start (`_snapshot_cache` of the draft cache), a copy of the draft cache and the
+    offset it claims (its attention layers' largest): after the previous round's restore and re-feed."""
+    own, rounds = spec._snapshot_cache, []
+
+    def snapshot(cache):
+        rounds.append((max(int(getattr(c, "offset", 0) or 0) for c in cache), copy.deepcopy(cache)))
+        return own(cache)
+
+    spec._snapshot_cache = snapshot
+    return rounds
