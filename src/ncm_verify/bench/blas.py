@@ -15,8 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
+
 PROMPT_TOKENS = 16
 PASS_TOKENS = 8
+GRIDS = {"quick": {"repeats": 3}, "full": {"repeats": 5}}
+"""Calls per median (the matmul: 5x as many): both BLAS and every form in both grids."""
 
 
 def median_ms(function, repeats: int) -> float:
@@ -92,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--blas", default=os.environ.get("LD_PRELOAD", "").split(" ")[0], help="library to preload")
     parser.add_argument("--threads", default=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
-    parser.add_argument("--repeats", type=int, default=5)
+    add_grid_argument(parser)
+    parser.add_argument("--repeats", type=int, help="calls per median (the grid's: 3 quick, 5 full)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    apply_grid(args, GRIDS[args.grid])
     if args.child:
         print(json.dumps(measure(args.repeats)))
         return 0
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         results = side_by_side(args.blas, args.repeats, args.threads)
     print(format_rows(results))
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.out.write_text(json.dumps({**results, "grid": args.grid, "repeats": args.repeats}, indent=2) + "\n")
     return 0
 
 
