@@ -131,8 +131,8 @@ bench: install model
 	$(PY) -m ncm_verify.bench.steps --impl $(IMPL) --grid $(GRID) --reports $(REPORTS)
 
 # Fails when any ratio of the last `make bench` (bench.json, bench-trees.json) is worse than the baseline's by more
-# than the band recorded beside it (its spread over the baseline's measurements, at least 1.25x); ratios, not
-# times, because both sides of a ratio share the machine's noise.
+# than the band recorded beside it (1.25 x the square of its spread over the baseline's measurements, at least
+# 1.25x: src/ncm_verify/bench/ratios.py); ratios, not times, because both sides of a ratio share the machine's noise.
 ## bench-compare: fail when a ratio of the last bench regressed past its band in BASELINE
 bench-compare: install
 	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench

@@ -73,21 +73,32 @@ def test_a_ratio_regressed_past_its_band_fails_and_one_inside_it_passes():
 def test_a_higher_is_better_ratio_regresses_when_it_falls():
     baseline = bench_ratios.record_baseline([run_documents()])
     slower = run_documents()
-    slower["bench.json"]["kernels"][0]["contenders"]["compiled"]["ratios"]["vs eager"]["value"] = 1.1 / 1.3
+    for statistic in ("ratios", "ratios_of_minima"):
+        slower["bench.json"]["kernels"][0]["contenders"]["compiled"][statistic]["vs eager"]["value"] = 1.1 / 1.3
     regressions = bench_ratios.compare_to_baseline(baseline, slower)["regressions"]
     assert len(regressions) == 1 and "compiled :: vs eager" in regressions[0]
+
+
+def test_a_ratio_whose_median_alone_moved_is_noise_not_a_regression():
+    baseline = bench_ratios.record_baseline([run_documents()])
+    preempted = bench_ratios.compare_to_baseline(baseline, run_documents(chain_floor=4.0, floor_minima=2.5))
+    assert preempted["regressions"] == [], "a median moved by preemption, its minimum unmoved, read as a regression"
+    slower = bench_ratios.compare_to_baseline(baseline, run_documents(chain_floor=4.0, floor_minima=4.0))
+    assert len(slower["regressions"]) == 1
 
 
 def test_a_band_widens_with_the_spread_of_the_baselines_measurements():
     noisy = bench_ratios.record_baseline([run_documents(chain_floor=2.0), run_documents(chain_floor=3.0)])
     chain = next(e for e in noisy["ratios"] if e["ratio"] == bench_ratios.MLX_FLOOR and e["contender"] == "eager")
     assert chain["value"] == pytest.approx(6**0.5) and chain["spread"] == pytest.approx(1.5)
-    assert chain["band"] == pytest.approx(1.5 * bench_ratios.SPREAD_MARGIN)
-    one_run = bench_ratios.record_baseline([run_documents(chain_floor=2.0, floor_minima=2.6)])
-    spread = next(e for e in one_run["ratios"] if e["ratio"] == bench_ratios.MLX_FLOOR)["spread"]
-    assert spread == pytest.approx(1.3), "a run's medians and minima are two measurements of a ratio"
-    within = bench_ratios.compare_to_baseline(noisy, run_documents(chain_floor=6**0.5 * 1.8))
+    assert chain["band"] == pytest.approx(1.5**2 * bench_ratios.SPREAD_MARGIN)
+    minima = bench_ratios.record_baseline([run_documents(2.0, floor_minima=2.0), run_documents(2.0, floor_minima=2.6)])
+    spread = next(e for e in minima["ratios"] if e["ratio"] == bench_ratios.MLX_FLOOR)["spread"]
+    assert spread == pytest.approx(1.3), "the ratio of minima's spread over the runs was not counted"
+    within = bench_ratios.compare_to_baseline(noisy, run_documents(chain_floor=6**0.5 * 2.7))
     assert within["regressions"] == [], "a ratio inside its own (wider) band failed"
+    past = bench_ratios.compare_to_baseline(noisy, run_documents(chain_floor=6**0.5 * 2.9))
+    assert len(past["regressions"]) == 1, "a ratio past its own band passed"
 
 
 def test_the_baseline_refuses_no_runs_and_a_comparison_refuses_an_old_baseline():
@@ -132,6 +143,10 @@ def test_each_ratio_stands_beside_its_goal_by_kernel_and_batch():
     assert tree[bench_ratios.MLX_FLOOR]["goal"] == 2.0
     table = bench_ratios.format_goals(bench_ratios.goal_rows(documents))
     assert "NOT MET" in table and table.endswith("goals: 4 of 7 ratios met")
+    markdown = bench_ratios.format_goals(bench_ratios.goal_rows(documents), markdown=True).splitlines()
+    assert markdown[0] == "| kernel | case | ratio | B = 1 | B = 8 |" and len(markdown) == 2 + 5 + 2
+    floor = next(line for line in markdown if "chain V=128256 G=4 float32 | eager x mlx reduction floor" in line)
+    assert floor.endswith("| 2.50 of <= 3 | 2.50 of <= 2 (not met) |")
 
 
 def test_every_goal_of_the_kernels_is_in_performance_md_as_the_code_states_it():

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ncm_verify.bench.grids import add_grid_argument, apply_grid
+from ncm_verify.progress import Progress
 
 PROMPT_TOKENS = 16
 PASS_TOKENS = 8
@@ -69,13 +70,16 @@ def measure(repeats: int) -> dict:
 def side_by_side(blas: str, repeats: int, threads: str) -> dict:
     """Both settings measured by children of this process, one after the other."""
     results = {}
+    tracker = Progress("bench.blas", 2)
     for name, preload in (("bundled", ""), ("openblas", blas)):
+        tracker.start(f"{name} BLAS: a matmul, then each SmolLM2 form's step and {PASS_TOKENS}-token pass")
         environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")}
         if preload:
             environment.update(LD_PRELOAD=preload, OPENBLAS_NUM_THREADS=threads)
         command = [sys.executable, "-m", "ncm_verify.bench.blas", "--child", "--repeats", str(repeats)]
         output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout
         results[name] = json.loads(output.strip().splitlines()[-1])
+        tracker.done(f"{name} BLAS")
     return results
 
 

@@ -358,7 +358,7 @@ TRAINED_REPEATS = 2
 TRAINED_TOKENS = 64
 """Tokens per generation: enough rounds that a generation's prefill is a small part of its time."""
 GRIDS: dict[str, dict[str, Any]] = {
-    "quick": {"trained_ks": [1, 4], "prompts": 4, "repeats": 2, "tokens": 32, "generations": 20, "first_rounds": 100},
+    "quick": {"trained_ks": [1, 4], "prompts": 4, "repeats": 2, "tokens": 32, "generations": 12, "first_rounds": 60},
     "full": {
         "trained_ks": list(DRAFT_LENGTHS),
         "prompts": 32,
@@ -369,8 +369,9 @@ GRIDS: dict[str, dict[str, Any]] = {
     },
 }
 """`--grid`'s defaults (an option given on the command line wins). quick (`make bench`): k = 1 and 4 on 4
-held-out prompts of 32 tokens; the tree loop's rows over 20 generations and 100 first rounds. full (`GRID=full`,
-or ``--full``): k = 1..8 on 32 prompts of 64 tokens (about 15 minutes); 100 generations and 400 first rounds."""
+held-out prompts of 32 tokens; the tree loop's rows over 12 generations and 60 first rounds (the loop is the quick
+bench's largest CPU cost). full (`GRID=full`, or ``--full``): k = 1..8 on 32 prompts of 64 tokens (about 15
+minutes); 100 generations and 400 first rounds."""
 EXACT_FLOOR = 1e-4
 """`expected_accepted_length`'s floor: at k = 8 it brackets E[accepted] within ~0.2 tokens in seconds."""
 TRAINED_SIZES = (64, 256, 512, 1024)

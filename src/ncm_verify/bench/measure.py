@@ -687,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("reports/bench.json"))
     goals = commands.add_parser("goals", help="print every ratio of a run's JSON beside its goal")
     goals.add_argument("reports", type=Path, help=f"the folder holding {' and '.join(RATIO_FILES)}")
+    goals.add_argument("--markdown", action="store_true", help="as a Markdown table (docs/performance.md)")
     compare = commands.add_parser("compare", help="fail when a ratio regressed past its recorded band")
     compare.add_argument("baseline", type=Path)
     compare.add_argument("reports", type=Path, help=f"the folder holding {' and '.join(RATIO_FILES)}")
@@ -709,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
         documents = read_run(arguments.reports)
         if not documents:
             raise ValueError(f"reports: no {' or '.join(RATIO_FILES)} in {arguments.reports}; run `make bench`")
-        print(format_goals(goal_rows(documents)))
+        print(format_goals(goal_rows(documents), markdown=arguments.markdown))
         return 0
     if arguments.command == "baseline":
         runs = [read_run(directory) for directory in arguments.runs]

@@ -53,7 +53,7 @@ QUESTIONS = (
 """Each request's own suffix; requests take them in turn."""
 PATHS = ("uncached", "cached warm", "cached cold")
 GRIDS = {
-    "quick": {"prefix": [256], "tokens": [1, 8], "rounds": 5, "budget": 10.0},
+    "quick": {"prefix": [256], "tokens": [1, 8], "rounds": 3, "budget": 8.0},
     "full": {"prefix": [256, 1024], "tokens": [1, 8], "rounds": 10, "budget": 30.0},
 }
 """quick: the 256-token prefix (an uncached 1024-token prefix takes 11-20 s a call here); full: both lengths."""

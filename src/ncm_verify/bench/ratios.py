@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 BENCH_SCHEMA = "ncm-verify/bench/1"
@@ -212,8 +213,8 @@ def goal_rows(documents: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def format_goals(rows: list[dict]) -> str:
-    """One line per ratio beside its goal, then how many are met."""
+def format_goals(rows: list[dict], markdown: bool = False) -> str:
+    """One line per ratio beside its goal, then how many are met; as columns, or as a Markdown table."""
     if not rows:
         return "goals: no ratio measured that a goal covers"
     header = ("kernel", "case", "contender", "ratio", "measured", "goal", "met")
@@ -229,8 +230,35 @@ def format_goals(rows: list[dict]) -> str:
         )
         for row in rows
     ]
+    met = f"goals: {sum(row['met'] for row in rows)} of {len(rows)} ratios met"
+    if markdown:
+        return goals_by_batch_markdown(rows)
+    return f"{render_columns(header, lines)}\n{met}"
+
+
+def goals_by_batch_markdown(rows: list[dict]) -> str:
+    """The goal rows as a Markdown table with one line per case shape and ratio, a column per batch: each cell the
+    ratio measured beside its goal (docs/performance.md)."""
+    batches = sorted({int(match[1]) for row in rows if (match := re.search(r"\bB=(\d+)\b", row["case"]))})
+    lines: dict[tuple, dict[int, dict]] = {}
+    for row in rows:
+        batch = re.search(r"\bB=(\d+)\b", row["case"])
+        shape = re.sub(r"\s*\bB=\d+\b", "", row["case"])
+        lines.setdefault((row["kernel"], shape, row["contender"], row["ratio"]), {})[int(batch[1]) if batch else 0] = (
+            row
+        )
+    header = ["kernel", "case", "ratio", *(f"B = {b}" for b in batches)]
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (kernel, shape, contender, name), cells in lines.items():
+        shown = [
+            "-"
+            if b not in cells
+            else f"{cells[b]['value']:.2f} of <= {cells[b]['goal']:g}" + ("" if cells[b]["met"] else " (not met)")
+            for b in batches
+        ]
+        table.append(f"| {kernel} | {shape} | {contender} {name} | " + " | ".join(shown) + " |")
     met = sum(row["met"] for row in rows)
-    return f"{render_columns(header, lines)}\ngoals: {met} of {len(rows)} ratios met"
+    return "\n".join(table) + f"\n\n{met} of {len(rows)} ratios met."
 
 
 def goals_markdown() -> str:
@@ -251,7 +279,9 @@ MIN_BAND = 1.25
 """The least band a ratio gets: a ratio worse than its baseline by more than 1.25x (or its measured spread,
 whichever is wider) is a regression."""
 SPREAD_MARGIN = 1.25
-"""A ratio's band is its spread over the baseline's measurements (runs, medians and minima) times this."""
+"""A ratio's band is this times the square of its spread over the baseline's runs (largest / smallest): the range
+of a few runs spans about 1-2 standard deviations (in logs), its square 2-4, so that noise alone seldom leaves the
+band; under load 11-16 on 2 cores single ratios moved by 1.3-3x between two runs."""
 
 
 def ratio_entries(documents: dict[str, dict], statistic: str = "median") -> list[dict]:
@@ -294,34 +324,39 @@ def worse_by(before: float, now: float, better: str) -> float:
     return before / now if better == "higher" else now / before
 
 
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
 def record_baseline(runs: list[dict[str, dict]], *, min_band: float = MIN_BAND, margin: float = SPREAD_MARGIN) -> dict:
-    """The baseline from one or more runs (each: documents by file name): per ratio, the geometric mean of its
-    medians' values over the runs, and its band: `margin` x the spread of every estimate of it (the ratio of
-    medians and the ratio of minima in each run), at least `min_band`."""
+    """The baseline from one or more runs (each: documents by file name): per ratio, the geometric means over the
+    runs of its ratio of medians (`value`) and of minima (`value_of_minima`), and its band: `margin` x the square
+    of its spread over the runs (largest / smallest, the wider of the two statistics'), at least `min_band` (all a
+    single run can give)."""
     if not runs:
         raise ValueError("runs: expected at least one run's documents")
     if min_band <= 1 or margin < 1:
         raise ValueError(f"min_band, margin: expected min_band > 1 and margin >= 1, got {min_band}, {margin}")
-    medians: dict[tuple, list[dict]] = {}
-    estimates: dict[tuple, list[float]] = {}
+    found: dict[tuple, dict[str, list[dict]]] = {}
     for documents in runs:
         for statistic in RATIO_KEYS:
             for entry in ratio_entries(documents, statistic):
                 if entry["value"] > 0 and math.isfinite(entry["value"]):
-                    estimates.setdefault(entry_key(entry), []).append(entry["value"])
-                    if statistic == "median":
-                        medians.setdefault(entry_key(entry), []).append(entry)
+                    found.setdefault(entry_key(entry), {}).setdefault(statistic, []).append(entry)
     ratios = []
-    for key, entries in medians.items():
-        values = [entry["value"] for entry in entries]
-        spread = max(estimates[key]) / min(estimates[key])
+    for by_statistic in found.values():
+        if set(by_statistic) != set(RATIO_KEYS):
+            continue
+        medians, minima = ([e["value"] for e in by_statistic[statistic]] for statistic in RATIO_KEYS)
+        spread = max(max(values) / min(values) for values in (medians, minima))
         ratios.append(
             {
-                **{k: v for k, v in entries[0].items() if k != "value"},
-                "value": math.exp(sum(map(math.log, values)) / len(values)),
-                "runs": len(values),
+                **{k: v for k, v in by_statistic["median"][0].items() if k != "value"},
+                "value": geometric_mean(medians),
+                "value_of_minima": geometric_mean(minima),
+                "runs": len(medians),
                 "spread": spread,
-                "band": max(min_band, margin * spread),
+                "band": max(min_band, margin * spread**2),
             }
         )
     first = runs[0]["bench.json"] if "bench.json" in runs[0] else next(iter(runs[0].values()))
@@ -338,27 +373,29 @@ def record_baseline(runs: list[dict[str, dict]], *, min_band: float = MIN_BAND, 
 
 
 def compare_to_baseline(baseline: dict, documents: dict[str, dict]) -> dict[str, list[str]]:
-    """Each baseline ratio against the run's: "regressions" (worse by more than its band), "within" (the rest),
-    "missing" (not measured by this run, e.g. another grid): one line each."""
+    """Each baseline ratio against the run's: "regressions" (its ratio of medians and its ratio of minima each
+    worse than the baseline's by more than the band: a slower kernel moves both, a preempted call mostly the
+    median), "within" (the rest), "missing" (not measured by this run, e.g. another grid): one line each."""
     if baseline.get("schema") != BASELINE_SCHEMA:
         raise ValueError(
             f"baseline: expected schema {BASELINE_SCHEMA}, got {baseline.get('schema')!r}; record one with "
             "`make bench-baseline`"
         )
-    now = {entry_key(entry): entry for entry in ratio_entries(documents, "median")}
+    now = {statistic: {entry_key(e): e for e in ratio_entries(documents, statistic)} for statistic in RATIO_KEYS}
     result: dict[str, list[str]] = {"regressions": [], "within": [], "missing": []}
     for old in baseline["ratios"]:
         where = " :: ".join(entry_key(old))
-        if entry_key(old) not in now:
+        if entry_key(old) not in now["median"] or entry_key(old) not in now["min"]:
             result["missing"].append(where)
             continue
-        value = now[entry_key(old)]["value"]
+        value = now["median"][entry_key(old)]["value"]
         factor = worse_by(old["value"], value, old["better"])
+        of_minima = worse_by(old["value_of_minima"], now["min"][entry_key(old)]["value"], old["better"])
         line = (
-            f"{where}: {value:.3g} (baseline {old['value']:.3g}, {old['better']} is better; "
-            f"worse by {factor:.2f}x, band {old['band']:.2f}x)"
+            f"{where}: {value:.3g} (baseline {old['value']:.3g}, {old['better']} is better; worse by {factor:.2f}x, "
+            f"from minima {of_minima:.2f}x; band {old['band']:.2f}x)"
         )
-        result["regressions" if factor > old["band"] else "within"].append(line)
+        result["regressions" if min(factor, of_minima) > old["band"] else "within"].append(line)
     return result
 
 

@@ -39,19 +39,19 @@ class Step:
 
 
 STEPS = (
-    Step("kernel ratios", "ncm_verify.bench", "bench.json", 150, arguments=("run",)),
-    Step("trees", "ncm_verify.bench.trees", "bench-trees.json", 60),
-    Step("blocks", "ncm_verify.bench.blocks", "bench-blocks.json", 30),
-    Step("text drafting", "ncm_verify.bench.drafting", "bench-drafting.json", 60),
-    Step("tree loop", "ncm_verify.bench.drafting", "bench-tree-loop.json", 60, arguments=("--tree-loop",)),
-    Step("rollback", "ncm_verify.bench.rollback", "bench-rollback.json", 20, impl=False),
-    Step("blas", "ncm_verify.bench.blas", "bench-blas.json", 40, impl=False),
-    Step("smollm2 drafting", "ncm_verify.bench.smollm2", "bench-smollm2.json", 60),
-    Step("smollm2 prefix cache", "ncm_verify.bench.prefix_cache", "bench-prefix-cache.json", 40, impl=False),
+    Step("kernel ratios", "ncm_verify.bench", "bench.json", 90, arguments=("run",)),
+    Step("trees", "ncm_verify.bench.trees", "bench-trees.json", 55),
+    Step("blocks", "ncm_verify.bench.blocks", "bench-blocks.json", 15),
+    Step("text drafting", "ncm_verify.bench.drafting", "bench-drafting.json", 25),
+    Step("tree loop", "ncm_verify.bench.drafting", "bench-tree-loop.json", 95, arguments=("--tree-loop",)),
+    Step("rollback", "ncm_verify.bench.rollback", "bench-rollback.json", 12, impl=False),
+    Step("blas", "ncm_verify.bench.blas", "bench-blas.json", 45, impl=False),
+    Step("smollm2 drafting", "ncm_verify.bench.smollm2", "bench-smollm2.json", 55),
+    Step("smollm2 prefix cache", "ncm_verify.bench.prefix_cache", "bench-prefix-cache.json", 65, impl=False),
 )
 """The steps in order, then `LEVEL_STEPS`. `make bench GRID=full` runs the same steps on their full grids."""
 PYTEST_JSON = "bench-pytest.json"
-LEVEL_EXPECTED_S = 60
+LEVEL_EXPECTED_S = 10
 
 
 def command(step: Step, impl: str, grid: str, reports: Path) -> list[str]:
