@@ -420,6 +420,7 @@ def kernel_bench_main(
     if not arguments.no_latency:
         options = {"grid": arguments.grid} if grids else {}
         figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget, **options)
+        figures["goals"] = goal_rows({f"bench-{unit}s.json": figures})  # each ratio beside its goal, met or not
     if arguments.out is not None:
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
