@@ -39,15 +39,15 @@ class Step:
 
 
 STEPS = (
-    Step("kernel ratios", "ncm_verify.bench", "bench.json", 90, arguments=("run",)),
-    Step("trees", "ncm_verify.bench.trees", "bench-trees.json", 55),
-    Step("blocks", "ncm_verify.bench.blocks", "bench-blocks.json", 15),
-    Step("text drafting", "ncm_verify.bench.drafting", "bench-drafting.json", 25),
-    Step("tree loop", "ncm_verify.bench.drafting", "bench-tree-loop.json", 95, arguments=("--tree-loop",)),
-    Step("rollback", "ncm_verify.bench.rollback", "bench-rollback.json", 12, impl=False),
+    Step("kernel ratios", "ncm_verify.bench", "bench.json", 75, arguments=("run",)),
+    Step("trees", "ncm_verify.bench.trees", "bench-trees.json", 45),
+    Step("blocks", "ncm_verify.bench.blocks", "bench-blocks.json", 12),
+    Step("text drafting", "ncm_verify.bench.drafting", "bench-drafting.json", 30),
+    Step("tree loop", "ncm_verify.bench.drafting", "bench-tree-loop.json", 70, arguments=("--tree-loop",)),
+    Step("rollback", "ncm_verify.bench.rollback", "bench-rollback.json", 5, impl=False),
     Step("blas", "ncm_verify.bench.blas", "bench-blas.json", 45, impl=False),
-    Step("smollm2 drafting", "ncm_verify.bench.smollm2", "bench-smollm2.json", 55),
-    Step("smollm2 prefix cache", "ncm_verify.bench.prefix_cache", "bench-prefix-cache.json", 65, impl=False),
+    Step("smollm2 drafting", "ncm_verify.bench.smollm2", "bench-smollm2.json", 50),
+    Step("smollm2 prefix cache", "ncm_verify.bench.prefix_cache", "bench-prefix-cache.json", 75, impl=False),
 )
 """The steps in order, then `LEVEL_STEPS`. `make bench GRID=full` runs the same steps on their full grids."""
 PYTEST_JSON = "bench-pytest.json"
