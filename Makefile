@@ -39,11 +39,11 @@ ifneq ($(BLAS),)
 export LD_PRELOAD := $(BLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
 export OPENBLAS_NUM_THREADS ?= 1
 else ifneq ($(OPENBLAS),)
-bench train: export LD_PRELOAD := $(OPENBLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
-bench train: export OPENBLAS_NUM_THREADS := 1
+bench bench-baseline train: export LD_PRELOAD := $(OPENBLAS)$(if $(LD_PRELOAD), $(LD_PRELOAD))
+bench bench-baseline train: export OPENBLAS_NUM_THREADS := 1
 endif
 
-.PHONY: install lint verify test help bench bench-compare install-peers verify-peers clean train model readme
+.PHONY: install lint verify test help bench bench-compare bench-baseline install-peers verify-peers clean train model readme
 
 # uv installs what pip does (the same versions) in 4 s instead of 15 s on 2 cores, and a venv without ensurepip's pip
 # takes 0.2 s instead of 5 s. uv comes from PyPI through this Python's pip, or the venv's own where this Python has
@@ -115,39 +115,40 @@ help:
 	@echo "  variables: IMPL=$(IMPL) PROFILE=$(PROFILE) REPORTS=$(REPORTS) CACHE=$(CACHE) JOBS=$(JOBS) REQUIRE=$(REQUIRE);" \
 		"CI=true reruns the self-tests"
 
-# C9, measured and never asserted: kernel steps beside peers and floors, cache speedups beside
-# C4's prediction, side by side in one run (GRID=full for the whole grid). `make install-peers`
-# adds transformers' step as a peer; without it that column says it was skipped.
+# C9, measured and never asserted: kernel steps beside peers and floors, each ratio beside its goal
+# (src/ncm_verify/bench/ratios.py GOALS), cache speedups beside C4's prediction, side by side in one run.
+# GRID=quick (the default: every step's quick grid, within 10 minutes on 2 cores) or GRID=full (every grid whole).
+# `make install-peers` adds transformers' step as a peer; without it that column says it was skipped.
 GRID ?= quick
 BASELINE ?= benchmarks/baseline.json
-THRESHOLD ?= 0.6
+BASELINE_RUNS ?= 2
 
 # Also C12 on SmolLM2-135M, MLX's CPU BLAS side by side (docs/smollm2.md), and SmolLM2's prefix caching with
 # mlx-lm's own KV cache (docs/performance.md); the kernel grid includes steps on SmolLM2's real rows.
-## bench: C9 figures: steps beside peers and floors, cache speedups beside C4 (GRID=full for all), trees, blocks
+# One line per step with the time left; each step's wall and CPU seconds in $(REPORTS)/bench-steps.json.
+## bench: C9/C12 figures: every kernel ratio beside its goal, trees, blocks, drafting, SmolLM2 (GRID=full for all)
 bench: install model
-	@mkdir -p $(REPORTS)
-	$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench.json
-	$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/bench-trees.json
-	$(PY) -m ncm_verify.bench.blocks --impl $(IMPL) --out $(REPORTS)/bench-blocks.json
-	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --out $(REPORTS)/bench-drafting.json
-	$(PY) -m ncm_verify.bench.drafting --impl $(IMPL) --tree-loop --out $(REPORTS)/bench-tree-loop.json
-	$(PY) -m ncm_verify.bench.rollback --out $(REPORTS)/bench-rollback.json
-	$(PY) -m ncm_verify.bench.blas --out $(REPORTS)/bench-blas.json
-	$(PY) -m ncm_verify.bench.smollm2 --grid $(GRID) --out $(REPORTS)/bench-smollm2.json
-	$(PY) -m ncm_verify.bench.prefix_cache --out $(REPORTS)/bench-prefix-cache.json
-	@if ls benchmarks/test_*.py >/dev/null 2>&1; then \
-		$(PYTEST) benchmarks -q --benchmark-only --benchmark-json=$(REPORTS)/bench-pytest.json && \
-		$(PY) -m ncm_verify.bench.levels $(REPORTS)/bench-pytest.json; fi
+	$(PY) -m ncm_verify.bench.steps --impl $(IMPL) --grid $(GRID) --reports $(REPORTS)
 
-# Fails when a ratio of the last `make bench`, averaged (geometric mean) over a kind of case, is worse
-# than the baseline's by a factor above 1 + THRESHOLD; ratios, not times, because both sides of a ratio
-# share the machine's noise (two runs of one commit under load 14 on 2 cores: at most 1.5x apart).
-# Save a new baseline with `cp $(REPORTS)/bench.json $(BASELINE)`.
-## bench-compare: fail when the last bench's ratios fall past THRESHOLD against BASELINE
+# Fails when any ratio of the last `make bench` (bench.json, bench-trees.json) is worse than the baseline's by more
+# than the band recorded beside it (1.25 x the square of its spread over the baseline's measurements, at least
+# 1.25x: src/ncm_verify/bench/ratios.py); ratios, not times, because both sides of a ratio share the machine's noise.
+## bench-compare: fail when a ratio of the last bench regressed past its band in BASELINE
 bench-compare: install
 	@[ -f $(REPORTS)/bench.json ] || $(MAKE) bench
-	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)/bench.json --threshold $(THRESHOLD)
+	$(PY) -m ncm_verify.bench compare $(BASELINE) $(REPORTS)
+
+# The kernel ratios and the trees' latency, BASELINE_RUNS times on GRID, recorded with each ratio's band into
+# BASELINE (commit it). Run it on a quiet machine.
+## bench-baseline: measure the ratios BASELINE_RUNS times and record them, with their bands, in BASELINE
+bench-baseline: install model
+	@rm -rf $(REPORTS)/baseline-runs
+	@for run in $$(seq 1 $(BASELINE_RUNS)); do \
+		echo "make bench-baseline: run $$run of $(BASELINE_RUNS)"; \
+		$(PY) -m ncm_verify.bench run --impl $(IMPL) --grid $(GRID) --out $(REPORTS)/baseline-runs/$$run/bench.json && \
+		$(PY) -m ncm_verify.bench.trees --impl $(IMPL) --grid $(GRID) --no-tokens-per-pass \
+			--out $(REPORTS)/baseline-runs/$$run/bench-trees.json || exit 1; done
+	$(PY) -m ncm_verify.bench baseline $(REPORTS)/baseline-runs/* --out $(BASELINE)
 
 # PyPI's Linux torch wheel pulls CUDA packages (GBs): torch's CPU build 2.13.0 first (where pip finds it
 # locally), so that the extra's torch==2.13.0 is already met and pip pulls no other.

@@ -95,6 +95,12 @@ TRAINED_COUNTED = 512
 """Held-out prefixes sampled once each for the trained models' counts."""
 OVERLAP_WINDOWS = 256
 """Held-out windows (teacher forced) on which the draft's code law is compared with the target's."""
+TRAINED_GRIDS = {
+    "quick": {"counted": 128, "repeats": 5, "windows": 64, "rounds": 3},
+    "full": {"counted": TRAINED_COUNTED, "repeats": RATIO_REPEATS, "windows": OVERLAP_WINDOWS, "rounds": 5},
+}
+"""The trained rows' sizes per `--bench-grid` (`make bench`: quick; GRID=full): prefixes counted, interleaved
+timings per side of a wall-time ratio, windows of the code overlap, pytest-benchmark rounds."""
 untrained = pytest.mark.skipif(
     "not config.getoption('untrained_level_rows')", reason="untrained level rows: pass --untrained-level-rows"
 )
@@ -307,11 +313,16 @@ def test_level_by_level_latency_on_a_larger_target(benchmark, large):
 
 
 @pytest.fixture(scope="module")
-def trained():
+def sizes(pytestconfig):
+    return TRAINED_GRIDS[pytestconfig.getoption("bench_grid")]
+
+
+@pytest.fixture(scope="module")
+def trained(sizes):
     """The shipped level target and held-out prefixes (fixed windows of the held-out text)."""
     target = load_trained("level_target")
     _, held_out = text_ids()
-    prefixes = windows(held_out, TRAINED_COUNTED, target.config.prefix_length, seed=2026, step=0)
+    prefixes = windows(held_out, sizes["counted"], target.config.prefix_length, seed=2026, step=0)
     return target, prefixes
 
 
@@ -332,7 +343,7 @@ def code_overlap(target, draft, w: mx.array) -> dict:
 
 @pytest.mark.benchmark(group="level drafting, trained")
 @pytest.mark.parametrize("name", TRAINED_DRAFTS)
-def test_level_drafting_latency_on_the_trained_models(benchmark, trained, name):
+def test_level_drafting_latency_on_the_trained_models(benchmark, trained, sizes, name):
     target, prefixes = trained
     draft = load_trained(name)
     benchmark.extra_info.update(
@@ -340,28 +351,29 @@ def test_level_drafting_latency_on_the_trained_models(benchmark, trained, name):
         num_draft=TRAINED_NUM_DRAFT,
         draft=name,
         target="level_target (trained)",
-        **sampled_counts(target, draft, prefixes, TRAINED_NUM_DRAFT, TRAINED_COUNTED),
+        **sampled_counts(target, draft, prefixes, TRAINED_NUM_DRAFT, sizes["counted"]),
         **code_overlap(
-            target, draft, mx.array(windows(text_ids()[1], OVERLAP_WINDOWS, target.config.total_length, 2026, 0))
+            target, draft, mx.array(windows(text_ids()[1], sizes["windows"], target.config.total_length, 2026, 0))
         ),
     )
     for batch in LARGE_BATCHES:
         benchmark.extra_info.update(
-            wall_figures(target, draft, prefixes, TRAINED_NUM_DRAFT, batch, RATIO_REPEATS, suffix=f"_batch{batch}")
+            wall_figures(target, draft, prefixes, TRAINED_NUM_DRAFT, batch, sizes["repeats"], suffix=f"_batch{batch}")
         )
     rows = prefix_rows(prefixes, BATCH)
     benchmark.pedantic(
         evaluated,
         args=(generate_level_speculative, target, draft, rows, mx.random.key(0)),
         kwargs=dict(num_draft=TRAINED_NUM_DRAFT),
-        rounds=5,
+        rounds=sizes["rounds"],
         warmup_rounds=1,
     )
 
 
 @pytest.mark.benchmark(group="level drafting, trained")
-def test_level_by_level_latency_on_the_trained_target(benchmark, trained):
+def test_level_by_level_latency_on_the_trained_target(benchmark, trained, sizes):
     target, prefixes = trained
     benchmark.extra_info.update(batch=BATCH, target_passes_per_generation=len(target.config.level_sizes))
     rows = prefix_rows(prefixes, BATCH)
-    benchmark.pedantic(evaluated, args=(generate_cached, target, rows, mx.random.key(0)), rounds=5, warmup_rounds=1)
+    call = dict(args=(generate_cached, target, rows, mx.random.key(0)), rounds=sizes["rounds"], warmup_rounds=1)
+    benchmark.pedantic(evaluated, **call)

@@ -6,8 +6,6 @@ report's C9 line.
 
 from __future__ import annotations
 
-import copy
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -213,18 +211,6 @@ def fake_bench(speedup: float, floor_multiple: float, commit: str = "abc") -> di
     }
 
 
-def test_a_grouped_ratio_worse_than_the_baseline_past_the_threshold_is_a_regression_either_way():
-    baseline = fake_bench(speedup=4.0, floor_multiple=2.0)
-    assert bench_ratios.compare_benches(baseline, copy.deepcopy(baseline)) == []
-    assert bench_ratios.compare_benches(baseline, fake_bench(speedup=2.6, floor_multiple=3.0)) == []  # within 1.6x
-    slower = bench_ratios.compare_benches(baseline, fake_bench(speedup=2.0, floor_multiple=2.0))
-    assert len(slower) == 2 and all("vs numpy" in line for line in slower)
-    nearer_nothing = bench_ratios.compare_benches(baseline, fake_bench(speedup=4.0, floor_multiple=3.5))
-    assert len(nearer_nothing) == 2 and all("floor" in line for line in nearer_nothing)
-    with pytest.raises(ValueError, match="^threshold"):
-        bench_ratios.compare_benches(baseline, baseline, threshold=0)
-
-
 def test_ratios_are_grouped_by_kind_of_case_as_geometric_means():
     first, second = fake_bench(4.0, 2.0), fake_bench(1.0, 2.0)
     second["kernels"][0]["case"] = "chain V=32000 G=4 B=8 float32"
@@ -251,6 +237,8 @@ def test_a_tiny_bench_run_writes_every_ratio_and_renders_its_table():
     chain = run["kernels"][0]["contenders"]
     assert set(chain["eager"]["ratios"]) >= {"vs numpy", "x numpy copy floor", "x mlx reduction floor"}
     assert "vs eager" in chain["compiled"]["ratios"]
+    assert chain["validated"]["ratios"]["x unvalidated"]["value"] > 0, "validation's cost is not beside the step"
+    assert {row["kernel"] for row in run["goals"]} == {"chain", "greedy"}, "a measured kernel has no goal beside it"
     assert chain[bench.ROUND_TRIP]["median_s"] > 0, "the run does not say what one MLX call cost"
     warm = run["generation"][0]
     assert warm["loaded_hits"] == warm["batch"], "the persisted cache did not serve every row"

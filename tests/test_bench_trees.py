@@ -7,6 +7,7 @@ import pytest
 from ncm_verify import reference
 from ncm_verify.bench.trees import (
     BUDGET_SHAPES,
+    TREE_UNVALIDATED,
     TreeLatencyCase,
     eagle_tree,
     exact_tokens_per_pass,
@@ -72,7 +73,9 @@ def test_tree_inputs_are_valid_top_k_trees_whose_chain_is_the_trees_depth():
 def test_a_latency_row_times_tree_chain_numpy_walk_and_floor_on_the_recorded_device():
     case = TreeLatencyCase("eagle", eagle_tree(2, 2), 64, 1)
     row = latency_row(reference, case, rounds=1, budget_s=0.0)
-    assert set(row["contenders"]) == {"verify_tree", "verify_chain", "numpy walk", "mlx floor"}
+    assert set(row["contenders"]) == {"verify_tree", TREE_UNVALIDATED, "verify_chain", "numpy walk", "mlx floor"}
+    ratios = row["contenders"]["verify_tree"]["ratios"]
+    assert set(ratios) == {"x unvalidated", "x mlx reduction floor", "x numpy walk"}, "a goal's ratio is missing"
     assert row["device"] == str(mx.default_device()) and row["nodes"] == 4 and row["depth"] == 2
     assert row["contenders"]["verify_chain"]["x verify_chain"] == 1.0
     assert "verify_tree" in format_latency([row])

@@ -15,8 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
+from ncm_verify.progress import Progress
+
 PROMPT_TOKENS = 16
 PASS_TOKENS = 8
+GRIDS = {"quick": {"repeats": 3}, "full": {"repeats": 5}}
+"""Calls per median (the matmul: 5x as many): both BLAS and every form in both grids."""
 
 
 def median_ms(function, repeats: int) -> float:
@@ -65,13 +70,16 @@ def measure(repeats: int) -> dict:
 def side_by_side(blas: str, repeats: int, threads: str) -> dict:
     """Both settings measured by children of this process, one after the other."""
     results = {}
+    tracker = Progress("bench.blas", 2)
     for name, preload in (("bundled", ""), ("openblas", blas)):
+        tracker.start(f"{name} BLAS: a matmul, then each SmolLM2 form's step and {PASS_TOKENS}-token pass")
         environment = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")}
         if preload:
             environment.update(LD_PRELOAD=preload, OPENBLAS_NUM_THREADS=threads)
         command = [sys.executable, "-m", "ncm_verify.bench.blas", "--child", "--repeats", str(repeats)]
         output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout
         results[name] = json.loads(output.strip().splitlines()[-1])
+        tracker.done(f"{name} BLAS")
     return results
 
 
@@ -92,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--blas", default=os.environ.get("LD_PRELOAD", "").split(" ")[0], help="library to preload")
     parser.add_argument("--threads", default=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
-    parser.add_argument("--repeats", type=int, default=5)
+    add_grid_argument(parser)
+    parser.add_argument("--repeats", type=int, help="calls per median (the grid's: 3 quick, 5 full)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    apply_grid(args, GRIDS[args.grid])
     if args.child:
         print(json.dumps(measure(args.repeats)))
         return 0
@@ -105,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         results = side_by_side(args.blas, args.repeats, args.threads)
     print(format_rows(results))
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.out.write_text(json.dumps({**results, "grid": args.grid, "repeats": args.repeats}, indent=2) + "\n")
     return 0
 
 

@@ -29,6 +29,7 @@ from ncm_verify.bench.measure import (
 from ncm_verify.bench.trees import LATENCY_CASES, LatencyCase, fixtures, kernel_bench_main, truncated
 from ncm_verify.harness.drivers import first_round_inputs
 from ncm_verify.oracles import exact_block
+from ncm_verify.progress import Progress
 
 __all__ = ["DRAFT_LENGTHS", "tokens_per_pass_rows", "latency_rows", "format_rows", "format_latency", "main"]
 
@@ -49,7 +50,9 @@ def measured_tokens_per_pass(impl, verify: str, fixture, drafts: int, batch: int
 def tokens_per_pass_rows(impl, *, batch: int = 4000, seed: int = 0, progress: Callable = print) -> list[dict]:
     """Exact and measured tokens per pass of both rules for every fixture and draft length."""
     rows = []
-    for fixture_name, whole in fixtures().items():
+    measured = fixtures()
+    tracker = Progress("bench.blocks tokens per pass", len(measured) * len(DRAFT_LENGTHS), say=progress)
+    for fixture_name, whole in measured.items():
         for drafts in DRAFT_LENGTHS:
             fixture = truncated(whole, drafts + 1)
             exact = {
@@ -68,6 +71,7 @@ def tokens_per_pass_rows(impl, *, batch: int = 4000, seed: int = 0, progress: Ca
             row["measured gain"] = row["block"]["measured"] - row["chain"]["measured"]
             rows.append(row)
             progress(format_rows(rows[-1:], header=len(rows) == 1))
+            tracker.done(f"{fixture_name}, G = {drafts}")
     return rows
 
 
@@ -119,9 +123,11 @@ def latency_row(impl, case: LatencyCase, rounds: int, budget_s: float) -> dict:
 
 def latency_rows(impl, rounds: int = 25, budget_s: float = 8.0, progress: Callable = print) -> list[dict]:
     rows = []
+    tracker = Progress("bench.blocks latency", len(LATENCY_CASES), say=progress)
     for case in LATENCY_CASES:
         rows.append(latency_row(impl, case, rounds, budget_s))
         progress(format_latency(rows[-1:]))
+        tracker.done(rows[-1]["case"])
     return rows
 
 

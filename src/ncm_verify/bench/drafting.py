@@ -33,12 +33,14 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
 from ncm_verify.bench.measure import summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness import drafting_acceptance
 from ncm_verify.mlx_lm_real.models import TinySpec, make_tiny_model
 from ncm_verify.mlx_lm_real.text_drafters import RecordingKernels, make_drafter
 from ncm_verify.oracles.exact_acceptance import BlockAcceptance
+from ncm_verify.progress import Progress
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 from ncm_verify.reference.drafting.models import llama_args, make_llama
 from ncm_verify.reference.drafting.trained import load_drafter, load_record, load_trained
@@ -349,12 +351,27 @@ def cost_split(result: dict) -> dict:
 # --- the trained models (`make train`): C12 on the shipped target and drafters ----------------------------
 
 TRAINED_KS = (1, 2, 4, 8)
-"""Draft lengths of the default run (``--full``: 1..8)."""
+"""Draft lengths of a run with no grid."""
 TRAINED_PROMPTS = 8
-"""Held-out prompts of the default run (``--full``: 32); each is generated from `TRAINED_REPEATS` times."""
+"""Held-out prompts of a run with no grid; each is generated from `TRAINED_REPEATS` times."""
 TRAINED_REPEATS = 2
 TRAINED_TOKENS = 64
 """Tokens per generation: enough rounds that a generation's prefill is a small part of its time."""
+GRIDS: dict[str, dict[str, Any]] = {
+    "quick": {"trained_ks": [1, 4], "prompts": 4, "repeats": 2, "tokens": 32, "generations": 12, "first_rounds": 60},
+    "full": {
+        "trained_ks": list(DRAFT_LENGTHS),
+        "prompts": 32,
+        "repeats": TRAINED_REPEATS,
+        "tokens": TRAINED_TOKENS,
+        "generations": 100,
+        "first_rounds": 400,
+    },
+}
+"""`--grid`'s defaults (an option given on the command line wins). quick (`make bench`): k = 1 and 4 on 4
+held-out prompts of 32 tokens; the tree loop's rows over 12 generations and 60 first rounds (the loop is the quick
+bench's largest CPU cost). full (`GRID=full`, or ``--full``): k = 1..8 on 32 prompts of 64 tokens (about 15
+minutes); 100 generations and 400 first rounds."""
 EXACT_FLOOR = 1e-4
 """`expected_accepted_length`'s floor: at k = 8 it brackets E[accepted] within ~0.2 tokens in seconds."""
 TRAINED_SIZES = (64, 256, 512, 1024)
@@ -504,7 +521,9 @@ def measure_trained(
         return run
 
     rows = []
+    tracker = Progress("bench.drafting trained", len(ks))
     for k in ks:
+        tracker.start(f"k = {k}: {', '.join(names)} beside the target alone")
         parts: dict[str, Callable[[], object]] = {
             "target step (1 token)": target_step(target, 1, prompts[0]),
             f"target pass ({k + 1} tokens)": target_step(target, k + 1, prompts[0]),
@@ -526,6 +545,7 @@ def measure_trained(
         for name in names:
             exact = exact_tokens_per_pass(acceptance[name], k)
             rows.append(trained_row(name, k, tokens, exact, kept[name][1:], times, part_times))
+        tracker.done(f"k = {k}")
     return {
         "rows": rows,
         "tokens": tokens,
@@ -606,7 +626,7 @@ def run_trained(args, impl, environment: dict) -> dict:
         impl, target, drafters, contexts, tokens=args.tokens, repeats=args.repeats, ks=args.trained_ks, floor=args.floor
     )
     result["size_sweep"] = size_sweep(
-        TRAINED_SIZES + ((2048,) if args.full else ()),
+        TRAINED_SIZES + ((2048,) if args.grid == "full" else ()),
         repeats=7,
         make_target=trained_target_of_size,
         prompt=contexts[0].tolist(),
@@ -700,10 +720,12 @@ def tree_loop_rows(
     from ncm_verify.bench.trees import BUDGET_SHAPES, MODEL_PROMPT, exact_tokens_per_pass, model_fixture, row_seed
 
     rows = []
+    modes = ("with_replacement", "without_replacement", "top_k")
+    tracker = Progress("bench tree loop", len(TREE_LOOP_PAIRS) * len(modes) * len(BUDGET_SHAPES))
     for p, (pair, (target_spec, draft_spec)) in enumerate(TREE_LOOP_PAIRS.items()):
         target, draft = make_tiny_model(target_spec), make_tiny_model(draft_spec)
         fixture = model_fixture(target_spec, draft_spec)
-        for m, mode in enumerate(("with_replacement", "without_replacement", "top_k")):
+        for m, mode in enumerate(modes):
             for s, (name, shape) in enumerate(BUDGET_SHAPES.items()):
                 key = mx.random.key(row_seed(seed, p, m, s))
                 loop_keys, first_keys = mx.random.split(key)
@@ -746,6 +768,7 @@ def tree_loop_rows(
                     }
                 )
                 print(format_tree_loop_rows(rows[-1:], header=len(rows) == 1), flush=True)
+                tracker.done(f"{pair}, {mode}, {name}")
     return rows
 
 
@@ -776,7 +799,8 @@ def tree_loop_main(args) -> int:
     rows = tree_loop_rows(impl, generations=args.generations, tokens=args.loop_tokens, first_rounds=args.first_rounds)
     out = args.out if args.out != Path("reports/bench-drafting.json") else Path("reports/bench-tree-loop.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "environment": environment}, indent=2, sort_keys=True, default=str) + "\n")
+    document = {"rows": rows, "environment": environment, "grid": args.grid}
+    out.write_text(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
     print(f"wrote {out}")
     return 0
 
@@ -814,27 +838,29 @@ def main(argv: list[str] | None = None) -> int:
         default="trained",
         help="the shipped trained models (default), the tiny untrained test drafters, or both",
     )
-    parser.add_argument("--full", action="store_true", help="trained: k = 1..8 on 32 prompts (about 15 minutes)")
-    parser.add_argument("--tokens", type=int, default=TRAINED_TOKENS, help="trained: tokens per generation")
-    parser.add_argument("--prompts", type=int, default=TRAINED_PROMPTS, help="trained: held-out prompts")
-    parser.add_argument("--repeats", type=int, default=TRAINED_REPEATS, help="trained: generations per prompt")
-    parser.add_argument("--trained-ks", type=int, nargs="+", default=list(TRAINED_KS))
+    add_grid_argument(parser, default=None)
+    parser.add_argument("--full", action="store_true", help="the full grid: k = 1..8 on 32 prompts (about 15 minutes)")
+    parser.add_argument("--tokens", type=int, help=f"trained: tokens per generation ({TRAINED_TOKENS})")
+    parser.add_argument("--prompts", type=int, help=f"trained: held-out prompts ({TRAINED_PROMPTS})")
+    parser.add_argument("--repeats", type=int, help=f"trained: generations per prompt ({TRAINED_REPEATS})")
+    parser.add_argument("--trained-ks", type=int, nargs="+", help=f"trained: draft lengths ({TRAINED_KS})")
     parser.add_argument("--floor", type=float, default=EXACT_FLOOR, help="trained: the exact oracle's floor")
     parser.add_argument("--untrained-tokens", type=int, default=32, help="untrained: tokens per generation")
     parser.add_argument("--rounds", type=int, default=5, help="untrained: interleaved rounds per k")
     parser.add_argument("--ks", type=int, nargs="+", default=list(DRAFT_LENGTHS), help="untrained: draft lengths")
     parser.add_argument("--tree-loop", action="store_true", help="only the tree-decoding loop's tokens per pass")
-    parser.add_argument("--generations", type=int, default=100, help="--tree-loop: generations per row")
-    parser.add_argument("--first-rounds", type=int, default=400, help="--tree-loop: one-round generations per row")
+    parser.add_argument("--generations", type=int, help="--tree-loop: generations per row (100)")
+    parser.add_argument("--first-rounds", type=int, help="--tree-loop: one-round generations per row (400)")
     parser.add_argument("--loop-tokens", type=int, default=16, help="--tree-loop: tokens per generation")
     args = parser.parse_args(argv)
+    if args.full:
+        args.grid = "full"
+    apply_grid(args, GRIDS[args.grid] if args.grid else {**GRIDS["full"], "trained_ks": list(TRAINED_KS), "prompts": 8})
     if args.tree_loop:
         return tree_loop_main(args)
-    if args.full:
-        args.trained_ks, args.prompts = list(DRAFT_LENGTHS), 32
     impl = load_implementation(args.impl)
     environment = describe_environment()
-    result: dict[str, Any] = {"environment": environment}
+    result: dict[str, Any] = {"environment": environment, "grid": args.grid}
     if args.drafters in ("trained", "both"):
         result["trained"] = run_trained(args, impl, environment)
     if args.drafters in ("untrained", "both"):

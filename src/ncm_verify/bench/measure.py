@@ -7,7 +7,8 @@ validated), the peers (a NumPy copy of the step written here; transformers'
 (the bytes the step must read, copied by NumPy and reduced by MLX, the fastest of three reductions). Ratios
 within one run survive a noisy machine; absolute times do not.
 ``python -m ncm_verify.bench compare`` (``make bench-compare``) fails when a
-ratio is worse than a saved baseline's by more than a stated fraction.
+ratio is worse than the baseline's by more than the band recorded beside it;
+``python -m ncm_verify.bench baseline`` (``make bench-baseline``) records that baseline.
 Nothing here asserts a speed: figures are reported, never tested.
 """
 
@@ -31,14 +32,20 @@ import numpy as np
 
 from ncm_verify.bench.ratios import (
     BENCH_SCHEMA,
-    COMPARE_STATISTIC,
-    COMPARE_THRESHOLD,
+    MIN_BAND,
+    RATIO_FILES,
     RATIO_KEYS,
-    compare_benches,
+    SPREAD_MARGIN,
+    UNVALIDATED,
+    compare_to_baseline,
     format_bench,
     format_cache_rows,
+    format_goals,
     format_kernel_rows,
+    goal_rows,
     ratio,
+    read_run,
+    record_baseline,
 )
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.kernel_spec import Argument, KernelSpec, SteppedKernel
@@ -96,28 +103,33 @@ class BenchCase:
 GRIDS = ("quick", "full", "smollm2")
 
 
+GOAL_STEPS = ("chain", "greedy", "factorized", "block")
+"""The steps of the kernel grids, each beside its goals (`ratios.GOALS`); the tree's are in `bench.trees`."""
+GOAL_BATCHES = (1, 8, 32)
+GRID_SETTINGS = {"quick": {"rounds": 12, "budget": 2.0}, "full": {"rounds": 25, "budget": 8.0}}
+GRID_SETTINGS["smollm2"] = GRID_SETTINGS["full"]
+"""Interleaved rounds per case at most, and seconds per case before stopping early (after 3 rounds), per grid:
+quick keeps every kind of case and the goals' batches with fewer rounds (a ratio of medians over 3-12 rounds)."""
+
+
 def smollm2_cases(batches: tuple[int, ...], relations: tuple[str, ...]) -> list[BenchCase]:
     """Each step on SmolLM2's real rows (G = 4, float32 as the shipped rows' target form), per batch and relation."""
     return [
         BenchCase(step, SMOLLM2_VOCAB, 4, batch, smollm2=relation)
-        for step in ("chain", "greedy", "factorized")
+        for step in GOAL_STEPS
         for batch in batches
         for relation in (relations if step != "greedy" else relations[:1])  # greedy reads no draft rows
     ]
 
 
 def make_grid(name: str) -> list[BenchCase]:
-    """The `quick` grid (minutes on 2 cores), the `full` one the issue lists, or `smollm2`: the full grid's
-    cases on SmolLM2's real rows and random-row twins at their V (no generation cases)."""
+    """The `quick` grid (`make bench`: every step at V = 128 256 and on SmolLM2's rows, B = 1, 8, 32, and one
+    bfloat16 case), the `full` one (`GRID=full`: every V, G, B and dtype), or `smollm2`: the full grid's cases on
+    SmolLM2's real rows and random-row twins at their V (no generation cases)."""
     if name == "quick":
-        chain = [BenchCase("chain", 128_256, 4, batch) for batch in (1, 8, 32)]
-        chain += [
-            BenchCase("chain", 128_256, 4, 1, "bfloat16"),
-            BenchCase("chain", 32_000, 4, 1),
-            BenchCase("chain", 151_936, 8, 1),
-        ]
-        others = [BenchCase(step, 128_256, 4, batch) for step in ("greedy", "factorized") for batch in (1, 8)]
-        return chain + others + smollm2_cases((1, 8), ("quantized",))
+        steps = [BenchCase(step, 128_256, 4, batch) for step in GOAL_STEPS for batch in GOAL_BATCHES]
+        bfloat16 = [BenchCase("chain", 128_256, 4, 1, "bfloat16")]
+        return steps + bfloat16 + smollm2_cases(GOAL_BATCHES, ("quantized",))
     if name == "full":
         chain = [
             BenchCase("chain", vocab, drafts, batch, dtype)
@@ -128,9 +140,9 @@ def make_grid(name: str) -> list[BenchCase]:
         ]
         others = [
             BenchCase(step, vocab, 4, batch, dtype)
-            for step in ("greedy", "factorized")
+            for step in GOAL_STEPS[1:]
             for vocab in (32_000, 128_256, 151_936)
-            for batch in (1, 8, 32)
+            for batch in GOAL_BATCHES
             for dtype in DTYPES
         ]
         return chain + others + smollm2_cases((1, 8, 32), ("quantized", "temperature"))
@@ -249,9 +261,12 @@ def make_ours(impl, case: BenchCase, inputs: dict) -> dict[str, Callable[[], Non
     }
 
 
-def make_numpy_peer(case: BenchCase, inputs: dict) -> Callable[[], None]:
-    """The NumPy step on float32 copies (NumPy has no bfloat16), drawing its own uniforms each call."""
+def make_numpy_peer(case: BenchCase, inputs: dict) -> Callable[[], None] | None:
+    """The NumPy step on float32 copies (NumPy has no bfloat16), drawing its own uniforms each call; None for a
+    step without one (block)."""
     spec, rng = case.spec, np.random.default_rng(1)
+    if spec.name not in NUMPY_STEPS:
+        return None
     arguments = kernel_arguments(spec, inputs, prefix="np_")
     lengths = [np.full(case.batch, case.drafts)] if spec.lengths else []
     step = NUMPY_STEPS[spec.name]
@@ -375,6 +390,8 @@ def kernel_ratios(name: str, medians: dict, floors: dict) -> dict:
         ratios[f"x {floor} floor"] = ratio(ours / seconds, "lower", f"ours / {floor} floor")
     if name == "compiled":
         ratios["vs eager"] = ratio(medians["eager"] / ours, "higher", "eager time / compiled")
+    if name == "validated":
+        ratios[UNVALIDATED] = ratio(ours / medians["eager"], "lower", "default call / the same with validate=False")
     return ratios
 
 
@@ -382,7 +399,9 @@ def run_kernel_case(impl, case: BenchCase, loaded_peer, rounds: int, budget_s: f
     """Time one case's contenders side by side; their medians, ratios and the floors' bandwidths."""
     inputs = make_kernel_inputs(case)
     contenders = make_ours(impl, case, inputs)
-    contenders["numpy"] = make_numpy_peer(case, inputs)
+    numpy_step = make_numpy_peer(case, inputs)
+    if numpy_step is not None:
+        contenders["numpy"] = numpy_step
     transformers_step = make_transformers_peer(case, inputs, loaded_peer)
     if transformers_step is not None:
         contenders["transformers"] = transformers_step
@@ -482,6 +501,8 @@ def make_cache_bench(impl, overrides: dict, batch: int) -> CacheBench:
     return made
 
 
+QUICK_CACHE_CONFIGS = {name: CACHE_CONFIGS[name] for name in ("sudoku", "deeper")}
+"""The quick grid's cache cases: the fixture and its deeper twin (the longer prefix's calls take up to 1 s)."""
 CACHE_BUDGET_SCALE = 4
 """A cache case gets this many times a kernel case's time budget: its calls take 15 ms to 1 s, and with
 the 8 s default the longer-prefix case stopped after 4 rounds, too few for quartiles."""
@@ -605,14 +626,16 @@ def run_bench(
     kernels = []
     cases = cases if cases is not None else make_grid(grid)
     if cache_configs is None:
-        cache_configs = {} if grid == "smollm2" else CACHE_CONFIGS
+        cache_configs = {} if grid == "smollm2" else CACHE_CONFIGS if grid == "full" else QUICK_CACHE_CONFIGS
     tracker = Progress(f"bench ({grid} grid)", len(cases) + len(cache_configs), say=progress)
     for case in cases:
+        tracker.start(case.name)
         kernels.append(run_kernel_case(impl, case, loaded_peer, rounds, budget_s))
         progress(format_kernel_rows(kernels[-1:]))
         tracker.done(kernels[-1]["case"])
     generations = []
     for label, overrides in cache_configs.items():
+        tracker.start(f"generation {label}")
         generations.append(run_cache_case(impl, label, overrides, 8, rounds, budget_s))
         progress(format_cache_rows(generations[-1:]))
         tracker.done(label)
@@ -628,8 +651,11 @@ def run_bench(
         "environment": environment,
         "peers": {"numpy": f"numpy {np.__version__}, float32 inputs (no bfloat16)", "transformers": peer_note},
         "machine_info": {"node": environment["platform"], "machine": environment["machine"]},
+        "rounds": rounds,
+        "budget_s": budget_s,
         "kernels": kernels,
         "generation": generations,
+        "goals": goal_rows({"bench.json": {"kernels": kernels}}),
         "benchmarks": pytest_benchmark_rows(kernels + generations),
     }
 
@@ -653,35 +679,60 @@ def pytest_benchmark_rows(cases: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="measure, print the table, write the JSON")
+    run = commands.add_parser("run", help="measure, print the table and the goals, write the JSON")
     run.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
     run.add_argument("--grid", default="quick", choices=GRIDS)
-    run.add_argument("--rounds", type=int, default=25, help="interleaved rounds per case at most")
-    run.add_argument("--budget", type=float, default=8.0, help="seconds per case before stopping early")
+    run.add_argument("--rounds", type=int, help="interleaved rounds per case at most (default: the grid's)")
+    run.add_argument("--budget", type=float, help="seconds per case before stopping early (default: the grid's)")
     run.add_argument("--out", type=Path, default=Path("reports/bench.json"))
-    compare = commands.add_parser("compare", help="fail when a ratio regressed past the threshold")
+    goals = commands.add_parser("goals", help="print every ratio of a run's JSON beside its goal")
+    goals.add_argument("reports", type=Path, help=f"the folder holding {' and '.join(RATIO_FILES)}")
+    goals.add_argument("--markdown", action="store_true", help="as a Markdown table (docs/performance.md)")
+    compare = commands.add_parser("compare", help="fail when a ratio regressed past its recorded band")
     compare.add_argument("baseline", type=Path)
-    compare.add_argument("current", type=Path)
-    compare.add_argument("--threshold", type=float, default=COMPARE_THRESHOLD)
-    compare.add_argument("--statistic", default=COMPARE_STATISTIC, choices=tuple(RATIO_KEYS))
+    compare.add_argument("reports", type=Path, help=f"the folder holding {' and '.join(RATIO_FILES)}")
+    baseline = commands.add_parser("baseline", help="record the baseline (ratios and bands) from one or more runs")
+    baseline.add_argument("runs", type=Path, nargs="+", help=f"folders holding {' and '.join(RATIO_FILES)}")
+    baseline.add_argument("--out", type=Path, required=True)
+    baseline.add_argument("--min-band", type=float, default=MIN_BAND)
+    baseline.add_argument("--margin", type=float, default=SPREAD_MARGIN)
     arguments = parser.parse_args(argv)
     if arguments.command == "run":
-        bench = run_bench(arguments.impl, arguments.grid, arguments.rounds, arguments.budget)
+        settings = GRID_SETTINGS[arguments.grid]
+        rounds = arguments.rounds if arguments.rounds is not None else settings["rounds"]
+        budget = arguments.budget if arguments.budget is not None else settings["budget"]
+        bench = run_bench(arguments.impl, arguments.grid, rounds, budget)
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         arguments.out.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
-        print("\n" + format_bench(bench) + f"\n\nwritten to {arguments.out}")
+        print("\n" + format_bench(bench) + "\n\n" + format_goals(bench["goals"]) + f"\n\nwritten to {arguments.out}")
         return 0
-    regressions = compare_benches(
-        json.loads(arguments.baseline.read_text(encoding="utf-8")),
-        json.loads(arguments.current.read_text(encoding="utf-8")),
-        arguments.threshold,
-        arguments.statistic,
+    if arguments.command == "goals":
+        documents = read_run(arguments.reports)
+        if not documents:
+            raise ValueError(f"reports: no {' or '.join(RATIO_FILES)} in {arguments.reports}; run `make bench`")
+        print(format_goals(goal_rows(documents), markdown=arguments.markdown))
+        return 0
+    if arguments.command == "baseline":
+        runs = [read_run(directory) for directory in arguments.runs]
+        if not all(runs):
+            raise ValueError(f"runs: each folder must hold {' or '.join(RATIO_FILES)}, got {arguments.runs}")
+        recorded = record_baseline(runs, min_band=arguments.min_band, margin=arguments.margin)
+        arguments.out.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
+        print(f"{len(recorded['ratios'])} ratios from {len(runs)} run(s) recorded in {arguments.out}")
+        return 0
+    compared = compare_to_baseline(
+        json.loads(arguments.baseline.read_text(encoding="utf-8")), read_run(arguments.reports)
     )
-    for line in regressions:
+    for line in compared["regressions"]:
         print(f"REGRESSION {line}")
-    limit = 1 + arguments.threshold
-    print(f"{len(regressions)} grouped ratio(s) worse than {arguments.baseline} by a factor above {limit:.2f}")
-    return 1 if regressions else 0
+    if compared["missing"]:
+        print(f"{len(compared['missing'])} baseline ratio(s) not measured by this run (another grid?)")
+    matched = len(compared["regressions"]) + len(compared["within"])
+    print(
+        f"{len(compared['regressions'])} of {matched} ratio(s) worse than {arguments.baseline} by more than "
+        "their recorded band"
+    )
+    return 1 if compared["regressions"] or not matched else 0
 
 
 if __name__ == "__main__":

@@ -27,10 +27,12 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
 from ncm_verify.bench.measure import STATISTICS, summarise, time_side_by_side
 from ncm_verify.bench.ratios import render_columns
 from ncm_verify.environment import describe_environment
 from ncm_verify.mlx_lm_real import smollm2
+from ncm_verify.progress import Progress
 
 DOCUMENT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
@@ -50,6 +52,11 @@ QUESTIONS = (
 )
 """Each request's own suffix; requests take them in turn."""
 PATHS = ("uncached", "cached warm", "cached cold")
+GRIDS = {
+    "quick": {"prefix": [256], "tokens": [1, 8], "rounds": 3, "budget": 8.0},
+    "full": {"prefix": [256, 1024], "tokens": [1, 8], "rounds": 10, "budget": 30.0},
+}
+"""quick: the 256-token prefix (an uncached 1024-token prefix takes 11-20 s a call here); full: both lengths."""
 
 
 def prefix_tokens(model: smollm2.SmolLM2, length: int) -> list[int]:
@@ -160,10 +167,13 @@ def format_rows(cases: list[dict]) -> str:
 def run(form: str, prefix_lengths: list[int], token_counts: list[int], rounds: int, budget_s: float) -> dict:
     model = smollm2.load_smollm2(form=form)
     cases = []
+    tracker = Progress("bench.prefix_cache", len(prefix_lengths) * len(token_counts))
     for prefix_length in prefix_lengths:
         for tokens in token_counts:
+            tracker.start(f"prefix {prefix_length}, {tokens} token(s)")
             cases.append(run_case(model, prefix_length, tokens, rounds, budget_s))
             print(format_rows(cases[-1:]), flush=True)
+            tracker.done(f"prefix {prefix_length}, {tokens} token(s)")
     environment = describe_environment()
     return {
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -177,13 +187,16 @@ def run(form: str, prefix_lengths: list[int], token_counts: list[int], rounds: i
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ncm_verify.bench.prefix_cache", description=__doc__.split("\n")[0])
     parser.add_argument("--form", default="float32", choices=smollm2.FORMS)
-    parser.add_argument("--prefix", type=int, nargs="+", default=[256, 1024], help="shared prefix lengths, tokens")
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8], help="response lengths, tokens")
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds per case at most")
-    parser.add_argument("--budget", type=float, default=30.0, help="seconds per case before stopping early")
+    add_grid_argument(parser)
+    parser.add_argument("--prefix", type=int, nargs="+", help="shared prefix lengths, tokens (the grid's)")
+    parser.add_argument("--tokens", type=int, nargs="+", help="response lengths, tokens (the grid's)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per case at most (the grid's)")
+    parser.add_argument("--budget", type=float, help="seconds per case before stopping early (the grid's)")
     parser.add_argument("--out", type=Path, default=Path("reports/bench-prefix-cache.json"))
     arguments = parser.parse_args(argv)
+    apply_grid(arguments, GRIDS[arguments.grid])
     bench = run(arguments.form, arguments.prefix, arguments.tokens, arguments.rounds, arguments.budget)
+    bench["grid"] = arguments.grid
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
     print(f"\nSmolLM2-135M {bench['form']} on {bench['device']}: written to {arguments.out}")

@@ -1,21 +1,21 @@
-"""The bench's ratios, table, baseline comparison and the report's C9 line: pure functions of bench.json.
+"""The bench's ratios, goals, table, baseline and comparison, and the report's C9 line: pure functions of the
+bench's JSON.
 
 No MLX here, so that the report can read a bench without measuring anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import re
+from pathlib import Path
 
 BENCH_SCHEMA = "ncm-verify/bench/1"
 BENCH_CLAIM = "C9"
 RATIO_KEYS = {"median": "ratios", "min": "ratios_of_minima"}
 """Where each statistic's ratios are kept in a contender's row."""
-COMPARE_THRESHOLD = 0.6
-"""A grouped ratio worse than the baseline's by a factor above 1 + this is a regression: two runs of one
-commit under load 14 on 2 cores moved grouped ratios by at most 1.5x; a quiet machine moves them less."""
-COMPARE_STATISTIC = "median"
-"""The statistic whose ratios are compared; minima moved as much as medians once grouped."""
 
 
 def ratio(value: float, better: str, note: str) -> dict:
@@ -36,7 +36,17 @@ def multiple(value: float | None) -> str:
 
 def format_kernel_rows(kernels: list[dict]) -> str:
     """One line per (case, contender): median, speedups over the peers, multiples of the floors."""
-    header = ("case", "contender", "median", "vs numpy", "vs transformers", "x copy floor", "x MLX floor", "vs eager")
+    header = (
+        "case",
+        "contender",
+        "median",
+        "vs numpy",
+        "vs transformers",
+        "x copy floor",
+        "x MLX floor",
+        "vs eager",
+        "x unvalidated",
+    )
     lines = []
     for case in kernels:
         for name, row in case["contenders"].items():
@@ -51,6 +61,7 @@ def format_kernel_rows(kernels: list[dict]) -> str:
                     multiple(ratios.get("x numpy copy floor")),
                     multiple(ratios.get("x mlx reduction floor")),
                     multiple(ratios.get("vs eager")),
+                    multiple(ratios.get(UNVALIDATED)),
                 )
             )
     return render_columns(header, lines)
@@ -133,18 +144,278 @@ def format_bench(bench: dict) -> str:
     return "\n\n".join([head, *tables, notes])
 
 
-# --- comparison and the report's C9 row ---------------------------------------------------
+# --- goals: each ratio the kernels aim at, stated once -------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """A ratio a kernel aims at: `contender`'s `ratio` (lower is better) at most `limit`, on every case of one of
+    `kernels` whose batch `batches` admits ("any", "1" or ">=8").
+
+    Read by the bench's printout and JSON (`goal_rows`) and by docs/performance.md's table (`goals_markdown`)."""
+
+    kernels: tuple[str, ...]
+    contender: str
+    ratio: str
+    limit: float
+    batches: str
+    says: str
+
+    def applies(self, kernel: str, batch: int) -> bool:
+        if kernel not in self.kernels:
+            return False
+        return {"any": True, "1": batch == 1, ">=8": batch >= 8}[self.batches]
+
+
+UNVALIDATED = "x unvalidated"
+"""The default (validated) call's median over the same call with ``validate=False``, side by side."""
+MLX_FLOOR = "x mlx reduction floor"
+"""A contender's median over the MLX floor's (the fastest MLX reduction over the bytes it must read)."""
+NUMPY_WALK = "x numpy walk"
+"""verify_tree's median over the float64 NumPy walk's on the same rows."""
+STEP_KERNELS = ("chain", "factorized", "block")
+GOALS = (
+    Goal(("chain", "greedy", "factorized", "block"), "validated", UNVALIDATED, 1.3, "any", "validation costs <= 0.3x"),
+    Goal(("tree",), "verify_tree", UNVALIDATED, 1.3, "any", "validation costs <= 0.3x"),
+    Goal(("tree",), "verify_tree", MLX_FLOOR, 2.0, "any", "the default call within 2x the floor of its rows"),
+    Goal(("tree",), "verify_tree", NUMPY_WALK, 1.0, "any", "faster than the float64 NumPy walk"),
+    Goal(("greedy",), "eager", MLX_FLOOR, 1.5, "any", "the step within 1.5x the floor of the rows it reads"),
+    Goal(STEP_KERNELS, "eager", MLX_FLOOR, 3.0, "1", "the step within 3x the floor of its least read at B = 1"),
+    Goal(STEP_KERNELS, "eager", MLX_FLOOR, 2.0, ">=8", "the step within 2x the floor of its least read at B >= 8"),
+)
+"""The kernels' goals (a ratio measured side by side in one run, never a time). "eager" is the step called with
+``validate=False``; "validated" and "verify_tree" are the default call a user makes."""
+
+
+def goal_rows(documents: dict[str, dict]) -> list[dict]:
+    """Every measured ratio that a goal covers, beside the goal, from a run's JSON documents by file name."""
+    rows = []
+    for entry in ratio_entries(documents, "median"):
+        for goal in GOALS:
+            if (
+                goal.contender == entry["contender"]
+                and goal.ratio == entry["ratio"]
+                and goal.applies(entry["kernel"], entry["batch"])
+            ):
+                value = entry["value"]
+                rows.append(
+                    {
+                        "kernel": entry["kernel"],
+                        "case": entry["case"],
+                        "contender": entry["contender"],
+                        "ratio": entry["ratio"],
+                        "value": value,
+                        "goal": goal.limit,
+                        "met": value <= goal.limit,
+                        "says": goal.says,
+                    }
+                )
+    return rows
+
+
+def format_goals(rows: list[dict], markdown: bool = False) -> str:
+    """One line per ratio beside its goal, then how many are met; as columns, or as a Markdown table."""
+    if not rows:
+        return "goals: no ratio measured that a goal covers"
+    header = ("kernel", "case", "contender", "ratio", "measured", "goal", "met")
+    lines = [
+        (
+            row["kernel"],
+            row["case"],
+            row["contender"],
+            row["ratio"],
+            f"{row['value']:.2f}",
+            f"<= {row['goal']:g}",
+            "met" if row["met"] else "NOT MET",
+        )
+        for row in rows
+    ]
+    met = f"goals: {sum(row['met'] for row in rows)} of {len(rows)} ratios met"
+    if markdown:
+        return goals_by_batch_markdown(rows)
+    return f"{render_columns(header, lines)}\n{met}"
+
+
+def goals_by_batch_markdown(rows: list[dict]) -> str:
+    """The goal rows as a Markdown table with one line per case shape and ratio, a column per batch: each cell the
+    ratio measured beside its goal (docs/performance.md)."""
+    batches = sorted({int(match[1]) for row in rows if (match := re.search(r"\bB=(\d+)\b", row["case"]))})
+    lines: dict[tuple, dict[int, dict]] = {}
+    for row in rows:
+        batch = re.search(r"\bB=(\d+)\b", row["case"])
+        shape = re.sub(r"\s*\bB=\d+\b", "", row["case"])
+        lines.setdefault((row["kernel"], shape, row["contender"], row["ratio"]), {})[int(batch[1]) if batch else 0] = (
+            row
+        )
+    header = ["kernel", "case", "ratio", *(f"B = {b}" for b in batches)]
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (kernel, shape, contender, name), cells in lines.items():
+        shown = [
+            "-"
+            if b not in cells
+            else f"{cells[b]['value']:.2f} of <= {cells[b]['goal']:g}" + ("" if cells[b]["met"] else " (not met)")
+            for b in batches
+        ]
+        table.append(f"| {kernel} | {shape} | {contender} {name} | " + " | ".join(shown) + " |")
+    met = sum(row["met"] for row in rows)
+    return "\n".join(table) + f"\n\n{met} of {len(rows)} ratios met."
+
+
+def goals_markdown() -> str:
+    """The goals as a Markdown table (docs/performance.md shows it; tests/test_bench_goals.py keeps them equal)."""
+    lines = ["| kernels | contender | ratio | goal | batches |", "|---|---|---|---|---|"]
+    for goal in GOALS:
+        batches = {"any": "every", "1": "B = 1", ">=8": "B >= 8"}[goal.batches]
+        lines.append(f"| {', '.join(goal.kernels)} | {goal.contender} | {goal.ratio} | <= {goal.limit:g} | {batches} |")
+    return "\n".join(lines)
+
+
+# --- every ratio of a run, the baseline, and the comparison ------------------------------------
+
+BASELINE_SCHEMA = "ncm-verify/bench-baseline/2"
+RATIO_FILES = ("bench.json", "bench-trees.json")
+"""The run's JSON documents whose ratios the baseline records and `make bench-compare` checks."""
+MIN_BAND = 1.25
+"""The least band a ratio gets: a ratio worse than its baseline by more than 1.25x (or its measured spread,
+whichever is wider) is a regression."""
+SPREAD_MARGIN = 1.25
+"""A ratio's band is this times the square of its spread over the baseline's runs (largest / smallest): the range
+of a few runs spans about 1-2 standard deviations (in logs), its square 2-4, so that noise alone seldom leaves the
+band; under load 11-16 on 2 cores single ratios moved by 1.3-3x between two runs."""
+
+
+def ratio_entries(documents: dict[str, dict], statistic: str = "median") -> list[dict]:
+    """Every ratio of a run, flat: file, kernel (a step, "tree" or "generation"), case, batch, contender, ratio
+    name, value and which way is better; from the kernel and cache cases of bench.json and the latency rows of
+    bench-trees.json."""
+    if statistic not in RATIO_KEYS:
+        raise ValueError(f"statistic: expected one of {', '.join(RATIO_KEYS)}, got {statistic!r}")
+    entries = []
+    for file, document in documents.items():
+        cases = [
+            (case.get("step", "generation"), case)
+            for case in document.get("kernels", []) + document.get("generation", [])
+        ]
+        cases += [("tree", case) for case in document.get("latency", [])] if file == "bench-trees.json" else []
+        for kernel, case in cases:
+            for contender, row in case["contenders"].items():
+                for key, value in row.get(RATIO_KEYS[statistic], {}).items():
+                    entries.append(
+                        {
+                            "file": file,
+                            "kernel": kernel,
+                            "case": case["case"],
+                            "batch": case.get("batch", 0),
+                            "contender": contender,
+                            "ratio": key,
+                            "value": value["value"],
+                            "better": value["better"],
+                        }
+                    )
+    return entries
+
+
+def entry_key(entry: dict) -> tuple[str, str, str, str]:
+    return entry["file"], entry["case"], entry["contender"], entry["ratio"]
+
+
+def worse_by(before: float, now: float, better: str) -> float:
+    """How many times worse `now` is than `before` (below 1: better)."""
+    return before / now if better == "higher" else now / before
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def record_baseline(runs: list[dict[str, dict]], *, min_band: float = MIN_BAND, margin: float = SPREAD_MARGIN) -> dict:
+    """The baseline from one or more runs (each: documents by file name): per ratio, the geometric means over the
+    runs of its ratio of medians (`value`) and of minima (`value_of_minima`), and its band: `margin` x the square
+    of its spread over the runs (largest / smallest, the wider of the two statistics'), at least `min_band` (all a
+    single run can give)."""
+    if not runs:
+        raise ValueError("runs: expected at least one run's documents")
+    if min_band <= 1 or margin < 1:
+        raise ValueError(f"min_band, margin: expected min_band > 1 and margin >= 1, got {min_band}, {margin}")
+    found: dict[tuple, dict[str, list[dict]]] = {}
+    for documents in runs:
+        for statistic in RATIO_KEYS:
+            for entry in ratio_entries(documents, statistic):
+                if entry["value"] > 0 and math.isfinite(entry["value"]):
+                    found.setdefault(entry_key(entry), {}).setdefault(statistic, []).append(entry)
+    ratios = []
+    for by_statistic in found.values():
+        if set(by_statistic) != set(RATIO_KEYS):
+            continue
+        medians, minima = ([e["value"] for e in by_statistic[statistic]] for statistic in RATIO_KEYS)
+        spread = max(max(values) / min(values) for values in (medians, minima))
+        ratios.append(
+            {
+                **{k: v for k, v in by_statistic["median"][0].items() if k != "value"},
+                "value": geometric_mean(medians),
+                "value_of_minima": geometric_mean(minima),
+                "runs": len(medians),
+                "spread": spread,
+                "band": max(min_band, margin * spread**2),
+            }
+        )
+    first = runs[0]["bench.json"] if "bench.json" in runs[0] else next(iter(runs[0].values()))
+    return {
+        "schema": BASELINE_SCHEMA,
+        "recorded": {
+            key: first.get(key) for key in ("datetime", "impl", "commit", "grid", "device", "mlx", "machine_info")
+        },
+        "runs": len(runs),
+        "min_band": min_band,
+        "margin": margin,
+        "ratios": ratios,
+    }
+
+
+def compare_to_baseline(baseline: dict, documents: dict[str, dict]) -> dict[str, list[str]]:
+    """Each baseline ratio against the run's: "regressions" (its ratio of medians and its ratio of minima each
+    worse than the baseline's by more than the band: a slower kernel moves both, a preempted call mostly the
+    median), "within" (the rest), "missing" (not measured by this run, e.g. another grid): one line each."""
+    if baseline.get("schema") != BASELINE_SCHEMA:
+        raise ValueError(
+            f"baseline: expected schema {BASELINE_SCHEMA}, got {baseline.get('schema')!r}; record one with "
+            "`make bench-baseline`"
+        )
+    now = {statistic: {entry_key(e): e for e in ratio_entries(documents, statistic)} for statistic in RATIO_KEYS}
+    result: dict[str, list[str]] = {"regressions": [], "within": [], "missing": []}
+    for old in baseline["ratios"]:
+        where = " :: ".join(entry_key(old))
+        if entry_key(old) not in now["median"] or entry_key(old) not in now["min"]:
+            result["missing"].append(where)
+            continue
+        value = now["median"][entry_key(old)]["value"]
+        factor = worse_by(old["value"], value, old["better"])
+        of_minima = worse_by(old["value_of_minima"], now["min"][entry_key(old)]["value"], old["better"])
+        line = (
+            f"{where}: {value:.3g} (baseline {old['value']:.3g}, {old['better']} is better; worse by {factor:.2f}x, "
+            f"from minima {of_minima:.2f}x; band {old['band']:.2f}x)"
+        )
+        result["regressions" if min(factor, of_minima) > old["band"] else "within"].append(line)
+    return result
+
+
+def read_run(directory: Path) -> dict[str, dict]:
+    """The run's documents of `RATIO_FILES` found in `directory`, by file name."""
+    return {
+        name: json.loads((directory / name).read_text(encoding="utf-8"))
+        for name in RATIO_FILES
+        if (directory / name).is_file()
+    }
+
+
+# --- the report's C9 row ----------------------------------------------------------------------
 
 
 def flat_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, str], dict]:
     """Every ratio of a bench by (case, contender, ratio name), from medians or minima."""
-    if statistic not in RATIO_KEYS:
-        raise ValueError(f"statistic: expected one of {', '.join(RATIO_KEYS)}, got {statistic!r}")
     return {
-        (case["case"], name, key): value
-        for case in bench.get("kernels", []) + bench.get("generation", [])
-        for name, row in case["contenders"].items()
-        for key, value in row.get(RATIO_KEYS[statistic], {}).items()
+        (entry["case"], entry["contender"], entry["ratio"]): {"value": entry["value"], "better": entry["better"]}
+        for entry in ratio_entries({"bench.json": bench}, statistic)
     }
 
 
@@ -156,11 +427,7 @@ def case_kind(case: str) -> str:
 
 
 def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, str, str], dict]:
-    """Each ratio's geometric mean over the grid's cases, by (kind of case, contender, ratio name).
-
-    One case's ratio moves by up to 2.7x between two runs of the same code on a loaded
-    machine; the mean over a kind of case moved by at most 1.5x (measured under load 14).
-    """
+    """Each ratio's geometric mean over the grid's cases, by (kind of case, contender, ratio name)."""
     logs: dict[tuple[str, str, str], list] = {}
     better = {}
     for (case, name, key), value in flat_ratios(bench, statistic).items():
@@ -171,27 +438,6 @@ def grouped_ratios(bench: dict, statistic: str = "median") -> dict[tuple[str, st
         group: {"value": math.exp(sum(values) / len(values)), "better": better[group], "cases": len(values)}
         for group, values in logs.items()
     }
-
-
-def compare_benches(
-    baseline: dict, current: dict, threshold: float = COMPARE_THRESHOLD, statistic: str = COMPARE_STATISTIC
-) -> list[str]:
-    """Grouped ratios worse than the baseline's by more than a factor 1 + `threshold`, one line each."""
-    if not 0 < threshold <= 10:
-        raise ValueError(f"threshold: expected a fraction in (0, 10], got {threshold}")
-    regressions = []
-    old = grouped_ratios(baseline, statistic)
-    for where, now in grouped_ratios(current, statistic).items():
-        if where not in old:
-            continue
-        before = old[where]["value"]
-        factor = before / now["value"] if now["better"] == "higher" else now["value"] / before
-        if factor > 1 + threshold:
-            regressions.append(
-                f"{' :: '.join(where)}: {now['value']:.3g} (baseline {before:.3g}, "
-                f"{now['better']} is better; worse by {factor:.2f}x > {1 + threshold:.2f}x)"
-            )
-    return regressions
 
 
 def c9_summary(bench: dict | None, impl: str | None, commit: str | None) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
 from ncm_verify.bench.measure import summarise, time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.mlx_lm_real import rollback
@@ -41,6 +42,8 @@ KINDS = (
     HybridSpec("llama", "AS", window=16, keep=4),
 )
 """One model per kind: recurrent (ArraysCache) layers, sliding-window rings (a keep prefix in the llama's)."""
+GRIDS = {"quick": {"rounds": 10, "budget": 1.5}, "full": {"rounds": 20, "budget": 3.0}}
+"""Rounds and seconds per model: every kind in both grids, quick with fewer rounds."""
 
 
 def rollback_row(spec: HybridSpec, *, prompt: int, drafts: int, accepted: int, rounds: int, budget_s: float) -> dict:
@@ -123,14 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", type=int, default=128, help="tokens before the round")
     parser.add_argument("--drafts", type=int, default=4)
     parser.add_argument("--accepted", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--budget", type=float, default=3.0, help="seconds per model before stopping")
+    add_grid_argument(parser)
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per model (the grid's: 10 quick, 20 full)")
+    parser.add_argument("--budget", type=float, help="seconds per model before stopping (1.5 quick, 3 full)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     arguments = parser.parse_args(argv)
+    apply_grid(arguments, GRIDS[arguments.grid])
     if not 0 <= arguments.accepted < arguments.drafts:
         parser.error("--accepted: a rollback needs a rejected draft, so 0 <= accepted < drafts")
     environment = describe_environment()
     figures = {
+        "grid": arguments.grid,
+        "rounds": arguments.rounds,
+        "budget_s": arguments.budget,
         "environment": environment,
         "rows": rollback_rows(
             hidden=arguments.hidden,

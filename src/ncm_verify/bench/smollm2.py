@@ -35,6 +35,7 @@ from ncm_verify.bench.drafting import (
     trained_row,
     verification,
 )
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
 from ncm_verify.bench.measure import time_side_by_side
 from ncm_verify.environment import describe_environment
 from ncm_verify.mlx_lm_real import smollm2
@@ -239,7 +240,7 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument("--grid", choices=GRIDS, default="quick", help="quick (make bench) or full (GRID=full)")
+    add_grid_argument(parser)
     parser.add_argument("--forms", nargs="+", choices=smollm2.FORMS, help="default: the grid's")
     parser.add_argument("--ks", nargs="+", type=int, help="draft lengths (default: the grid's)")
     parser.add_argument("--tokens", type=int, help="tokens a generation (default: the grid's)")
@@ -249,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafters", nargs="+", help="only these drafters (by the table's name)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    for name, value in GRIDS[args.grid].items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    apply_grid(args, GRIDS[args.grid])
     impl = load_implementation(args.impl)
     progress = Progress("bench.smollm2", case_count(args.forms, args.ks, args.prompts))
     rows = []

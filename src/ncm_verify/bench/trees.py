@@ -24,7 +24,9 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ncm_verify.bench.grids import add_grid_argument, apply_grid
 from ncm_verify.bench.measure import (
+    GRID_SETTINGS,
     MLX_REDUCTIONS,
     SMOLLM2_ROWS_LABEL,
     evaluated,
@@ -32,6 +34,7 @@ from ncm_verify.bench.measure import (
     summarise,
     time_side_by_side,
 )
+from ncm_verify.bench.ratios import MLX_FLOOR, NUMPY_WALK, RATIO_KEYS, UNVALIDATED, format_goals, goal_rows, ratio
 from ncm_verify.environment import describe_environment
 from ncm_verify.harness.strategies import SMOLLM2_VOCAB, make_autoregressive_fixture, make_smollm2_tables
 from ncm_verify.harness.tree_driver import run_tree
@@ -40,6 +43,7 @@ from ncm_verify.oracles import exact_tree
 from ncm_verify.oracles.exact import AutoregressiveFixture, context_offsets
 from ncm_verify.oracles.exact_tree import MODES, reference_rule, tree_laws, tree_nodes
 from ncm_verify.oracles.numpy_steps import numpy_uniforms
+from ncm_verify.progress import Progress
 from ncm_verify.protocol import DEFAULT_IMPLEMENTATION, load_implementation
 
 __all__ = ["BUDGET_SHAPES", "fixtures", "tokens_per_pass_rows", "latency_rows", "format_rows", "main"]
@@ -109,7 +113,9 @@ def row_seed(seed: int, *indices: int) -> int:
 def tokens_per_pass_rows(impl, *, batch: int = 4000, seed: int = 0, progress: Callable = print) -> list[dict]:
     """Exact and measured tokens per pass for every fixture, shape and mode, each row's trees drawn apart."""
     rows = []
-    for f, (fixture_name, fixture) in enumerate(fixtures().items()):
+    measured = fixtures()
+    tracker = Progress("bench.trees tokens per pass", len(measured) * len(MODES), say=progress)
+    for f, (fixture_name, fixture) in enumerate(measured.items()):
         for m, mode in enumerate(MODES):
             for s, (shape_name, shape) in enumerate(BUDGET_SHAPES.items()):
                 mean, error = measured_tokens_per_pass(impl, fixture, shape, mode, batch, row_seed(seed, f, m, s))
@@ -126,6 +132,7 @@ def tokens_per_pass_rows(impl, *, batch: int = 4000, seed: int = 0, progress: Ca
                     }
                 )
             progress(format_rows(rows[-len(BUDGET_SHAPES) :], header=not rows[: -len(BUDGET_SHAPES)]))
+            tracker.done(f"{fixture_name}, {mode}")
     return rows
 
 
@@ -220,15 +227,17 @@ WIDEST = (10, 6)
 
 
 def latency_grid(name: str) -> list[TreeLatencyCase]:
-    """`quick`: the chain-shaped tree the issue measured and two EAGLE trees; `full`: 16, 32, 64 (and 60 at
-    top-k 10) nodes at V = 32 000 and 128 256, B = 1 and 8; each also the 16-node tree on SmolLM2's rows."""
+    """`quick`: the chain-shaped and fan-shaped 4-node trees, the 16-node EAGLE tree at B = 1 and 8 and the 64-node
+    one at V = 128 256; `full`: 16, 32, 64 (and 60 at top-k 10) nodes at V = 32 000 and 128 256, B = 1 and 8, and
+    the chain-shaped tree; each also the 16-node tree on SmolLM2's rows (quick: B = 1, 8, 32; full: 1, 8)."""
     chain = tuple(tree_nodes(BUDGET_SHAPES["chain 1-1-1-1"]))
-    if name == "quick":
-        cases = [TreeLatencyCase("chain", chain, vocab, batch, "with_replacement") for vocab, batch in QUICK_CHAINS]
+    if name == "quick":  # the goals' rows: random and SmolLM2's, B = 1, 8 (and 32 on SmolLM2's)
+        cases = [TreeLatencyCase("chain", chain, 32_000, 1, "with_replacement")]
         cases.append(TreeLatencyCase("fan of 4", tuple(tree_nodes(BUDGET_SHAPES["fan of 4"])), 32_000, 1))
-        cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 32_000, 1) for k, d in (EAGLE_SHAPES[16],)]
+        k, d = EAGLE_SHAPES[16]
+        cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 32_000, batch) for batch in (1, 8)]
         cases += [TreeLatencyCase(f"eagle top-{k}", eagle_tree(k, d), 128_256, 1) for k, d in (EAGLE_SHAPES[64],)]
-        return cases + smollm2_trees((1,))
+        return cases + smollm2_trees((1, 8, 32))
     if name == "full":
         shapes = [*EAGLE_SHAPES.values(), WIDEST]
         cases = [
@@ -251,6 +260,8 @@ def smollm2_trees(batches: tuple[int, ...]) -> list[TreeLatencyCase]:
 
 
 QUICK_CHAINS = ((32_000, 1), (32_000, 8), (128_256, 1))
+TREE_UNVALIDATED = "verify_tree unvalidated"
+"""verify_tree called with ``validate=False``, timed beside the default call."""
 """The chain-shaped 4-node tree at the (V, B) of its first measurement (5.46 vs 0.83 ms at V = 32 000, B = 1)."""
 
 
@@ -285,9 +296,11 @@ def tree_inputs(case: TreeLatencyCase, seed: int = 3) -> dict:
 
 
 def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> dict:
-    """Medians, interleaved: verify_tree on the tree, verify_chain on a chain of its depth, the NumPy walk (the
-    float64 step of :mod:`ncm_verify.oracles.exact_tree` on the same rows) and the MLX floor (the fastest MLX
-    reduction reading the tree's rows once: the least any verification that validates them can cost)."""
+    """Medians, interleaved: verify_tree on the tree (the default call, and with ``validate=False``), verify_chain
+    on a chain of its depth, the NumPy walk (the float64 step of :mod:`ncm_verify.oracles.exact_tree` on the same
+    rows) and the MLX floor (the fastest MLX reduction reading the tree's rows once: the least any verification
+    that validates them can cost); verify_tree's ratios to the last three (`ratios.GOALS`), from medians and
+    minima."""
     inputs = tree_inputs(case)
     key = mx.random.key(1)
     target, draft, tokens, parents = inputs["target"], inputs["draft"], inputs["tokens"], inputs["parents"]
@@ -297,6 +310,9 @@ def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> di
     floors = make_floors(nbytes, "float32")
     contenders: dict[str, Callable[[], object]] = {
         "verify_tree": evaluated(lambda: impl.verify_tree(target, draft, tokens, parents, key=key, mode=case.mode)),
+        TREE_UNVALIDATED: evaluated(
+            lambda: impl.verify_tree(target, draft, tokens, parents, key=key, mode=case.mode, validate=False)
+        ),
         "verify_chain": evaluated(lambda: impl.verify_chain(*inputs["chain"], key=key)),
         "numpy walk": lambda: exact_tree.step(
             np_target,
@@ -315,6 +331,14 @@ def latency_row(impl, case: TreeLatencyCase, rounds: int, budget_s: float) -> di
     chain = summary["verify_chain"]["median_s"]
     for row in summary.values():
         row["x verify_chain"] = row["median_s"] / chain
+    for statistic, field in RATIO_KEYS.items():
+        figure = "median_s" if statistic == "median" else "min_s"
+        tree = summary["verify_tree"][figure]
+        summary["verify_tree"][field] = {
+            UNVALIDATED: ratio(tree / summary[TREE_UNVALIDATED][figure], "lower", "default call / validate=False"),
+            MLX_FLOOR: ratio(tree / summary["mlx floor"][figure], "lower", "verify_tree / MLX floor"),
+            NUMPY_WALK: ratio(tree / summary["numpy walk"][figure], "lower", "verify_tree / NumPy walk"),
+        }
     return {
         "case": case.name,
         **dataclasses.asdict(case),
@@ -330,9 +354,14 @@ def latency_rows(
     impl, rounds: int = 25, budget_s: float = 8.0, progress: Callable = print, grid: str = "quick"
 ) -> list[dict]:
     rows = []
-    for case in latency_grid(grid):
+    cases = latency_grid(grid)
+    tracker = Progress(f"bench.trees latency ({grid} grid)", len(cases), say=progress)
+    for case in cases:
+        tracker.start(case.name)
         rows.append(latency_row(impl, case, rounds, budget_s))
         progress(format_latency(rows[-1:]))
+        tracker.done(case.name)
+    progress(format_goals(goal_rows({"bench-trees.json": {"latency": rows}})))
     return rows
 
 
@@ -346,6 +375,11 @@ def format_latency(rows: list[dict]) -> str:
                 f"({figures['x verify_chain']:6.2f}x verify_chain)"
             )
     return "\n".join(lines)
+
+
+GRID_DRAWS = {"quick": 1000, "full": 4000}
+"""Trees (or blocks) drawn per fixture and shape for tokens per pass: a standard error of about 0.03 tokens
+quick, 0.015 full."""
 
 
 def kernel_bench_main(
@@ -362,23 +396,31 @@ def kernel_bench_main(
     `--<unit>s` draws, then latency beside verify_chain unless `--no-latency`, written as JSON to `--out`."""
     parser = argparse.ArgumentParser(prog=f"python -m ncm_verify.bench.{unit}s", description=doc.split("\n")[0])
     parser.add_argument("--impl", default=DEFAULT_IMPLEMENTATION)
-    parser.add_argument(f"--{unit}s", type=int, default=4000, help=f"{unit}s drawn per fixture and shape")
-    parser.add_argument("--rounds", type=int, default=25)
-    parser.add_argument("--budget", type=float, default=8.0, help="seconds per latency case before stopping")
+    add_grid_argument(parser)
+    parser.add_argument(f"--{unit}s", type=int, help=f"{unit}s drawn per fixture and shape (default: the grid's)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds per latency case (default: the grid's)")
+    parser.add_argument("--budget", type=float, help="seconds per latency case before stopping (default: the grid's)")
     parser.add_argument("--no-latency", action="store_true")
-    if grids:
-        parser.add_argument("--grid", choices=grids, default=grids[0], help="latency cases: the quick grid or all")
+    parser.add_argument("--no-tokens-per-pass", action="store_true", help="latency only (make bench-baseline)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     arguments = parser.parse_args(argv)
+    apply_grid(arguments, {**GRID_SETTINGS[arguments.grid], f"{unit}s": GRID_DRAWS[arguments.grid]})
     impl = load_implementation(arguments.impl)
     if not hasattr(impl, kernel):
         print(f"{unit}s skipped: {arguments.impl} provides no {kernel}")
         return 0
-    figures: dict = {"impl": arguments.impl, "environment": describe_environment()}
-    figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=getattr(arguments, f"{unit}s"))
+    figures: dict = {
+        "impl": arguments.impl,
+        "grid": arguments.grid,
+        **{name: getattr(arguments, name) for name in (f"{unit}s", "rounds", "budget")},
+        "environment": describe_environment(),
+    }
+    if not arguments.no_tokens_per_pass:
+        figures["tokens_per_pass"] = tokens_per_pass_rows(impl, batch=getattr(arguments, f"{unit}s"))
     if not arguments.no_latency:
         options = {"grid": arguments.grid} if grids else {}
         figures["latency"] = latency_rows(impl, arguments.rounds, arguments.budget, **options)
+        figures["goals"] = goal_rows({f"bench-{unit}s.json": figures})  # each ratio beside its goal, met or not
     if arguments.out is not None:
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         arguments.out.write_text(json.dumps(figures, indent=1, default=str) + "\n", encoding="utf-8")
