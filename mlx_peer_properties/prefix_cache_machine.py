@@ -78,6 +78,28 @@ def assert_served_equals_uncached(served: Served, model: EngineModel, *, call: s
         )
 
 
+def assert_serves_after_a_failed_request(
+    engine: PrefixEngine, model: EngineModel, first: tuple[int, ...], later: tuple[int, ...], *, call: str
+) -> str:
+    """Rule 6 on a started engine: `first` served (stored), a request it must refuse (`engine.fail()`, which returns
+    the refusal and raises where there was none), then `first` again and `later` (together where it batches): each
+    served, and as uncached. Returns the refusal."""
+    assert_served_equals_uncached(engine.serve([first], MAX_TOKENS)[0], model, call=f"{call}: before the failure")
+    refusal = engine.fail()
+    batches = [[first, later]] if "batch" in engine.supports else [[first], [later]]
+    for prompts in batches:
+        try:
+            served = engine.serve(prompts, MAX_TOKENS)
+        except Exception as error:  # noqa: BLE001
+            raise AssertionError(
+                f"rule 6: after the refused request ({refusal}), serve({[list(p) for p in prompts]}) raised "
+                f"{error!r}\n  call: {call}"
+            ) from error
+        for response in served:
+            assert_served_equals_uncached(response, model, call=f"{call}: after the refused request ({refusal})")
+    return refusal
+
+
 class PrefixCacheMachine(RuleBasedStateMachine):
     """Requests through one engine; `bind` sets the engine factory, the model folder and the checks."""
 
