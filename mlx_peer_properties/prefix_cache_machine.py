@@ -82,12 +82,11 @@ def assert_serves_after_a_failed_request(
     engine: PrefixEngine, model: EngineModel, first: tuple[int, ...], later: tuple[int, ...], *, call: str
 ) -> str:
     """Rule 6 on a started engine: `first` served (stored), a request it must refuse (`engine.fail()`, which returns
-    the refusal and raises where there was none), then `first` again and `later` (together where it batches): each
-    served, and as uncached. Returns the refusal."""
+    the refusal and raises where there was none), then `first` again and `later`, one at a time (what batching does
+    is rule 1's): each served, and as uncached. Returns the refusal."""
     assert_served_equals_uncached(engine.serve([first], MAX_TOKENS)[0], model, call=f"{call}: before the failure")
     refusal = engine.fail()
-    batches = [[first, later]] if "batch" in engine.supports else [[first], [later]]
-    for prompts in batches:
+    for prompts in ([first], [later]):
         try:
             served = engine.serve(prompts, MAX_TOKENS)
         except Exception as error:  # noqa: BLE001

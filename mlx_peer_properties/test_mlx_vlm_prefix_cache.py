@@ -142,13 +142,15 @@ def test_the_disk_tier_serves_its_blocks_as_before_and_a_foreign_one_changes_not
 )
 def test_after_a_request_that_fails_the_engine_serves_every_later_one(family, first, later, models):
     """Rule 6: an empty prompt fails the server engine's step; after the server's recovery (a new generator over the
-    same APC manager) a held prompt and a new one, batched, are served as full forwards give: whatever the failed
+    same APC manager) a held prompt and a new one are served as full forwards give: whatever the failed
     request left in the cache is never served."""
     model = models(family, "float32")
     engine = peer.MlxVlmApc()
     engine.start(model, 3)
     try:
-        call = f"MlxVlmApc() on {family}: serve([{list(first)}]); fail(); serve([{list(first)}, {list(later)}])"
+        call = (
+            f"MlxVlmApc() on {family}: serve([{list(first)}]); fail(); serve([{list(first)}]); serve([{list(later)}])"
+        )
         assert_serves_after_a_failed_request(engine, model, first, later, call=call)
     finally:
         engine.close()

@@ -189,14 +189,15 @@ def test_a_prompt_held_whole_gets_what_full_forwards_give(mode, blocks, data, mo
 )
 def test_after_a_request_it_refuses_the_scheduler_serves_every_later_one(mode, first, later, models):
     """Rule 6: an empty prompt (its server's engine core passes it on) is answered with an error, and the scheduler
-    then serves a held prompt and a new one, batched, as full forwards give (with the full-hit fix, whose finding
+    then serves a held prompt and a new one as full forwards give (with the full-hit fix, whose finding
     has its own node)."""
     model = models("attention", "float32")
     with peer.full_hit_fixed():
         engine = peer.VllmMlxPrefix(mode)
         engine.start(model, 3)
         try:
-            call = f"VllmMlxPrefix({mode!r}): serve([{list(first)}]); fail(); serve([{list(first)}, {list(later)}])"
+            call = f"VllmMlxPrefix({mode!r}): serve([{list(first)}]); fail(); serve([{list(first)}]); "
+            f"serve([{list(later)}])"
             assert_serves_after_a_failed_request(engine, model, first, later, call=call)
         finally:
             engine.close()
