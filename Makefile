@@ -169,13 +169,14 @@ endif
 PEERS_PROFILE ?= dev
 # PEERS=mlx-vlm,dflash-mlx,... (or all): instead, those MLX speculative decoders (and mlx-lm's prefix caches as
 # served, PEERS=mlx-lm: docs/prefix-engines.md), each in its own environment
-# (made when missing), judged on their own code; peers-mlx.md. EXAMPLES=N: Hypothesis examples a property (3).
+# (made when missing), judged on their own code; peers-mlx.md. EXAMPLES=N: Hypothesis examples a property (3);
+# JOBS=N: pytest processes at once (2).
 # Never part of `make test`.
 PEERS ?=
 ## verify-peers: the chain properties against transformers' step, a NumPy port and a planted bug; peers.md; PEERS=...: MLX decoders
 ifneq ($(PEERS),)
 verify-peers: install
-	$(PY) -m ncm_verify.run_mlx_peers verify $(PEERS) --reports=$(REPORTS) $(if $(EXAMPLES),--examples=$(EXAMPLES))
+	$(PY) -m ncm_verify.run_mlx_peers verify $(PEERS) --reports=$(REPORTS) --jobs=$(JOBS) $(if $(EXAMPLES),--examples=$(EXAMPLES))
 else
 verify-peers: install-peers
 	$(PY) -m ncm_verify peers --profile=$(PEERS_PROFILE) --reports=$(REPORTS) --jobs=$(JOBS) --seed=$(or $(SEED),0)

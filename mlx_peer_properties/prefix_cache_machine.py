@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from ncm_verify.peers.prefix_engines import EngineModel, PrefixEngine, Served, Uncached
+from ncm_verify.peers.prefix_engines import EngineModel, NotRefused, PrefixEngine, Served, Uncached
 from ncm_verify.tolerances import SERVED_LOGPROBS, SERVED_NEAR_TIE
 
 MAX_TOKENS = 3
@@ -76,6 +76,33 @@ def assert_served_equals_uncached(served: Served, model: EngineModel, *, call: s
             f"log-probability {logprob:.6g}, uncached {want:.6g} (gap {abs(logprob - want):.3g} > {tolerance}, "
             f"{model.dtype})\n  call: {call}"
         )
+
+
+def assert_serves_after_a_failed_request(
+    engine: PrefixEngine, model: EngineModel, first: tuple[int, ...], later: tuple[int, ...], *, call: str
+) -> str:
+    """Rule 6 on a started engine: `first` served (stored), a request it must refuse (`engine.fail()`, which returns
+    the refusal and raises where there was none), then `first` again and `later`, one at a time (what batching does
+    is rule 1's): each served, and as uncached. Returns the refusal; an engine that answers the request instead
+    (`NotRefused`) makes the test not applicable, saying what it answered."""
+    assert_served_equals_uncached(engine.serve([first], MAX_TOKENS)[0], model, call=f"{call}: before the failure")
+    try:
+        refusal = engine.fail()
+    except NotRefused as answered:
+        import pytest
+
+        pytest.skip(f"not applicable: {answered}")
+    for prompts in ([first], [later]):
+        try:
+            served = engine.serve(prompts, MAX_TOKENS)
+        except Exception as error:  # noqa: BLE001
+            raise AssertionError(
+                f"rule 6: after the refused request ({refusal}), serve({[list(p) for p in prompts]}) raised "
+                f"{error!r}\n  call: {call}"
+            ) from error
+        for response in served:
+            assert_served_equals_uncached(response, model, call=f"{call}: after the refused request ({refusal})")
+    return refusal
 
 
 class PrefixCacheMachine(RuleBasedStateMachine):

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
-from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached
+from hypothesis import given
+from hypothesis import strategies as st
+from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, assert_serves_after_a_failed_request
 
 from ncm_verify.peers.prefix_engines import EngineModel, make_model_folder
 
@@ -56,3 +58,29 @@ def assert_served_after_damage(engine, model: EngineModel, prompt: Sequence[int]
                 f"\n  call: {call}"
             ) from second
     assert_served_equals_uncached(served, model, call=f"{call} (reused {served.reused})")
+
+
+def judge_serving_after_a_failure(factory: Callable[[], object], model: EngineModel, examples: int) -> None:
+    """Rule 6 on one engine of `factory`'s over `model`, `examples` drawn pairs one after another: a prompt served, a
+    request it must refuse (its adapter's ``fail()``), then that prompt again and a new one, each served as uncached
+    (one engine for every pair: starting some is most of their cost, and the failures pile up as a server's do)."""
+    from hypothesis import settings
+
+    engine = factory()
+    engine.start(model, 3)
+
+    @settings(max_examples=examples)
+    @given(
+        first=st.lists(st.integers(0, model.vocab - 1), min_size=2, max_size=9).map(tuple),
+        later=st.lists(st.integers(0, model.vocab - 1), min_size=1, max_size=8).map(tuple),
+    )
+    def check(first, later):
+        call = f"{engine.name} on {model.family}: serve([{list(first)}]); fail(); serve([{list(first)}]); " + (
+            f"serve([{list(later)}])"
+        )
+        assert_serves_after_a_failed_request(engine, model, first, later, call=call)
+
+    try:
+        check()
+    finally:
+        engine.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
-from prefix_peer_checks import assert_served_after_damage, examples, models  # noqa: F401
+from prefix_peer_checks import assert_served_after_damage, examples, judge_serving_after_a_failure, models  # noqa: F401
 
 from ncm_verify.peers.prefix_locals import LocalsEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
@@ -86,3 +86,11 @@ def test_planted_a_chain_cache_storing_entries_one_position_short_is_caught(mode
 
     monkeypatch.setattr(hybrid_batch, "chain_cache", short_chain_cache)
     run_machine(LocalsEngine, models["attention"], (1,), examples=examples)
+
+
+@pytest.mark.prefix_rule(6)
+@pytest.mark.parametrize("family", ["attention", "sliding", "hybrid"])
+def test_after_a_request_it_refuses_the_engine_serves_every_later_one(family, models, examples):  # noqa: F811
+    """Rule 6: an empty prompt fails in `HybridBatchEngine.serve`; the same engine then serves a held prompt and a
+    new one as uncached."""
+    judge_serving_after_a_failure(LocalsEngine, models[family], examples)

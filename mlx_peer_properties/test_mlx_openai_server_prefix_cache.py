@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import pytest
 from prefix_cache_machine import run_machine
-from prefix_peer_checks import assert_a_damaged_entry_is_refused_or_served_exactly, examples, models  # noqa: F401
+from prefix_peer_checks import (  # noqa: F401
+    assert_a_damaged_entry_is_refused_or_served_exactly,
+    examples,
+    judge_serving_after_a_failure,
+    models,
+)
 
 from ncm_verify.peers.prefix_mlx_openai_server import BatchedOpenAIServerEngine, OpenAIServerEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES
@@ -61,3 +66,13 @@ def test_batched_requests_beside_cached_rows_and_every_stored_entry_equal_uncach
     # policy model covers the trimmable family (the others store the handler's single-turn checkpoints)
     checks = (1, 2, 3, 4) if family == "attention" else (1, 3, 4)
     run_machine(BatchedOpenAIServerEngine, models[family], checks, examples=examples)
+
+
+@pytest.mark.prefix_rule(6)
+@pytest.mark.parametrize("path", ["single", "batched"])
+@pytest.mark.parametrize("family", ["attention", "hybrid"])
+def test_after_a_request_it_refuses_the_handler_serves_every_later_one(family, path, models, examples):  # noqa: F811
+    """Rule 6: an empty prompt fails in the handler's single-request path and in its batch scheduler; the handler
+    then serves a held prompt and a new one as uncached."""
+    engine = OpenAIServerEngine if path == "single" else BatchedOpenAIServerEngine
+    judge_serving_after_a_failure(engine, models[family], examples)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
-from prefix_peer_checks import assert_served_after_damage, examples, models  # noqa: F401
+from prefix_peer_checks import assert_served_after_damage, examples, judge_serving_after_a_failure, models  # noqa: F401
 
 from ncm_verify.peers.prefix_mlx_textgen import TextgenEngine
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
@@ -101,3 +101,10 @@ def test_a_saved_file_damaged_on_disk_is_refused_or_served_exactly(kind, models)
         )
     finally:
         engine.close()
+
+
+@pytest.mark.prefix_rule(6)
+def test_after_a_request_it_refuses_the_model_serves_every_later_one(models, examples):  # noqa: F811
+    """Rule 6: an empty prompt fails in `LLMModel.generate`; it then serves a held prompt and a new one as uncached
+    (the attention model: its sliding-window and hybrid models cannot be served at all here)."""
+    judge_serving_after_a_failure(TextgenEngine, models["attention"], examples)

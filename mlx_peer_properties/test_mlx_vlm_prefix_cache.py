@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prefix_cache_machine import assert_served_equals_uncached, run_machine
+from prefix_peer_checks import judge_serving_after_a_failure
 
 from ncm_verify.peers import mlx_vlm_prefix as peer
 from ncm_verify.peers import prefix_engines
@@ -132,3 +133,12 @@ def test_the_disk_tier_serves_its_blocks_as_before_and_a_foreign_one_changes_not
         other_model=other,
     )  # fmt: skip
     assert any(hits), "no request reused a cached token: a cold-cache pass proves nothing"
+
+
+@pytest.mark.prefix_rule(6)
+@pytest.mark.parametrize("family", prefix_engines.FAMILIES)
+def test_after_a_request_that_fails_the_engine_serves_every_later_one(family, models):
+    """Rule 6: an empty prompt fails the server engine's step; after the server's recovery (a new generator over the
+    same APC manager) a held prompt and a new one are served as full forwards give: whatever the failed request left
+    in the cache is never served."""
+    judge_serving_after_a_failure(peer.MlxVlmApc, models(family, "float32"), 3)

@@ -13,7 +13,7 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prefix_cache_machine import assert_served_equals_uncached, run_machine
+from prefix_cache_machine import assert_served_equals_uncached, assert_serves_after_a_failed_request, run_machine
 
 from ncm_verify.peers import prefix_engines
 from ncm_verify.peers import vllm_mlx_prefix as peer
@@ -179,3 +179,25 @@ def test_a_prompt_held_whole_gets_what_full_forwards_give(mode, blocks, data, mo
     served = engine.serve([prompt], 3)[0]
     note = f"VllmMlxPrefix({mode!r}): serve([{prompt}]) twice"
     assert_served_equals_uncached(served, model, call=note)
+
+
+@pytest.mark.prefix_rule(6)
+@pytest.mark.parametrize("mode", peer.MODES)
+@given(
+    first=st.lists(st.integers(0, 23), min_size=2, max_size=2 * peer.BLOCK + 1).map(tuple),
+    later=st.lists(st.integers(0, 23), min_size=1, max_size=2 * peer.BLOCK).map(tuple),
+)
+def test_after_a_request_it_refuses_the_scheduler_serves_every_later_one(mode, first, later, models):
+    """Rule 6: an empty prompt (its server's engine core passes it on) is answered with an error, and the scheduler
+    then serves a held prompt and a new one as full forwards give (with the full-hit fix, whose finding
+    has its own node)."""
+    model = models("attention", "float32")
+    with peer.full_hit_fixed():
+        engine = peer.VllmMlxPrefix(mode)
+        engine.start(model, 3)
+        try:
+            call = f"VllmMlxPrefix({mode!r}): serve([{list(first)}]); fail(); serve([{list(first)}]); "
+            f"serve([{list(later)}])"
+            assert_serves_after_a_failed_request(engine, model, first, later, call=call)
+        finally:
+            engine.close()

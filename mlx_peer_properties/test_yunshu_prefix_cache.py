@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from prefix_cache_machine import MAX_TOKENS, assert_served_equals_uncached, run_machine
-from prefix_peer_checks import assert_served_after_damage, examples, models  # noqa: F401
+from prefix_peer_checks import assert_served_after_damage, examples, judge_serving_after_a_failure, models  # noqa: F401
 
 from ncm_verify.peers.prefix_peer_files import DAMAGES, damage
 from ncm_verify.peers.prefix_yunshu import YunshuEngine
@@ -101,3 +101,10 @@ def test_a_block_damaged_on_the_ssd_tier_is_refused_or_served_exactly(kind, mode
     finally:
         engine.close()
         other.close()
+
+
+@pytest.mark.prefix_rule(6)
+def test_after_a_request_it_refuses_the_engine_serves_every_later_one(models, examples):  # noqa: F811
+    """Rule 6: a request `generate` must refuse (an empty prompt), then a held prompt and a new one served as
+    uncached; not applicable while yunshu answers every request the adapter can send (`YunshuEngine.fail`)."""
+    judge_serving_after_a_failure(YunshuEngine, models["attention"], examples)

@@ -151,5 +151,5 @@ def test_prefix_cache_runs_get_their_own_table_of_rules_beside_the_decoders():
     cells = dict(zip(table.header, table.rows[0]))
     assert cells["1. served == uncached"] == "passed (1)" and cells["6. serves after a failed request"] == "finding (1)"
     assert cells["5. persisted: restored exactly or refused"] == "not applicable: no files"
-    assert cells["planted control"] == "caught by 1 of 1" and cells["seconds (2 cores)"] == "42"
+    assert cells["planted control"] == "caught by 1 of 1" and cells["seconds: wall / CPU (2 cores)"] == "42"
     assert ("engine==2", "dies", "engine x.py:2", "r.py", "-", "p.py::test_y") in [tuple(r) for r in findings.rows]

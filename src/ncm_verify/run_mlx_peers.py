@@ -17,12 +17,14 @@ outside the findings table, no finding went away unannounced, and every peer's p
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -313,49 +315,170 @@ def install(peer: MlxPeer) -> None:
     subprocess.run([uv(), "pip", "install", "-q", "--python", target, *peer.needs, *TOOLS], check=True)
 
 
-def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach: bool = True) -> int:
-    """Each peer's properties in its own environment (its `reach` measured unless told not), then the report; the
-    run's exit status."""
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One pytest process of a peer's run: some of its test files, optionally narrowed by a marker expression. A peer's
+    speculative file and its prefix-cache file are separate parts, and a file with sampled-law tests (`peer_law`, the
+    long ones) is split into those and the rest, so that `verify` can run them beside each other."""
+
+    peer: MlxPeer
+    tests: tuple[str, ...]
+    marker: str | None = None
+
+    @property
+    def label(self) -> str:
+        kind = "prefix caches" if self.tests[0].endswith("_prefix_cache.py") else "speculative"
+        return f"{self.peer.name} ({kind}{', ' + self.marker if self.marker else ''})"
+
+    @property
+    def slug(self) -> str:
+        kind = "prefix" if self.tests[0].endswith("_prefix_cache.py") else "spec"
+        return f"{self.peer.name}-{kind}" + ("" if self.marker is None else "-" + self.marker.replace(" ", "-"))
+
+
+def parts_of(peer: MlxPeer) -> list[Part]:
+    """`peer`'s tests as `Part`s: each file apart, a file with `peer_law` tests in two."""
+    parts = []
+    for name in peer.tests:
+        if "mark.peer_law" in (ROOT / name).read_text(encoding="utf-8"):
+            parts += [Part(peer, (name,), "peer_law"), Part(peer, (name,), "not peer_law")]
+        else:
+            parts.append(Part(peer, (name,)))
+    return parts
+
+
+COST = {
+    "mlx-vlm-spec-peer_law": 300,
+    "mlx-vlm-spec-not-peer_law": 150,
+    "vllm-mlx-spec-peer_law": 120,
+    "mlx-openai-server-prefix": 110,
+    "mlx-lm-prefix": 100,
+    "mlx-vlm-prefix": 90,
+}
+"""CPU seconds a part took, measured (docs/prefix-engines.md, "How long"): `verify` starts the longest first, so that
+no long part starts last. A part not listed counts 60."""
+
+
+@dataclasses.dataclass
+class PartRun:
+    part: Part
+    status: int
+    seconds: float
+    cpu_seconds: float
+    log: Path
+
+
+def run_part(part: Part, reports: Path, examples: int, files: list[Path]) -> PartRun:
+    """One part's pytest in the peer's environment, its output to ``<reports>/peers-mlx-<slug>.log``; wall and CPU
+    seconds (user + sys of the process and every process it waited for: the servers it starts)."""
+    peer = part.peer
+    results = reports / f"peers-mlx-{part.slug}.jsonl"
+    raw = reports / f"peers-mlx-{part.slug}-reach.json"
+    log = reports / f"peers-mlx-{part.slug}.log"
+    for stale in (results, raw):
+        stale.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
+    command = [str(peer.python), "-m", "pytest", *part.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
+    command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
+    command += ["-m", part.marker] if part.marker else []
+    if files:
+        command += [f"--mlx-peers-reach={raw}", *(f"--mlx-peers-reach-file={f}" for f in files)]
+    started = time.monotonic()
+    with open(log, "w", encoding="utf-8") as out:
+        out.write(f"ncm-verify: {part.label}: {' '.join(command[:10])} (+{len(files)} files measured)\n")
+        out.flush()
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, wait_status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(wait_status)
+    return PartRun(part, process.returncode, time.monotonic() - started, usage.ru_utime + usage.ru_stime, log)
+
+
+def merge_reach(tables: list[dict]) -> dict:
+    """`reach.dump` tables of one peer's parts as one: a branch is reached where any part reached it (an exit is
+    missing only where every part missed it)."""
+    merged: dict = {}
+    for table in tables:
+        for file, entry in table.items():
+            if file not in merged:
+                merged[file] = {"branches": dict(entry["branches"]), "missing": dict(entry["missing"])}
+                continue
+            missing = merged[file]["missing"]
+            for line in list(missing):
+                both = sorted(set(missing[line]) & set(entry["missing"].get(line, [])))
+                if both:
+                    missing[line] = both
+                else:
+                    del missing[line]
+    return merged
+
+
+def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach: bool = True, jobs: int = 2) -> int:
+    """Each peer's properties in its own environment (its `reach` measured unless told not), `jobs` pytest processes
+    at once (a peer's parts, `parts_of`, among them; the costliest first), each one's output kept whole in its log and
+    printed whole when its peer is done; then the report. Returns the run's exit status."""
+    if jobs < 1:
+        raise ValueError(f"jobs: expected at least 1, got {jobs}")
     reports.mkdir(parents=True, exist_ok=True)
     before = json.loads(REACH_BEFORE.read_text(encoding="utf-8")) if REACH_BEFORE.exists() else {}
-    runs = []
-    progress = Progress("ncm-verify: MLX peers", len(peers))
+    ready, runs_of = [], {}
     for peer in peers:
-        progress.start(f"{peer.name} ({peer.pin})")
         if not peer.python.exists() and interpreter(peer) is None:
-            runs.append(unavailable(peer))
-            progress.done(f"{peer.name}: not applicable, no Python it requires on this machine")
+            runs_of[peer.name] = unavailable(peer)
+            print(f"ncm-verify: {peer.name}: not applicable, no Python it requires on this machine", flush=True)
             continue
         if not peer.python.exists():
+            print(f"ncm-verify: installing {peer.name} ({peer.pin}) into {PEERS_DIR / peer.name}", flush=True)
             install(peer)
-        results = reports / f"peers-mlx-{peer.name}.jsonl"
-        results.unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # the suite's code, importable, installed nowhere there
-        command = [str(peer.python), "-m", "pytest", *peer.tests, "-q", "-p", "no:cacheprovider", "--tb=short"]
-        command += [f"--mlx-peers-results={results}", f"--mlx-peers-examples={examples}"]
         files = reach.resolve(peer.site, peer.reach) if measure_reach else []
         if files and subprocess.run([str(peer.python), "-c", "import coverage"], capture_output=True).returncode:
             # an environment made before coverage.py joined TOOLS: add the tools, nothing else
             subprocess.run([uv(), "pip", "install", "-q", "--python", str(peer.python), *TOOLS], check=True)
-        raw = reports / f"peers-mlx-{peer.name}-reach.json"
-        raw.unlink(missing_ok=True)
-        if files:
-            command += [f"--mlx-peers-reach={raw}", *(f"--mlx-peers-reach-file={f}" for f in files)]
-        print(f"ncm-verify: {peer.name}: {' '.join(command[:9])} (+{len(files)} files measured)", flush=True)
-        started = time.monotonic()
-        status = subprocess.run(command, cwd=ROOT, env=env).returncode
-        seconds = time.monotonic() - started
-        records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        reached = (
-            reach.judge(json.loads(raw.read_text()), peer.site, peer.reach, peer.unreached) if raw.exists() else None
-        )
-        runs.append(
-            report.PeerRun(
-                peer.name, peer.pin, peer.left_out, status, round(seconds, 1), records, reached, before.get(peer.name)
+        ready.append((peer, files))
+    parts = sorted(
+        ((part, files) for peer, files in ready for part in parts_of(peer)), key=lambda pf: -COST.get(pf[0].slug, 60)
+    )
+    progress = Progress(f"ncm-verify: MLX peers ({jobs} at once)", len(parts))
+    lock = threading.Lock()
+    left = {peer.name: len(parts_of(peer)) for peer, _ in ready}
+    finished: dict[str, list[PartRun]] = {name: [] for name in left}
+
+    def one(part: Part, files: list[Path]) -> None:
+        with lock:
+            progress.start(part.label)
+        done = run_part(part, reports, examples, files)
+        with lock:
+            finished[part.peer.name].append(done)
+            left[part.peer.name] -= 1
+            if not left[part.peer.name]:  # the peer's whole output at once, never interleaved with another's
+                for run in sorted(finished[part.peer.name], key=lambda run: run.part.slug):
+                    print(run.log.read_text(encoding="utf-8", errors="replace"), end="", flush=True)
+            progress.done(
+                f"{part.label}: exit status {done.status}, {done.seconds:.0f} s, {done.cpu_seconds:.0f} CPU s"
             )
-        )
-        progress.done(f"{peer.name}: exit status {status} in {seconds:.0f} s, {len(records)} property runs")
-    return report.write(runs, reports)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(one, part, files) for part, files in parts]:
+            future.result()
+    for peer, _ in ready:
+        done = sorted(finished[peer.name], key=lambda run: run.part.slug)
+        records = []
+        for run in done:
+            results = reports / f"peers-mlx-{run.part.slug}.jsonl"
+            records += [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+        raws = [reports / f"peers-mlx-{run.part.slug}-reach.json" for run in done]
+        tables = [json.loads(raw.read_text()) for raw in raws if raw.exists()]
+        reached = reach.judge(merge_reach(tables), peer.site, peer.reach, peer.unreached) if tables else None
+        status = next((run.status for run in done if run.status), 0)
+        timings = [
+            dict(tests=list(run.part.tests), marker=run.part.marker, seconds=round(run.seconds, 1),
+                 cpu_seconds=round(run.cpu_seconds, 1))
+            for run in done
+        ]  # fmt: skip
+        runs_of[peer.name] = report.PeerRun(
+            peer.name, peer.pin, peer.left_out, status, round(sum(run.seconds for run in done), 1), records, reached,
+            before.get(peer.name), round(sum(run.cpu_seconds for run in done), 1), timings,
+        )  # fmt: skip
+    return report.write([runs_of[peer.name] for peer in peers if peer.name in runs_of], reports)
 
 
 def unavailable(peer: MlxPeer) -> report.PeerRun:
@@ -378,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     parser.add_argument("--examples", type=int, default=3, help="Hypothesis examples per property (some ask more)")
     parser.add_argument("--no-reach", action="store_true", help="do not measure the branch coverage (its overhead)")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest processes at once (default 2: the machine's cores)")
     args = parser.parse_args(argv)
     try:
         peers = select(args.peers)
@@ -392,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ncm-verify: {error}")
             return 2
         return 0
-    return verify(peers, args.reports, args.examples, measure_reach=not args.no_reach)
+    return verify(peers, args.reports, args.examples, measure_reach=not args.no_reach, jobs=args.jobs)
 
 
 if __name__ == "__main__":

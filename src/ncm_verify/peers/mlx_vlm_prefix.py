@@ -46,7 +46,7 @@ class MlxVlmApc:
         self.manager: Any = None
         self.blocks_per_entry = blocks_per_entry
         self.disk_root = Path(tempfile.mkdtemp(prefix="apc-disk-")) if disk else None
-        self.supports = frozenset({"batch", "restart", "persist"} if disk else {"batch", "restart"})
+        self.supports = frozenset({"batch", "restart", "fail", *({"persist"} if disk else ())})
 
     def start(self, model: EngineModel, capacity: int) -> None:
         from mlx_vlm.utils import load
@@ -95,7 +95,6 @@ class MlxVlmApc:
     def restart(self) -> None:
         """A new manager and engine: what a restarted server holds (its disk tier, where configured, stays)."""
         from mlx_vlm.apc import APCManager, semantic_extra_hash
-        from mlx_vlm.generate.ar import BatchGenerator
 
         self.close()
         manager = APCManager(
@@ -106,14 +105,40 @@ class MlxVlmApc:
         )
         manager.exact_cache_min_tokens = MIN_SNAPSHOT
         self.manager = manager
-        processor = self.processor
-        if not hasattr(processor, "tokenizer"):  # a bare tokenizer: the engine reads .tokenizer.stopping_criteria
-            processor = types.SimpleNamespace(tokenizer=processor)
-        self.engine = BatchGenerator(self.net.language_model, processor, apc_manager=manager, compute_logprobs=True)
+        self.engine = self.generator()
         self.salt = semantic_extra_hash(
             tenant=None, image_hash=0, media={"audio": None, "video": None}, model=self.net.language_model,
             processor=self.processor,
         )  # fmt: skip
+
+    def generator(self):
+        """A `BatchGenerator` over the current APC manager, as the server's generation thread makes one."""
+        from mlx_vlm.generate.ar import BatchGenerator
+
+        processor = self.processor
+        if not hasattr(processor, "tokenizer"):  # a bare tokenizer: the engine reads .tokenizer.stopping_criteria
+            processor = types.SimpleNamespace(tokenizer=processor)
+        return BatchGenerator(self.net.language_model, processor, apc_manager=self.manager, compute_logprobs=True)
+
+    def fail(self) -> str:
+        """An empty prompt inserted as the server's generation thread inserts a request (its tokens, its embeddings).
+        Its step raises; what follows is the server's recovery (server/generation.py:1885-1897: every active request
+        answered with the error, the generator dropped, a new one made over the same APC manager). Returns the
+        error; a step that serves the empty prompt instead is rule 6's failure."""
+        import mlx.core as mx
+
+        embedded = self.net.get_input_embeddings(mx.array([[]], dtype=mx.int32)).to_dict()
+        kwargs = {**{k: v for k, v in embedded.items() if v is not None}, "_apc_semantic_hash": self.salt}
+        try:
+            self.engine.insert([[]], max_tokens=2, prompt_kwargs=[kwargs])
+            for _ in range(64):  # a bound
+                self.engine.next()
+                if not self.engine.has_work:
+                    break
+        except Exception as error:  # noqa: BLE001 - the server catches every exception of its generation step
+            self.engine = self.generator()
+            return f"its step raised {error!r}; the server's recovery: a new BatchGenerator, the same APC manager"
+        raise AssertionError("rule 6: an empty prompt was served, not refused")
 
     def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
         import mlx.core as mx

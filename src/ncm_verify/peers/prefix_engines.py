@@ -85,6 +85,11 @@ class Served:
         return self.prompt + self.tokens
 
 
+class NotRefused(Exception):
+    """Raised by an adapter's ``fail()`` where the engine answered the request that was to fail: rule 6 then has no
+    failure to follow, and reads not applicable with this message (what was sent, what came back)."""
+
+
 @runtime_checkable
 class PrefixEngine(Protocol):
     """The thin adapter that puts an engine under `prefix_cache_machine`: start it on a model folder with a cache of

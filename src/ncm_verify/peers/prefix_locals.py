@@ -31,7 +31,7 @@ LRU_KEY = "locals"
 
 class LocalsEngine:
     name = "locals 0.2.1"
-    supports = frozenset({"batch", "restart", "persist"})
+    supports = frozenset({"batch", "restart", "persist", "fail"})
 
     def __init__(self):
         self.root = Path(tempfile.mkdtemp(prefix="locals-prompts-"))
@@ -89,6 +89,15 @@ class LocalsEngine:
                 Served(tuple(request.prompt), tuple(request.out), None, int(getattr(request, "cached_tokens", 0)))
             )
         return served
+
+    def fail(self) -> str:
+        """An empty prompt through `HybridBatchEngine.serve`: finished with an error (or an exception: the server's
+        error reply); returns the answer. Tokens served for it instead are rule 6's failure."""
+        try:
+            self.serve([()], 2)
+        except Exception as error:  # noqa: BLE001 - what the server turns into an error reply
+            return f"serve raised {error!r}"
+        raise AssertionError("rule 6: an empty prompt was served, not refused")
 
     def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, mlx-lm CacheEntry) for every entry the prompt cache holds."""

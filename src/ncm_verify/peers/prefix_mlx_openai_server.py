@@ -31,14 +31,25 @@ from ncm_verify.peers.prefix_engines import EngineModel, LongestPrefixLRU, Serve
 from ncm_verify.peers.prefix_peer_files import damage, entry_gap, trie_entries
 
 
+def without_full_collections() -> None:
+    """`LRUPromptCache._release_evicted_memory` runs ``gc.collect()`` after every insert: 0.2 CPU seconds each in a
+    test process (its heap ~350,000 objects), most of this engine's judgement. A collection frees only unreachable
+    cycles, nothing an entry holds or serves: here it is skipped (``mx.clear_cache()`` after it still runs)."""
+    import types
+
+    from app.utils import prompt_cache
+
+    prompt_cache.gc = types.SimpleNamespace(collect=lambda *args: 0)
+
+
 class OpenAIServerEngine:
     name = "mlx-openai-server 1.8.1"
-    supports = frozenset({"restart"})
+    supports = frozenset({"restart", "fail"})
 
     def __init__(self, draft: EngineModel | None = None):
         self.draft = draft
         if draft is not None:
-            self.supports = frozenset({"restart", "speculative"})
+            self.supports = frozenset({"restart", "speculative", "fail"})
         self.handler: Any = None
         self._oracle: Any = None
         self.folder = Path(tempfile.mkdtemp(prefix="mlx-openai-server-cache-"))
@@ -46,6 +57,7 @@ class OpenAIServerEngine:
     def start(self, model: EngineModel, capacity: int) -> None:
         from app.handler.mlx_lm import MLXLMHandler
 
+        without_full_collections()
         self.model, self.capacity = model, capacity
         self.handler = MLXLMHandler(
             str(model.path),
@@ -91,6 +103,15 @@ class OpenAIServerEngine:
 
     def serve(self, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Served]:
         return [self._request([int(t) for t in p], max_tokens) for p in prompts]
+
+    def fail(self) -> str:
+        """An empty prompt through the handler's own path (single-request or batch scheduler): an exception (the
+        server's error reply); returns it. Tokens served for it instead are rule 6's failure."""
+        try:
+            self.serve([()], 2)
+        except Exception as error:  # noqa: BLE001 - what the server turns into an error reply
+            return f"the request raised {error!r}"
+        raise AssertionError("rule 6: an empty prompt was served, not refused")
 
     def entries(self) -> list[tuple[tuple[int, ...], Any]]:
         """(key, CacheEntry) for every entry its trie holds."""
@@ -145,7 +166,7 @@ class BatchedOpenAIServerEngine(OpenAIServerEngine):
     reports each request's cached prompt tokens but no log-probabilities."""
 
     name = "mlx-openai-server 1.8.1 (batch scheduler)"
-    supports = frozenset({"batch", "restart"})
+    supports = frozenset({"batch", "restart", "fail"})
 
     def __init__(self):
         super().__init__()
@@ -154,6 +175,7 @@ class BatchedOpenAIServerEngine(OpenAIServerEngine):
     def start(self, model: EngineModel, capacity: int) -> None:
         from app.handler.mlx_lm import MLXLMHandler
 
+        without_full_collections()
         self.model, self.capacity = model, capacity
         self.handler = MLXLMHandler(str(model.path), prompt_cache_size=capacity, prompt_cache_dir=str(self.folder))
 

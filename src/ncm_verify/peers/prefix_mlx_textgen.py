@@ -33,7 +33,7 @@ def no_wired_limit(model, streams=None):
 
 class TextgenEngine:
     name = "mlx-textgen 0.2.1"
-    supports = frozenset({"batch", "restart", "persist"})
+    supports = frozenset({"batch", "restart", "persist", "fail"})
 
     def __init__(self, home: Path | None = None):
         self.home = home or Path(tempfile.mkdtemp(prefix="mlx-textgen-home-"))
@@ -60,6 +60,15 @@ class TextgenEngine:
         rows = [tuple(int(t) for t in p) for p in prompts]
         out = self.llm.generate([text_of(p) for p in rows], params)
         return [Served(p, tuple(int(t) for t in ids), None) for p, ids in zip(rows, out["token_ids"])]
+
+    def fail(self) -> str:
+        """An empty prompt through `LLMModel.generate`: an exception (the server's error reply); returns it. Tokens
+        served for it instead are rule 6's failure."""
+        try:
+            self.serve([()], 2)
+        except Exception as error:  # noqa: BLE001 - what the server turns into an error reply
+            return f"generate raised {error!r}"
+        raise AssertionError("rule 6: an empty prompt was served, not refused")
 
     def audit(self, call: str) -> None:
         """Every saved file, loaded by the package's own ``load_cache`` into an empty cache, attends as its key."""

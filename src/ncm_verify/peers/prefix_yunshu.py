@@ -45,7 +45,7 @@ shared cores); every `start` hands it out with empty memory tiers and an empty S
 
 class YunshuEngine:
     name = "yunshu 0.1.5"
-    supports = frozenset({"restart", "persist"})
+    supports = frozenset({"restart", "persist", "fail"})
 
     root: Path
     """The started engine's folder: its model folder (with the settings) and its SSD tier."""
@@ -93,6 +93,25 @@ class YunshuEngine:
         tokens = tuple(int(item["token_id"]) for item in out.logprobs)
         logprobs = tuple(float(item["logprob"]) for item in out.logprobs)
         return Served(prompt, tokens, logprobs, int(out.cached_tokens or 0))
+
+    def fail(self) -> str:
+        """An empty prompt through `generate`: an error answer (``finish_reason`` "error", or an exception: the
+        server's error reply) is returned. yunshu 0.1.5 answers it instead (one token substituted for the prompt):
+        `NotRefused`. It refuses none of the others tried either (max_tokens 0 or -1: no tokens, finish "length";
+        temperature -1, top_p 2: served)."""
+        from ncm_verify.peers.prefix_engines import NotRefused
+
+        try:
+            out = _LOOP.run_until_complete(self.engine.generate("", max_tokens=2, temperature=0.0, logprobs=True))
+        except Exception as error:  # noqa: BLE001 - what the server turns into an error reply
+            return f"generate raised {error!r}"
+        if out.finish_reason == "error":
+            return f"finish_reason 'error': {out.error}"
+        raise NotRefused(
+            f"{self.name} refuses no request this adapter can send: an empty prompt is answered ({out.prompt_tokens} "
+            f"prompt token substituted, {out.completion_tokens} generated, finish {out.finish_reason!r}); max_tokens 0 "
+            "or -1, temperature -1 and top_p 2 are answered too"
+        )
 
     def _memory_tiers(self) -> None:
         """A process restart's memory tiers: as BatchedEngine.__init__ and _apply_settings build them (on yunshu's MLX

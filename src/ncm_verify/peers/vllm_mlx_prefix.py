@@ -50,7 +50,7 @@ class VllmMlxPrefix:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         self.mode = mode
         persist = {"persist"} if mode == "memory" else set()  # MemoryAwarePrefixCache.save_to_disk / load_from_disk
-        self.supports = frozenset({"restart", *persist, *({"batch"} if batch else ())})
+        self.supports = frozenset({"restart", "fail", *persist, *({"batch"} if batch else ())})
         self.name = f"vllm-mlx {VERSION} scheduler ({mode} cache{'' if batch else ', one request at a time'})"
         self.scheduler: Any = None
         self.ids = itertools.count()
@@ -148,6 +148,30 @@ class VllmMlxPrefix:
             )
             for prompt, r in zip(prompts, requests)
         ]
+
+    def fail(self) -> str:
+        """An empty prompt, as its server's engine core hands it over: the scheduler must answer it with an error
+        (its step fails in mlx-lm's BatchGenerator, and `_recover_from_generation_error` finishes the request with
+        ``finish_reason`` "error"); returns that answer. No answer within the step bound is rule 6's failure."""
+        from vllm_mlx.request import Request, SamplingParams
+
+        params = SamplingParams(max_tokens=2, temperature=0.0, top_p=1.0, top_k=0)
+        request = Request(request_id=f"r{next(self.ids)}-empty", prompt=[], sampling_params=params)
+        try:
+            self.scheduler.add_request(request)
+        except Exception as error:  # refused at once: an error response too
+            return f"add_request refused the empty prompt: {error!r}"
+        for _ in range(STEP_BOUND):
+            for out in self.scheduler.step().outputs:
+                if out.request_id == request.request_id and out.finished:
+                    assert out.finish_reason == "error", (
+                        f"rule 6: an empty prompt was answered {list(out.new_token_ids)} (finish_reason "
+                        f"{out.finish_reason!r}), not refused"
+                    )
+                    return f"finish_reason {out.finish_reason!r}, tokens {list(out.new_token_ids)}"
+            if not self.scheduler.has_requests():
+                break
+        raise AssertionError(f"rule 6: an empty prompt got no answer within {STEP_BOUND} scheduler steps")
 
     def persist(self, folder) -> list[tuple[int, ...]]:
         """The memory-aware cache written as its server writes it on shutdown (`save_to_disk`: a folder per

@@ -56,6 +56,18 @@ class PeerRun:
     """`peers.reach.judge`'s verdict on the package's speculative branches, when measured."""
     before: dict | None = None
     """The reach the properties had before the reach work (``reached``, ``runnable``, ``percent``, ``commit``)."""
+    cpu_seconds: float | None = None
+    """User + system seconds of its pytest processes and what they waited for (servers), beside `seconds` (wall)."""
+    parts: list[dict] = dataclasses.field(default_factory=list)
+    """Its pytest processes (``tests``, ``marker``, ``seconds``, ``cpu_seconds``): `seconds` is their sum."""
+
+    def timing(self, prefix: bool | None = None) -> str:
+        """'wall s / CPU s' of the parts running prefix-cache files (`prefix` True), the others (False) or all."""
+        parts = [p for p in self.parts if prefix is None or p["tests"][0].endswith("_prefix_cache.py") == prefix]
+        if not parts:
+            return f"{self.seconds:.0f}" + (f" / {self.cpu_seconds:.0f} CPU" if self.cpu_seconds is not None else "")
+        wall, cpu = sum(p["seconds"] for p in parts), sum(p["cpu_seconds"] for p in parts)
+        return f"{wall:.0f} / {cpu:.0f} CPU"
 
 
 def property_cell(records: list[dict]) -> str:
@@ -227,13 +239,18 @@ def prefix_table(runs: list[PeerRun]) -> Table:
     judged = [run for run in runs if any(r.get("rule") for r in run.records)]
     return Table(
         "Prefix caches as served: per engine and rule",
-        ("engine", *(f"{n}. {title}" for n, title in PREFIX_RULES.items()), "planted control", "seconds (2 cores)"),
+        (
+            "engine",
+            *(f"{n}. {title}" for n, title in PREFIX_RULES.items()),
+            "planted control",
+            "seconds: wall / CPU (2 cores)",
+        ),
         [
             (
                 run.pin,
                 *(property_cell([r for r in run.records if n in (r.get("rule") or [])]) for n in PREFIX_RULES),
                 planted_cell([r for r in run.records if r.get("rule")]),
-                f"{run.seconds:.0f}",
+                run.timing(prefix=True),
             )
             for run in judged
         ],
@@ -247,13 +264,18 @@ def tables(runs: list[PeerRun]) -> tuple[Table, ...]:
     decoders = [run for run in runs if not run.records or any(r["property"] for r in run.records)]
     verdicts = Table(
         "MLX speculative decoders: per package and property",
-        ("package", *(f"{n}. {title}" for n, title in PROPERTIES.items()), "planted control", "seconds (2 cores)"),
+        (
+            "package",
+            *(f"{n}. {title}" for n, title in PROPERTIES.items()),
+            "planted control",
+            "seconds: wall / CPU (2 cores)",
+        ),
         [
             (
                 run.pin,
                 *(property_cell([r for r in run.records if n in (r["property"] or [])]) for n in PROPERTIES),
                 planted_cell([r for r in run.records if not r.get("rule")]),
-                f"{run.seconds:.0f}",
+                run.timing(prefix=False),
             )
             for run in decoders
         ],
