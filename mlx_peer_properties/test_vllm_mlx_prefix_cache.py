@@ -119,8 +119,8 @@ def test_paged_blocks_stored_after_another_prefix_are_not_served_at_the_start(he
 @pytest.mark.parametrize("mode", ["memory", "legacy"])
 def test_planted_a_lookup_claiming_one_token_more_is_caught(mode, models):
     """The mode's own lookup with one prompt token fewer left to compute than it matched (`peer.planted`), on a
-    sound engine (legacy with the full-hit fix): rule 1 must fail. The paged mode has no sound engine to plant in
-    (two findings of its own fail rule 1 already)."""
+    sound engine (legacy with the full-hit fix): rule 1 must fail. The paged mode's control is planted below, on
+    prompts its two findings cannot reach."""
 
     @contextlib.contextmanager
     def both():
@@ -128,6 +128,46 @@ def test_planted_a_lookup_claiming_one_token_more_is_caught(mode, models):
             yield
 
     judge(mode, models("attention", "float32"), (1,), both)
+
+
+STORED = [3, 1, 2, 5, 7, 9, 4, 8, 6]
+"""Two whole blocks and one token: the paged mode stores the blocks where they were computed."""
+EXTENSIONS = ([11, 13], [0, 22, 17])
+"""Prompts that only extend STORED: every reused block sits where it was computed (so the paged mode's block finding
+cannot fire) and each leaves prompt tokens to compute (so its full-hit finding cannot)."""
+
+
+def serve_extensions_of_a_stored_prompt(model) -> list[int]:
+    """The paged mode, full-hit fix applied: STORED, then each extension, each response held to rule 1; the reuse."""
+    with peer.full_hit_fixed():
+        engine = peer.VllmMlxPrefix("paged")
+        engine.start(model, 3)
+        try:
+            engine.serve([STORED], 3)
+            reused = []
+            for extension in EXTENSIONS:
+                served = engine.serve([STORED + extension], 3)[0]
+                call = f"paged: serve([{STORED}]); serve([{STORED + extension}])"
+                assert_served_equals_uncached(served, model, call=call)
+                reused.append(served.reused or 0)
+        finally:
+            engine.close()
+    return reused
+
+
+@pytest.mark.prefix_rule(1, 2)
+def test_the_paged_mode_serves_extensions_of_a_stored_prompt_from_its_blocks_as_uncached(models):
+    """The paged control's sound half: whole blocks reused (a hit, or the control would prove nothing), served exact."""
+    reused = serve_extensions_of_a_stored_prompt(models("attention", "float32"))
+    assert all(count >= 2 * peer.BLOCK for count in reused), f"paged: extensions of a stored prompt reused {reused}"
+
+
+@pytest.mark.prefix_rule(1)
+def test_planted_a_paged_lookup_claiming_one_token_more_is_caught(models):
+    """The paged mode's own lookup with one prompt token fewer left to compute than it matched (`peer.planted`), on
+    the scenario the test above shows sound: rule 1 must fail."""
+    with peer.planted("paged"):
+        serve_extensions_of_a_stored_prompt(models("attention", "float32"))
 
 
 @pytest.mark.prefix_rule(1)
