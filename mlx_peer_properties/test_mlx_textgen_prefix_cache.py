@@ -33,6 +33,24 @@ def test_served_responses_and_every_saved_file_equal_uncached_ones(family, model
     run_machine(TextgenEngine, models[family], (1, 3, 4), examples=examples)
 
 
+SAVED, SHARING = (3, 1, 2, 4, 5), (3, 1, 7)
+"""A saved prompt, and a new one sharing its first two tokens (the cache manager's `min_tokens`) but shorter: in a
+batch beside it the new one is left-padded, so its reused K/V must land where it now sits."""
+
+
+@pytest.mark.prefix_rule(1)
+def test_a_new_prompt_batched_beside_a_saved_one_it_shares_its_first_tokens_with_is_served_as_uncached(models):  # noqa: F811
+    engine = TextgenEngine()
+    try:
+        engine.start(models["attention"], 3)
+        engine.serve([SAVED], MAX_TOKENS)
+        served = engine.serve([SAVED, SHARING], MAX_TOKENS)[1]
+    finally:
+        engine.close()
+    call = f"TextgenEngine().serve([{list(SAVED)}], 3); serve([{list(SAVED)}, {list(SHARING)}], 3), row 1"
+    assert_served_equals_uncached(served, models["attention"], call=call)
+
+
 @pytest.mark.prefix_rule(5)
 def test_saved_files_restore_exactly_or_a_damaged_or_foreign_file_is_refused(models, examples):  # noqa: F811
     run_machine(TextgenEngine, models["attention"], (1, 5), examples=examples, other_model=models["other"])

@@ -111,6 +111,18 @@ TEXTGEN_DAMAGED_FILE = (
     "mlx_peer_properties/repro/mlx_textgen_damaged_file.py"
 )
 
+TEXTGEN_BATCH_SHIFT = (
+    "mlx-textgen 0.2.1 mlx_textgen/model_utils.py:814-865 (LLMModel.create_inference_plan, a left-padded batch) with "
+    "cache_utils.py:695-735 (CacheManager.get_cache): a prompt batched beside a longer one is served wrong. After "
+    "[3, 1, 2, 4, 5] was served, the batch [[3, 1, 2, 4, 5], [3, 1, 7]] gives its second row [14, 6, 16] on every "
+    "run, where uncached decoding and the prompt alone on the same warm cache give [20, 18, 13] (1.84 nats off at the "
+    "first token); on a cold cache the same batch's second row varies from run to run ([10, 10, 10], [20, 20, 20], "
+    "[18, 13, 18], once [20, 18, 13]), so the fault is in the batch path and not only in the reused K/V (suspected: "
+    "get_cache copies a row's saved K/V, computed at positions 0, 1, ..., to its left-padded place, :729-735); the "
+    "line at fault is not pinned. Repro: .peers/mlx-textgen/bin/python "
+    "mlx_peer_properties/repro/mlx_textgen_batch_shift.py"
+)
+
 YUNSHU_SSD_FLIPPED = (
     "yunshu 0.1.5 yunshu_engine/ssd_kv_cache.py:753-800 (SSDKVCache.load_block): a block file on the SSD tier is "
     "checked for the checkpoint's fingerprint (another model's block is refused) but not for its bytes: after a "
@@ -148,6 +160,8 @@ PREFIX_FINDINGS: dict[str, str] = {
         f"exactly[{kind}]": TEXTGEN_DAMAGED_FILE
         for kind in ("truncated", "flipped byte")
     },
+    "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_a_new_prompt_batched_beside_a_saved_one_it_shares_"
+    "its_first_tokens_with_is_served_as_uncached": TEXTGEN_BATCH_SHIFT,
     "mlx_peer_properties/test_mlx_textgen_prefix_cache.py::test_saved_files_restore_exactly_or_a_damaged_or_foreign_"
     "file_is_refused": TEXTGEN_DAMAGED_FILE,
     "mlx_peer_properties/test_yunshu_prefix_cache.py::test_a_block_damaged_on_the_ssd_tier_is_refused_or_served_"
