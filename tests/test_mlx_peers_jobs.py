@@ -41,13 +41,14 @@ def test_parts_run_two_at_once_and_each_peer_s_output_is_printed_whole(tmp_path,
         log.write_text("".join(f"{part.slug} line {i}\n" for i in range(3)))
         record = dict(nodeid=f"{part.tests[0]}::t[{part.slug}]", property=[1], rule=[], status="passed", detail="",
                       seconds=0.1)  # fmt: skip
-        (reports / f"peers-mlx-{part.slug}.jsonl").write_text(json.dumps(record) + "\n")
+        results = reports / f"peers-mlx-{part.slug}.jsonl"
+        results.write_text(json.dumps(record) + "\n")
         planted = dict(record, nodeid=f"{part.tests[0]}::t[planted-{part.slug}]", status="planted caught")
-        with open(reports / f"peers-mlx-{part.slug}.jsonl", "a") as file:
+        with open(results, "a") as file:
             file.write(json.dumps(planted) + "\n")
         with lock:
             running[0] -= 1
-        return run_mlx_peers.PartRun(part, 0, 0.2, 0.1, log)
+        return run_mlx_peers.PartRun(part, 0, 0.2, 0.1, log, results, reports / f"peers-mlx-{part.slug}-reach.json")
 
     peers = [run_mlx_peers.BY_NAME["mlx-vlm"], run_mlx_peers.BY_NAME["locals"]]
     for peer in peers:

@@ -17,6 +17,7 @@ outside the findings table, no finding went away unannounced, and every peer's p
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -366,6 +367,8 @@ class PartRun:
     seconds: float
     cpu_seconds: float
     log: Path
+    results: Path
+    raw: Path
 
 
 def run_part(part: Part, reports: Path, examples: int, files: list[Path]) -> PartRun:
@@ -390,7 +393,8 @@ def run_part(part: Part, reports: Path, examples: int, files: list[Path]) -> Par
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         _, wait_status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(wait_status)
-    return PartRun(part, process.returncode, time.monotonic() - started, usage.ru_utime + usage.ru_stime, log)
+    seconds, cpu = time.monotonic() - started, usage.ru_utime + usage.ru_stime
+    return PartRun(part, process.returncode, seconds, cpu, log, results, raw)
 
 
 def merge_reach(tables: list[dict]) -> dict:
@@ -439,7 +443,7 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach
     )
     progress = Progress(f"ncm-verify: MLX peers ({jobs} at once)", len(parts))
     lock = threading.Lock()
-    left = {peer.name: len(parts_of(peer)) for peer, _ in ready}
+    left = collections.Counter(part.peer.name for part, _ in parts)
     finished: dict[str, list[PartRun]] = {name: [] for name in left}
 
     def one(part: Part, files: list[Path]) -> None:
@@ -463,10 +467,10 @@ def verify(peers: list[MlxPeer], reports: Path, examples: int = 3, measure_reach
         done = sorted(finished[peer.name], key=lambda run: run.part.slug)
         records = []
         for run in done:
-            results = reports / f"peers-mlx-{run.part.slug}.jsonl"
-            records += [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        raws = [reports / f"peers-mlx-{run.part.slug}-reach.json" for run in done]
-        tables = [json.loads(raw.read_text()) for raw in raws if raw.exists()]
+            records += (
+                [json.loads(line) for line in run.results.read_text().splitlines()] if run.results.exists() else []
+            )
+        tables = [json.loads(run.raw.read_text()) for run in done if run.raw.exists()]
         reached = reach.judge(merge_reach(tables), peer.site, peer.reach, peer.unreached) if tables else None
         status = next((run.status for run in done if run.status), 0)
         timings = [
